@@ -17,7 +17,6 @@ from netsor.nonlin import (
     elu,
     erf,
     exp,
-    gaussian,
     gelu,
     hard_tanh,
     identity,

@@ -109,6 +109,8 @@ class Activation:
         True when φ is analytic (Gauss–Hermite quadrature converges fast).
     odd : bool
         True when φ(−x) = −φ(x) (so E φ(u) = 0).
+    kinks : tuple of float
+        Points where φ or φ' jumps; quadrature splits its panels there.
     params : dict
         Parameters of a parametric activation (``alpha`` of leaky_relu, elu).
     """
@@ -120,6 +122,7 @@ class Activation:
     mean: MeanRule | None = None
     smooth: bool = True
     odd: bool = False
+    kinks: tuple[float, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, x: Any) -> Any:
@@ -169,6 +172,7 @@ def _make_leaky_relu(alpha: float = 0.01) -> Activation:
         kernel=_leaky_relu_kernel(alpha),
         mean=lambda a: (1.0 - alpha) * np.sqrt(np.asarray(a) / _TWO_PI),
         smooth=False,
+        kinks=(0.0,),
         params={"alpha": alpha},
     )
 
@@ -180,6 +184,7 @@ def _make_elu(alpha: float = 1.0) -> Activation:
         fn=lambda x: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
         deriv=lambda x: np.where(x > 0, 1.0, alpha * np.exp(np.minimum(x, 0.0))),
         smooth=False,
+        kinks=(0.0,),
         params={"alpha": alpha},
     )
 
@@ -190,20 +195,21 @@ _FIXED: dict[str, Activation] = {
         Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like,
                    kernel=_identity_kernel, mean=np.zeros_like, odd=True),
         Activation("relu", fn=_relu, deriv=_step, kernel=arccos_kernel_1,
-                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False),
+                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,)),
         Activation("step", fn=_step, deriv=np.zeros_like, kernel=arccos_kernel_0,
-                   mean=lambda a: np.full(np.shape(a), 0.5), smooth=False),
+                   mean=lambda a: np.full(np.shape(a), 0.5), smooth=False, kinks=(0.0,)),
         Activation("erf", fn=special.erf, deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=_erf_kernel, mean=np.zeros_like, odd=True),
         Activation("tanh", fn=np.tanh, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
         Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0),
-                   deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True),
+                   deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
+                   kinks=(-1.0, 1.0)),
         Activation("sigmoid", fn=special.expit, deriv=_sigmoid_deriv),
         Activation("gelu", fn=_gelu, deriv=_gelu_deriv),
         Activation("silu", fn=lambda x: x * special.expit(x), deriv=_silu_deriv),
         Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), deriv=special.expit),
         Activation("abs", fn=np.abs, deriv=np.sign, kernel=_abs_kernel,
-                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False),
+                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,)),
         Activation("sin", fn=np.sin, deriv=np.cos, kernel=_sin_kernel, mean=np.zeros_like, odd=True),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=_cos_kernel,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a))),

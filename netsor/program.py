@@ -1,0 +1,435 @@
+"""The Netsor IR: dimensions, matrices, vectors, lines and programs.
+
+A :class:`Program` is an append-only, straight-line sequence of typed lines.
+Every line is validated when it is added and never changes afterwards; the
+interpreters (:mod:`netsor.infinite`, :mod:`netsor.finite`,
+:mod:`netsor.coupled`) read ``program.lines`` and know nothing of
+architectures. The IR itself knows nothing of execution.
+
+Variables (DESIGN §1):
+
+* :class:`Matrix` (type A) ``W : out_dim × in_dim`` with entries ``N(0, σ²/n_in)``;
+* :class:`Vector` of kind ``"G"`` (Gaussian coordinates in the limit), ``"H"``
+  (image of a nonlinearity) or ``"data"`` (the symbolic data point, in
+  ``program.data_dim``; only input matrices may multiply it).
+
+A program is written for *one* symbolic data point; executed on a batch of
+``B`` inputs, every vector has one copy per input and all copies share the
+matrices (this is also how weight sharing over time works).
+
+Lines: :class:`DataLine`, :class:`BiasLine` (initial vectors),
+:class:`MatMulLine` (``g := W h``, or ``g := Wᵀ h`` when ``transposed``),
+:class:`LinCombLine` (``g := Σ aᵢ gⁱ``, a G-vector) and :class:`NonLinLine`
+(``h := φ(g¹, …, gᵏ)``). :class:`Readout` declares outputs
+``yᵣ = vᵀ hᵣ / √n + b_v``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from netsor.errors import DimensionError, HyperParameterError, ProgramError
+
+if TYPE_CHECKING:
+    from netsor.expr import Affine
+
+_program_ids = itertools.count()
+
+
+def check_variance(value: Any, what: str) -> float:
+    """Return ``value`` as a float standard deviation, or raise if negative / non-finite."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise HyperParameterError(f"{what} must be a real number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise HyperParameterError(
+            f"{what} must be a finite standard deviation >= 0, got {value!r}; "
+            "pass sigma (not sigma²) as a non-negative number"
+        )
+    return x
+
+
+@dataclass(frozen=True, eq=False)
+class Dim:
+    """A width dimension. At finite width it has a size; in the limit it is infinite."""
+
+    name: str
+    program: Program
+    is_data: bool = False
+
+    def __repr__(self) -> str:
+        return f"Dim({self.name!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Matrix:
+    """A random matrix ``W : out_dim × in_dim`` with iid ``N(0, sigma²/n_in)`` entries."""
+
+    index: int
+    out_dim: Dim
+    in_dim: Dim
+    sigma: float
+    name: str
+    program: Program
+
+    def __matmul__(self, other: Any) -> Vector:
+        return self.program._matmul(self, other, transposed=False)
+
+    @property
+    def T(self) -> TransposedMatrix:  # noqa: N802 - numpy spelling
+        """``Wᵀ``: a MatMul by it is a transposed MatMul line (Netsor⊤)."""
+        return TransposedMatrix(self)
+
+    @property
+    def is_input(self) -> bool:
+        """True for matrices that multiply the data point (``in_dim`` is the data dim)."""
+        return self.in_dim.is_data
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.out_dim.name}×{self.in_dim.name}, σ={self.sigma:g}"
+
+
+@dataclass(frozen=True, eq=False)
+class TransposedMatrix:
+    """``Wᵀ`` of a :class:`Matrix` (only used to build transposed MatMul lines)."""
+
+    matrix: Matrix
+
+    def __matmul__(self, other: Any) -> Vector:
+        return self.matrix.program._matmul(self.matrix, other, transposed=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Vector:
+    """A symbolic vector of a program: kind ``"G"``, ``"H"`` or ``"data"``.
+
+    Arithmetic builds lines: ``W @ h`` (MatMul), ``a + b``, ``a - b``, ``s * a``
+    (LinComb when all operands are G-vectors, NonLin otherwise), ``a * b``
+    (NonLin), and activations ``netsor.relu(a)`` (NonLin).
+    """
+
+    index: int
+    dim: Dim
+    kind: str
+    name: str
+    program: Program
+
+    def __repr__(self) -> str:
+        return f"{self.name}:{self.kind}({self.dim.name})"
+
+    # Arithmetic is implemented in netsor.builder (imported lazily: builder imports this module).
+    def _binary(self, other: Any, op: str, reflected: bool = False) -> Vector:
+        from netsor.builder import binary_op
+
+        return binary_op(self, other, op, reflected)
+
+    def __add__(self, other: Any) -> Vector:
+        return self._binary(other, "+")
+
+    def __radd__(self, other: Any) -> Vector:
+        return self._binary(other, "+", reflected=True)
+
+    def __sub__(self, other: Any) -> Vector:
+        return self._binary(other, "-")
+
+    def __rsub__(self, other: Any) -> Vector:
+        return self._binary(other, "-", reflected=True)
+
+    def __mul__(self, other: Any) -> Vector:
+        return self._binary(other, "*")
+
+    def __rmul__(self, other: Any) -> Vector:
+        return self._binary(other, "*", reflected=True)
+
+    def __truediv__(self, other: Any) -> Vector:
+        return self._binary(other, "/")
+
+    def __neg__(self) -> Vector:
+        return self._binary(-1.0, "*")
+
+    def __pos__(self) -> Vector:
+        return self
+
+    def __matmul__(self, other: Any) -> Any:
+        raise ProgramError("write W @ h (matrix on the left); a vector cannot multiply a matrix")
+
+    def __bool__(self) -> bool:
+        raise ProgramError(
+            "a symbolic vector has no truth value; inside a custom nonlinearity use numpy "
+            "operations such as np.where, and pass it with netsor.nonlin(fn, *vectors)"
+        )
+
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class DataLine:
+    """``x := data point`` (``X[:, step, :]`` when ``step`` is set), a vector in the data dim."""
+
+    out: Vector
+    step: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class BiasLine:
+    """An initial G-vector with iid ``N(0, sigma²)`` coordinates, the same for every input."""
+
+    out: Vector
+    sigma: float
+
+
+@dataclass(frozen=True, eq=False)
+class MatMulLine:
+    """``out := W @ arg`` (``Wᵀ @ arg`` when ``transposed``)."""
+
+    out: Vector
+    matrix: Matrix
+    arg: Vector
+    transposed: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class LinCombLine:
+    """``out := Σ coeffs[i] · args[i]`` over G-vectors (the result is a G-vector)."""
+
+    out: Vector
+    coeffs: tuple[float, ...]
+    args: tuple[Vector, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class NonLinLine:
+    """``out := expr(args)`` coordinatewise; ``expr`` is a :class:`netsor.expr.Affine`."""
+
+    out: Vector
+    expr: Affine
+
+    @property
+    def args(self) -> tuple[Vector, ...]:
+        return self.expr.args
+
+
+Line = DataLine | BiasLine | MatMulLine | LinCombLine | NonLinLine
+
+
+@dataclass(frozen=True, eq=False)
+class Readout:
+    """Outputs ``y_r = vᵀ vectors[r] / √n + b_v`` sharing one ``v ~ N(0, sigma² I)`` and one
+    ``b_v ~ N(0, bias²)``."""
+
+    index: int
+    vectors: tuple[Vector, ...]
+    sigma: float
+    bias: float
+
+
+class Program:
+    """A Netsor program, built line by line.
+
+    Examples
+    --------
+    >>> import netsor
+    >>> p = netsor.Program()
+    >>> n = p.dim("n")
+    >>> g = p.input(n, sigma=1.0, bias=0.1)
+    >>> W = p.matrix(n, n, sigma=2 ** 0.5)
+    >>> h = W @ netsor.relu(g)
+    >>> p.readout(netsor.relu(h), sigma=1.0)
+    (0,)
+    """
+
+    def __init__(self, name: str = "program") -> None:
+        self.name = name
+        self.id = next(_program_ids)
+        self._dims: list[Dim] = []
+        self._matrices: list[Matrix] = []
+        self._lines: list[Line] = []
+        self._readouts: list[Readout] = []
+        self._line_of: dict[Vector, Line] = {}
+        self._data_dim = Dim("d", self, is_data=True)
+
+    # ---------------------------------------------------------------- views
+    @property
+    def data_dim(self) -> Dim:
+        """The dimension of the data points (its size is read off the inputs)."""
+        return self._data_dim
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return tuple(self._dims)
+
+    @property
+    def matrices(self) -> tuple[Matrix, ...]:
+        return tuple(self._matrices)
+
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        return tuple(self._lines)
+
+    @property
+    def readouts(self) -> tuple[Readout, ...]:
+        return tuple(self._readouts)
+
+    @property
+    def outputs(self) -> tuple[tuple[Readout, Vector], ...]:
+        """All outputs in order (readout call, then position within it)."""
+        return tuple((r, v) for r in self._readouts for v in r.vectors)
+
+    @property
+    def num_outputs(self) -> int:
+        return sum(len(r.vectors) for r in self._readouts)
+
+    @property
+    def steps(self) -> int | None:
+        """Number of time steps the data must have (max step + 1), or None if no step is used."""
+        used = [ln.step for ln in self._lines if isinstance(ln, DataLine) and ln.step is not None]
+        return max(used) + 1 if used else None
+
+    def line_of(self, vector: Vector) -> Line:
+        """The line that defines ``vector``."""
+        self._check_own(vector)
+        return self._line_of[vector]
+
+    # -------------------------------------------------------- construction
+    def dim(self, name: str) -> Dim:
+        """A new hidden dimension (all hidden dims get the sampler's ``width``)."""
+        if not isinstance(name, str) or not name:
+            raise ProgramError("a dimension needs a non-empty string name")
+        if name == self._data_dim.name or any(d.name == name for d in self._dims):
+            raise ProgramError(f"dimension name {name!r} is taken; pick another name")
+        d = Dim(name, self)
+        self._dims.append(d)
+        return d
+
+    def matrix(self, out_dim: Dim, in_dim: Dim, sigma: float = 1.0, name: str | None = None) -> Matrix:
+        """A matrix ``out_dim × in_dim`` with iid entries ``N(0, sigma²/n_in)``.
+
+        Pass ``program.data_dim`` as ``in_dim`` for an input matrix ``U`` (then
+        ``U @ program.data()`` has covariance ``sigma² ⟨x, x'⟩ / d``).
+        """
+        self._check_dim(out_dim, "out_dim")
+        self._check_dim(in_dim, "in_dim")
+        if out_dim.is_data:
+            raise DimensionError("a matrix cannot map into the data dimension; use a hidden dim")
+        sigma = check_variance(sigma, "matrix sigma")
+        m = Matrix(len(self._matrices), out_dim, in_dim, sigma, name or f"W{len(self._matrices)}", self)
+        self._matrices.append(m)
+        return m
+
+    def data(self, step: int | None = None) -> Vector:
+        """The symbolic data point ``x`` (``X[:, step, :]`` of a ``(B, T, d)`` array if ``step``)."""
+        if step is not None:
+            if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+                raise ProgramError(f"data step must be a non-negative int or None, got {step!r}")
+            step = int(step)
+        for ln in self._lines:
+            if isinstance(ln, DataLine) and ln.step == step:
+                return ln.out
+        name = "x" if step is None else f"x{step}"
+        return self._add(DataLine(self._new_vector(self._data_dim, "data", name), step))
+
+    def bias(self, dim: Dim, sigma: float) -> Vector:
+        """An initial G-vector ``b ~ N(0, sigma² I)``, the same for every input."""
+        self._check_dim(dim, "dim")
+        if dim.is_data:
+            raise DimensionError("a bias lives in a hidden dimension, not the data dimension")
+        sigma = check_variance(sigma, "bias sigma")
+        return self._add(BiasLine(self._new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
+
+    def input(self, dim: Dim, sigma: float = 1.0, bias: float = 0.0, step: int | None = None) -> Vector:
+        """The first layer ``U x + b``: ``U ~ N(0, sigma²/d)`` entrywise, ``b ~ N(0, bias²)``.
+
+        Each call uses a fresh ``U`` and ``b``.
+        """
+        U = self.matrix(dim, self._data_dim, sigma, name=f"U{len(self._matrices)}")
+        g = U @ self.data(step)
+        if check_variance(bias, "input bias") > 0:
+            g = g + self.bias(dim, bias)
+        return g
+
+    def readout(self, *vectors: Vector, sigma: float = 1.0, bias: float = 0.0) -> tuple[int, ...]:
+        """Outputs ``y_r = vᵀ h_r / √n + b_v``; one fresh ``v ~ N(0, sigma²)`` shared by all
+        ``vectors`` of this call, and one ``b_v ~ N(0, bias²)``.
+
+        Returns the indices of the new outputs in the output vector.
+        """
+        if not vectors:
+            raise ProgramError("readout needs at least one vector")
+        for v in vectors:
+            self._check_vector(v, "readout")
+            if v.kind == "data":
+                raise ProgramError("the data point cannot be read out; read out a hidden vector")
+        if len({v.dim for v in vectors}) != 1:
+            raise DimensionError(
+                "vectors of one readout share one readout vector v, so they must live in the same "
+                f"dimension; got {sorted({v.dim.name for v in vectors})}; use one readout per dim"
+            )
+        sigma = check_variance(sigma, "readout sigma")
+        bias = check_variance(bias, "readout bias")
+        start = self.num_outputs
+        self._readouts.append(Readout(len(self._readouts), tuple(vectors), sigma, bias))
+        return tuple(range(start, start + len(vectors)))
+
+    # ------------------------------------------------------------ internals
+    def _new_vector(self, dim: Dim, kind: str, name: str | None = None) -> Vector:
+        return Vector(len(self._lines), dim, kind, name or f"{kind.lower()}{len(self._lines)}", self)
+
+    def _add(self, line: Line) -> Vector:
+        self._lines.append(line)
+        self._line_of[line.out] = line
+        return line.out
+
+    def _check_dim(self, dim: Any, what: str) -> None:
+        if not isinstance(dim, Dim):
+            raise ProgramError(f"{what} must be a Dim made by program.dim(...), got {type(dim).__name__}")
+        if dim.program is not self:
+            raise ProgramError(f"{what} {dim.name!r} belongs to another program; use this program's dims")
+
+    def _check_own(self, v: Any) -> None:
+        if not isinstance(v, Vector):
+            raise ProgramError(f"expected a vector of this program, got {type(v).__name__}")
+        if v.program is not self:
+            raise ProgramError(
+                f"vector {v.name} belongs to another program; build every line of a program "
+                "from that program's own vectors"
+            )
+
+    def _check_vector(self, v: Any, what: str) -> None:
+        self._check_own(v)
+
+    def _matmul(self, W: Matrix, h: Any, transposed: bool) -> Vector:
+        if not isinstance(h, Vector):
+            raise ProgramError(f"{W.name} @ ... needs a vector of the program, got {type(h).__name__}")
+        self._check_own(h)
+        in_dim, out_dim = (W.out_dim, W.in_dim) if transposed else (W.in_dim, W.out_dim)
+        if h.dim is not in_dim:
+            raise DimensionError(
+                f"{W.name}{'ᵀ' if transposed else ''} expects a vector in dim {in_dim.name!r} "
+                f"but {h.name} lives in {h.dim.name!r}"
+            )
+        if out_dim.is_data:
+            raise DimensionError("a transposed input matrix would map into the data dimension")
+        if h.kind == "data" and not W.is_input:
+            raise ProgramError("only input matrices (in_dim = program.data_dim) multiply the data point")
+        line = MatMulLine(self._new_vector(out_dim, "G"), W, h, transposed)
+        return self._add(line)
+
+    def __repr__(self) -> str:
+        return f"<Program {self.name!r}: {len(self._lines)} lines, {self.num_outputs} outputs>"
+
+    def pretty(self) -> str:
+        """A human-readable listing of the program, one line per line."""
+        from netsor.expr import describe_line
+
+        rows = [f"program {self.name}"]
+        rows += [f"  {m!r}" for m in self._matrices]
+        rows += ["  " + describe_line(ln) for ln in self._lines]
+        for r in self._readouts:
+            names = ", ".join(v.name for v in r.vectors)
+            rows.append(f"  readout σ={r.sigma:g} bias={r.bias:g}: {names}")
+        return "\n".join(rows)
