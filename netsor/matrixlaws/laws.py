@@ -1,0 +1,535 @@
+"""Spectral laws as objects: semicircle, Marchenko–Pastur, Fuss–Catalan, and
+measures given by atoms plus a density or by quadrature nodes.
+
+Every law is a probability measure on R with compact support and offers
+
+* ``density(x)`` — density of the absolutely continuous part (atoms excluded);
+* ``atoms`` — ``(locations, masses)``, two 1-D arrays (possibly empty);
+* ``cdf(x)`` — the distribution function ``μ((−∞, x])`` (atoms included);
+* ``moments(k)`` — the array ``(m_1, …, m_k)``, ``m_j = ∫ t^j dμ(t)``;
+* ``stieltjes(z)`` — the Cauchy transform ``G(z) = ∫ dμ(t) / (z − t)``, ``Im z > 0``;
+* ``support`` — ``(lo, hi)``, the smallest interval carrying the law;
+* ``sample_matrix(n, seed)`` — an ``n × n`` symmetric random matrix whose
+  empirical spectral distribution tends to the law (where a natural one exists).
+
+Arrays ``x`` and ``z`` of any shape are accepted and the result has the same shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from math import comb
+
+import numpy as np
+from scipy import interpolate
+
+from netsor.errors import HyperParameterError, InputError, UnsupportedError
+
+Array = np.ndarray
+_EMPTY = (np.zeros(0), np.zeros(0))
+
+
+def as_generator(seed: int | np.random.Generator) -> np.random.Generator:
+    """A :class:`numpy.random.Generator` from an int seed or a Generator."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return np.random.default_rng(int(seed))
+    raise HyperParameterError(f"seed must be an int or a numpy.random.Generator, got {seed!r}")
+
+
+def positive(value: float, name: str, allow_zero: bool = False) -> float:
+    """``value`` as a float, or a HyperParameterError naming ``name``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise HyperParameterError(f"{name} must be a number, got {value!r}") from None
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise HyperParameterError(f"{name} must be finite and {bound}, got {value!r}")
+    return v
+
+
+def finite_array(x: object, name: str) -> Array:
+    """``x`` as a float64 array, or an InputError if it has NaN/Inf entries."""
+    a = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(a)):
+        raise InputError(f"{name} contains NaN or Inf entries; pass finite numbers")
+    return a
+
+
+def _upper_z(z: object) -> Array:
+    zz = np.asarray(z, dtype=complex)
+    if np.any(~np.isfinite(zz)):
+        raise InputError("z contains NaN or Inf entries")
+    return zz
+
+
+def _sample_size(n: int) -> int:
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise HyperParameterError(f"matrix size n must be a positive integer, got {n!r}")
+    return int(n)
+
+
+class SpectralLaw(ABC):
+    """A compactly supported probability measure on R (see the module docstring)."""
+
+    @property
+    @abstractmethod
+    def support(self) -> tuple[float, float]:
+        """``(lo, hi)``: the smallest closed interval carrying the law."""
+
+    @property
+    def atoms(self) -> tuple[Array, Array]:
+        """``(locations, masses)`` of the atoms; both 1-D, possibly empty."""
+        return _EMPTY
+
+    @abstractmethod
+    def density(self, x: Array) -> Array:
+        """Density of the absolutely continuous part at ``x`` (same shape as ``x``)."""
+
+    @abstractmethod
+    def moments(self, k: int) -> Array:
+        """The moments ``(m_1, …, m_k)``, shape ``(k,)``."""
+
+    @abstractmethod
+    def stieltjes(self, z: Array) -> Array:
+        """Cauchy transform ``G(z) = ∫ dμ(t)/(z − t)`` for ``Im z > 0`` (same shape as ``z``)."""
+
+    def cdf(self, x: Array) -> Array:
+        """``μ((−∞, x])`` at ``x`` (same shape as ``x``)."""
+        xx = finite_array(x, "x")
+        grid, cum = self._cdf_table()
+        cont = np.interp(xx, grid, cum, left=0.0, right=cum[-1])
+        loc, mass = self.atoms
+        return cont + np.sum(mass * (loc <= xx[..., None]), axis=-1)
+
+    def _cdf_table(self) -> tuple[Array, Array]:
+        """(grid, cumulative mass of the continuous part) for :meth:`cdf`."""
+        raise UnsupportedError(f"{type(self).__name__} has no distribution function")
+
+    @property
+    def mean(self) -> float:
+        """First moment ``m_1``."""
+        return float(self.moments(1)[0])
+
+    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
+        """An ``n × n`` symmetric random matrix whose spectrum tends to this law."""
+        raise UnsupportedError(f"{type(self).__name__} has no natural random-matrix model")
+
+    def _moment_check(self, k: int) -> int:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise HyperParameterError(f"number of moments k must be a positive integer, got {k!r}")
+        return int(k)
+
+
+def _sqrt_branch(z: Array, a: float, b: float) -> Array:
+    """``sqrt((z − a)(z − b))`` with the branch ``~ z`` at infinity, cut on [a, b]."""
+    return np.sqrt(z - a) * np.sqrt(z - b)
+
+
+class Semicircle(SpectralLaw):
+    """Wigner's semicircle law of variance ``variance`` centred at ``center``.
+
+    Density ``sqrt(4v − (x−c)²) / (2π v)`` on ``[c − 2√v, c + 2√v]``; even central
+    moments ``v^j · Catalan(j)``. Random-matrix model: ``c I + √v (G + Gᵀ)/√(2n)``
+    with ``G`` an ``n × n`` standard Gaussian matrix (GOE).
+    """
+
+    def __init__(self, variance: float = 1.0, center: float = 0.0) -> None:
+        self.variance = positive(variance, "semicircle variance")
+        self.center = float(finite_array(center, "semicircle center"))
+        self._radius = 2.0 * np.sqrt(self.variance)
+
+    def __repr__(self) -> str:
+        return f"Semicircle(variance={self.variance:g}, center={self.center:g})"
+
+    @property
+    def support(self) -> tuple[float, float]:
+        return (self.center - self._radius, self.center + self._radius)
+
+    def density(self, x: Array) -> Array:
+        u = finite_array(x, "x") - self.center
+        return np.sqrt(np.maximum(self._radius**2 - u * u, 0.0)) / (2.0 * np.pi * self.variance)
+
+    def cdf(self, x: Array) -> Array:
+        u = np.clip((finite_array(x, "x") - self.center) / self._radius, -1.0, 1.0)
+        return 0.5 + (u * np.sqrt(1.0 - u * u) + np.arcsin(u)) / np.pi
+
+    def moments(self, k: int) -> Array:
+        k = self._moment_check(k)
+        central = np.zeros(k + 1)
+        central[0] = 1.0
+        for j in range(1, k // 2 + 1):
+            central[2 * j] = comb(2 * j, j) / (j + 1) * self.variance**j
+        raw = [sum(comb(n, i) * central[i] * self.center ** (n - i) for i in range(n + 1))
+               for n in range(1, k + 1)]
+        return np.asarray(raw, dtype=float)
+
+    def stieltjes(self, z: Array) -> Array:
+        w = _upper_z(z) - self.center
+        return (w - _sqrt_branch(w, -self._radius, self._radius)) / (2.0 * self.variance)
+
+    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
+        n = _sample_size(n)
+        g = as_generator(seed).standard_normal((n, n))
+        return self.center * np.eye(n) + np.sqrt(self.variance / (2.0 * n)) * (g + g.T)
+
+
+class MarchenkoPastur(SpectralLaw):
+    """Marchenko–Pastur law of aspect ratio ``λ = ratio`` and variance ``v``.
+
+    Law of the eigenvalues of the ``n × n`` matrix ``Y = v XᵀX / m`` with ``X`` an
+    ``m × n`` standard Gaussian matrix and ``λ = n / m``. Atom ``1 − 1/λ`` at 0 when
+    ``λ > 1``; density ``sqrt((b − x)(x − a)) / (2π v λ x)`` on ``[a, b]``,
+    ``a, b = v (1 ∓ √λ)²``; moments ``v^k Σ_r Narayana(k, r) λ^{r−1}``;
+    S-transform ``1 / (v (1 + λ z))``.
+    """
+
+    def __init__(self, ratio: float = 1.0, variance: float = 1.0) -> None:
+        self.ratio = positive(ratio, "Marchenko–Pastur ratio")
+        self.variance = positive(variance, "Marchenko–Pastur variance")
+        r = np.sqrt(self.ratio)
+        self._edges = (self.variance * (1.0 - r) ** 2, self.variance * (1.0 + r) ** 2)
+
+    def __repr__(self) -> str:
+        return f"MarchenkoPastur(ratio={self.ratio:g}, variance={self.variance:g})"
+
+    @property
+    def support(self) -> tuple[float, float]:
+        lo = 0.0 if self.ratio > 1.0 else self._edges[0]
+        return (lo, self._edges[1])
+
+    @property
+    def atoms(self) -> tuple[Array, Array]:
+        if self.ratio > 1.0:
+            return np.zeros(1), np.array([1.0 - 1.0 / self.ratio])
+        return _EMPTY
+
+    def density(self, x: Array) -> Array:
+        xx = finite_array(x, "x")
+        a, b = self._edges
+        inside = (xx > a) & (xx < b)
+        safe = np.where(inside, xx, 0.5 * (a + b))
+        value = np.sqrt((b - safe) * (safe - a)) / (2.0 * np.pi * self.variance * self.ratio * safe)
+        return np.where(inside, value, 0.0)
+
+    def _cdf_table(self) -> tuple[Array, Array]:
+        a, b = self._edges
+        t = np.linspace(0.0, np.pi, 4097)
+        x = a + (b - a) * (1.0 - np.cos(t)) / 2.0  # dx = (b − a) sin t / 2 dt: smooth integrand
+        integrand = self.density(x) * (b - a) * np.sin(t) / 2.0
+        steps = 0.5 * (integrand[1:] + integrand[:-1]) * np.diff(t)
+        cum = np.concatenate([[0.0], np.cumsum(steps)])
+        return x, cum * (min(1.0, 1.0 / self.ratio) / cum[-1])
+
+    def moments(self, k: int) -> Array:
+        k = self._moment_check(k)
+        lam, v = self.ratio, self.variance
+        return np.array([v**j * sum(comb(j, r) * comb(j, r - 1) / j * lam ** (r - 1)
+                                    for r in range(1, j + 1)) for j in range(1, k + 1)])
+
+    def stieltjes(self, z: Array) -> Array:
+        zz = _upper_z(z)
+        a, b = self._edges
+        v, lam = self.variance, self.ratio
+        return (zz - v * (1.0 - lam) - _sqrt_branch(zz, a, b)) / (2.0 * lam * v * zz)
+
+    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
+        n = _sample_size(n)
+        m = max(1, int(round(n / self.ratio)))
+        x = as_generator(seed).standard_normal((m, n))
+        return self.variance * (x.T @ x) / m
+
+
+class FussCatalan(SpectralLaw):
+    """Fuss–Catalan law of order ``s``: squared singular values of ``W_s ⋯ W_1``.
+
+    ``W_i`` are independent ``n × n`` Gaussian matrices with entries
+    ``N(0, variance/n)``. Moments ``variance^{s k} · C((s+1)k, k) / (s k + 1)``; support
+    ``[0, variance^s (s+1)^{s+1} / s^s]``; S-transform ``1 / (variance (1 + z))^s``.
+    The density uses the parametrisation of Haagerup–Möller / Neuschel:
+    ``x(φ) = sin((s+1)φ)^{s+1} / (sin φ sin(sφ)^s)``,
+    ``ρ(x(φ)) = sin²φ sin(sφ)^{s−1} / (π sin((s+1)φ)^s)``, ``0 < φ < π/(s+1)``.
+    ``order = 1`` is ``MarchenkoPastur(1, variance)``.
+    """
+
+    def __init__(self, order: int, variance: float = 1.0) -> None:
+        if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
+            raise HyperParameterError(
+                f"Fuss–Catalan order must be a positive integer, got {order!r}")
+        self.order = int(order)
+        self.variance = positive(variance, "Fuss–Catalan variance")
+        self._scale = self.variance**self.order
+        self._table, self._quad = self._parametric_table()
+
+    def __repr__(self) -> str:
+        return f"FussCatalan(order={self.order}, variance={self.variance:g})"
+
+    @property
+    def support(self) -> tuple[float, float]:
+        s = self.order
+        return (0.0, self._scale * (s + 1) ** (s + 1) / s**s)
+
+    def _x_rho(self, phi: Array) -> tuple[Array, Array]:
+        s = self.order
+        sp, ssp, s1p = np.sin(phi), np.sin(s * phi), np.sin((s + 1) * phi)
+        return s1p ** (s + 1) / (sp * ssp**s), sp**2 * ssp ** (s - 1) / (np.pi * s1p**s)
+
+    def _dlogx(self, phi: Array) -> Array:
+        """``d log x(φ) / dφ``."""
+        s = self.order
+        return (s + 1) ** 2 / np.tan((s + 1) * phi) - 1.0 / np.tan(phi) - s * s / np.tan(s * phi)
+
+    def _parametric_table(self) -> tuple[tuple[Array, Array, Array], tuple[Array, Array]]:
+        """(φ, x(φ) ascending in x, F(x(φ))) on a fine grid, F by Gauss–Legendre in φ; and
+        the quadrature (nodes in x, weights) of the law itself."""
+        s = self.order
+        end = np.pi / (s + 1)
+        edges = end * (1.0 - np.cos(np.linspace(0.0, np.pi, 2049))) / 2.0
+        nodes, weights = np.polynomial.legendre.leggauss(8)
+        mid, half = (edges[1:] + edges[:-1]) / 2.0, (edges[1:] - edges[:-1]) / 2.0
+        phi = mid[:, None] + half[:, None] * nodes
+        # |dx/dφ| ρ(x) is bounded on (0, π/(s+1)); derivative of log x analytically:
+        x, rho = self._x_rho(phi)
+        dlogx = self._dlogx(phi)
+        qw = half[:, None] * weights * rho * x * np.abs(dlogx)
+        mass = qw.sum(axis=1)
+        # F(x) increases as φ decreases: cumulative mass from φ = π/(s+1) (x = 0) downwards
+        cum_from_end = np.concatenate([np.cumsum(mass[::-1])[::-1], [0.0]])
+        cum_from_end /= cum_from_end[0]
+        x_inner = self._x_rho(edges[1:-1])[0]
+        x_edges = np.concatenate([[self.support[1] / self._scale], x_inner, [0.0]])
+        table = (edges[::-1], self._scale * x_edges[::-1], cum_from_end[::-1])
+        return table, (self._scale * x.ravel(), qw.ravel() / qw.sum())
+
+    def _phi_of_x(self, x: Array) -> Array:
+        phi_t, x_t, _ = self._table
+        lo = np.interp(x, x_t, phi_t)  # decent start; refine by Newton on log x(φ)
+        s = self.order
+        phi = np.clip(lo, 1e-300, np.pi / (s + 1))
+        target = np.log(np.maximum(x, 1e-300) / self._scale)
+        for _ in range(6):
+            xv, _ = self._x_rho(phi)
+            step = (np.log(np.maximum(xv, 1e-300)) - target) / self._dlogx(phi)
+            phi = np.clip(phi - step, 1e-15, np.pi / (s + 1) - 1e-15)
+        return phi
+
+    def density(self, x: Array) -> Array:
+        xx = finite_array(x, "x")
+        inside = (xx > 0) & (xx < self.support[1])
+        phi = self._phi_of_x(np.where(inside, xx, self.support[1] / 2))
+        return np.where(inside, self._x_rho(phi)[1] / self._scale, 0.0)
+
+    def cdf(self, x: Array) -> Array:
+        xx = finite_array(x, "x")
+        inside = (xx > 0) & (xx < self.support[1])
+        phi_t, _, cum = self._table
+        phi = self._phi_of_x(np.where(inside, xx, self.support[1] / 2))
+        value = interpolate.PchipInterpolator(phi_t[::-1], cum[::-1])(phi)
+        return np.where(inside, value, np.where(xx <= 0, 0.0, 1.0))
+
+    def moments(self, k: int) -> Array:
+        k = self._moment_check(k)
+        s = self.order
+        fc = [comb((s + 1) * j, j) / (s * j + 1) for j in range(1, k + 1)]
+        return self._scale ** np.arange(1, k + 1) * np.asarray(fc, dtype=float)
+
+    def stieltjes(self, z: Array) -> Array:
+        # Gauss–Legendre quadrature of the parametric density in φ (bounded integrand)
+        qx, qw = self._quad
+        return np.sum(qw / (_upper_z(z)[..., None] - qx), axis=-1)
+
+    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
+        n = _sample_size(n)
+        rng = as_generator(seed)
+        prod = np.eye(n)
+        for _ in range(self.order):
+            prod = rng.standard_normal((n, n)) @ prod * np.sqrt(self.variance / n)
+        return prod @ prod.T
+
+
+class _NodeLaw(SpectralLaw):
+    """A law whose integrals are sums over weighted nodes (atoms and/or quadrature nodes)."""
+
+    _nodes: Array
+    _weights: Array
+
+    @property
+    def support(self) -> tuple[float, float]:
+        return (float(self._nodes.min()), float(self._nodes.max()))
+
+    def moments(self, k: int) -> Array:
+        k = self._moment_check(k)
+        return np.array([np.dot(self._weights, self._nodes**j) for j in range(1, k + 1)])
+
+    def stieltjes(self, z: Array) -> Array:
+        zz = _upper_z(z)
+        return np.sum(self._weights / (zz[..., None] - self._nodes), axis=-1)
+
+    def nodes(self) -> tuple[Array, Array]:
+        """``(nodes, weights)``: the discrete representation used for integrals."""
+        return self._nodes, self._weights
+
+
+def _validated_nodes(nodes: object, weights: object, what: str) -> tuple[Array, Array]:
+    x = finite_array(nodes, f"{what} locations").ravel()
+    w = finite_array(weights, f"{what} masses").ravel()
+    if x.shape != w.shape:
+        raise InputError(
+            f"{what}: {x.size} locations but {w.size} masses; pass one mass per location")
+    if np.any(w < 0):
+        raise InputError(f"{what}: masses must be ≥ 0")
+    return x, w
+
+
+class DiscreteLaw(_NodeLaw):
+    """A finitely supported law ``Σ_i w_i δ_{x_i}`` (all of it atoms).
+
+    Parameters
+    ----------
+    locations, masses : array_like, shape (m,)
+        Atom locations and masses (masses ≥ 0, summing to 1 within 1e-9).
+    """
+
+    def __init__(self, locations: Array, masses: Array) -> None:
+        x, w = _validated_nodes(locations, masses, "discrete law")
+        if x.size == 0 or abs(w.sum() - 1.0) > 1e-9:
+            raise InputError(f"discrete law: masses must sum to 1, got {w.sum():.12g}")
+        order = np.argsort(x)
+        x, w = x[order], w[order] / w.sum()
+        uniq, inverse = np.unique(x, return_inverse=True)
+        self._nodes, self._weights = uniq, np.bincount(inverse, weights=w)
+
+    def __repr__(self) -> str:
+        lo, hi = self.support
+        return f"DiscreteLaw({self._nodes.size} atoms on [{lo:g}, {hi:g}])"
+
+    @property
+    def atoms(self) -> tuple[Array, Array]:
+        return self._nodes, self._weights
+
+    def density(self, x: Array) -> Array:
+        return np.zeros_like(finite_array(x, "x"))
+
+    def _cdf_table(self) -> tuple[Array, Array]:
+        lo, hi = self.support
+        return np.array([lo, hi]), np.zeros(2)
+
+
+class QuadratureLaw(_NodeLaw):
+    """A law whose continuous part is known through quadrature nodes, plus exact atoms.
+
+    ``∫ f dμ ≈ Σ_i w_i f(x_i) + Σ_j p_j f(a_j)``: the nodes ``x_i`` discretise a
+    continuous part (they are *not* atoms: free convolutions do not create atoms
+    from them), the ``a_j`` are true atoms. Used for the law of ``φ'(h)²``.
+    The density is not available (only integrals are); the cdf is the step
+    function of the nodes, accurate to the node spacing.
+    """
+
+    def __init__(self, nodes: Array, weights: Array, atoms: tuple[Array, Array] | None = None,
+                 name: str = "quadrature law") -> None:
+        x, w = _validated_nodes(nodes, weights, name)
+        a, p = _validated_nodes(*(atoms if atoms is not None else _EMPTY), f"{name} atoms")
+        total = w.sum() + p.sum()
+        if abs(total - 1.0) > 1e-8:
+            raise InputError(
+                f"{name}: node weights plus atom masses must sum to 1, got {total:.12g}")
+        self.name = name
+        self._atoms = (a, p / total)
+        self._continuous = (x, w / total)
+        self._nodes = np.concatenate([x, a])
+        self._weights = np.concatenate([w, p]) / total
+
+    def __repr__(self) -> str:
+        n_nodes, n_atoms = self._continuous[0].size, self._atoms[0].size
+        return f"QuadratureLaw({self.name!r}, {n_nodes} nodes, {n_atoms} atoms)"
+
+    @property
+    def atoms(self) -> tuple[Array, Array]:
+        return self._atoms
+
+    @property
+    def continuous_nodes(self) -> tuple[Array, Array]:
+        """``(nodes, weights)`` of the continuous part only."""
+        return self._continuous
+
+    def density(self, x: Array) -> Array:
+        raise UnsupportedError(
+            f"{self.name} is known through quadrature nodes only: use cdf, moments or stieltjes")
+
+    def _cdf_table(self) -> tuple[Array, Array]:
+        x, w = self._continuous
+        order = np.argsort(x)
+        return x[order], np.cumsum(w[order])
+
+
+class DensityLaw(SpectralLaw):
+    """A law given by a density on ``[lo, hi]`` plus optional atoms.
+
+    Parameters
+    ----------
+    density : callable
+        Vectorised ``x ↦ ρ(x) ≥ 0`` for the absolutely continuous part.
+    support : (float, float)
+        ``(lo, hi)`` outside which ``ρ = 0``.
+    atoms : (array_like, array_like), optional
+        Atom locations and masses. Continuous mass plus atom masses must be 1
+        (checked to 1e-6 by composite Gauss–Legendre quadrature, 256 panels × 16).
+    """
+
+    def __init__(self, density, support: tuple[float, float],
+                 atoms: tuple[Array, Array] | None = None) -> None:
+        if not callable(density):
+            raise HyperParameterError("DensityLaw: density must be a vectorised callable")
+        lo, hi = (float(v) for v in finite_array(support, "support"))
+        if not hi > lo:
+            raise HyperParameterError(f"DensityLaw: support must satisfy lo < hi, got {(lo, hi)}")
+        self._fn, self._interval = density, (lo, hi)
+        self._atoms = _validated_nodes(*(atoms if atoms is not None else _EMPTY), "atoms")
+        t = np.linspace(0.0, np.pi, 257)
+        edges = lo + (hi - lo) * (1.0 - np.cos(t)) / 2.0  # panels clustered at the edges
+        g, gw = np.polynomial.legendre.leggauss(16)
+        mid, half = (edges[1:] + edges[:-1]) / 2.0, (edges[1:] - edges[:-1]) / 2.0
+        self._qx = (mid[:, None] + half[:, None] * g).ravel()
+        rho = finite_array(density(self._qx), "density values")
+        if np.any(rho < 0):
+            raise InputError("DensityLaw: the density takes negative values")
+        self._qw = (half[:, None] * gw).ravel() * rho
+        total = self._qw.sum() + self._atoms[1].sum()
+        if abs(total - 1.0) > 1e-6:
+            raise InputError(f"DensityLaw: total mass is {total:.9g}, not 1; normalise the density")
+        panel_mass = np.sum((half[:, None] * gw) * rho.reshape(half.size, -1), axis=1)
+        self._edges_cum = (edges, np.concatenate([[0.0], np.cumsum(panel_mass)]))
+
+    def __repr__(self) -> str:
+        return f"DensityLaw(support={self._interval}, {self._atoms[0].size} atoms)"
+
+    @property
+    def support(self) -> tuple[float, float]:
+        lo, hi = self._interval
+        a = self._atoms[0]
+        return (min(lo, *a) if a.size else lo, max(hi, *a) if a.size else hi)
+
+    @property
+    def atoms(self) -> tuple[Array, Array]:
+        return self._atoms
+
+    def density(self, x: Array) -> Array:
+        xx = finite_array(x, "x")
+        lo, hi = self._interval
+        inside = (xx >= lo) & (xx <= hi)
+        return np.where(inside, np.asarray(self._fn(np.where(inside, xx, lo)), dtype=float), 0.0)
+
+    def _cdf_table(self) -> tuple[Array, Array]:
+        return self._edges_cum
+
+    def moments(self, k: int) -> Array:
+        k = self._moment_check(k)
+        a, p = self._atoms
+        return np.array([np.dot(self._qw, self._qx**j) + np.dot(p, a**j) for j in range(1, k + 1)])
+
+    def stieltjes(self, z: Array) -> Array:
+        zz = _upper_z(z)[..., None]
+        a, p = self._atoms
+        return np.sum(self._qw / (zz - self._qx), axis=-1) + np.sum(p / (zz - a), axis=-1)
