@@ -113,6 +113,8 @@ class Activation:
         Points where φ or φ' jumps; quadrature splits its panels there.
     params : dict
         Parameters of a parametric activation (``alpha`` of leaky_relu, elu).
+    registered : bool
+        False for user callables wrapped by :func:`custom`.
     """
 
     name: str
@@ -124,6 +126,14 @@ class Activation:
     odd: bool = False
     kinks: tuple[float, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    registered: bool = True
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Identity for caching: registry name and parameters, or the object for custom φ."""
+        if self.registered:
+            return (self.name, tuple(sorted(self.params.items())))
+        return ("~custom", id(self))
 
     def __call__(self, x: Any) -> Any:
         from netsor.builder import apply_nonlin, is_symbolic
@@ -310,4 +320,5 @@ def custom(
         fn=lambda x: np.asarray(fn(x), dtype=float),
         deriv=deriv if deriv is not None else fd_deriv,
         smooth=smooth,
+        registered=False,
     )

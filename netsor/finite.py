@@ -1,0 +1,374 @@
+"""Finite-width interpreter: real random networks, many at once.
+
+Two samplers execute the same lines and differ only in MatMul:
+
+* ``"dense"`` (the reference) draws every matrix ``W`` with iid ``N(0, σ²/n_in)``
+  entries and multiplies (batched BLAS over networks);
+* ``"matrix-free"`` draws each MatMul line ``g = W h`` from its exact
+  conditional law given the lines already drawn (DESIGN §3): if ``W`` was used
+  before on ``H = [h₁ … h_k]`` giving ``G = [g₁ … g_k]``, then
+  ``W h | past ~ N(G c, (σ²/n_in) ‖Π⊥h‖² I)`` with ``c = H⁺ h`` — jointly over the
+  batch of inputs. It never forms ``W``: cost O(n k²) instead of O(n² k). It is
+  exact in law at every width for programs without transposed MatMuls.
+
+Randomness: networks are grouped in fixed blocks that each own one stream
+spawned from ``SeedSequence(seed)``; a block's draws happen in program order.
+The block size depends on the sampler and the problem size only, never on the
+memory budget, so results do not depend on how networks are chunked.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
+from netsor.inputs import check_inputs, data_view
+from netsor.program import (
+    BiasLine,
+    DataLine,
+    Dim,
+    LinCombLine,
+    MatMulLine,
+    NonLinLine,
+    Program,
+    Vector,
+)
+
+Array = np.ndarray
+
+#: Default bound on the memory of one chunk of networks (bytes).
+DEFAULT_MEMORY_BUDGET = 2**30
+#: Matrix-free blocks hold at most this many floats per vector (fixes the block size).
+_BLOCK_FLOATS = 2**20
+_METHODS = ("auto", "dense", "matrix-free")
+
+
+@dataclass
+class FiniteRun:
+    """Results of :func:`run_finite`.
+
+    Attributes
+    ----------
+    outputs : array, shape (S, B·R)
+        Outputs indexed ``b·R + r``.
+    kernels : array, shape (S, B·R, B·R) or None
+        Per network, the covariance of the outputs given everything but the
+        readout: ``σ_v² ⟨h_r(x_i), h_s(x_j)⟩ / n + bias²`` within a readout
+        (the outputs are exactly ``N(0, K̂)`` given the hidden layers).
+    vectors : dict
+        Requested vectors, each of shape (S, B, n).
+    widths : dict
+        Size of every dim used (hidden dims and ``"d"``).
+    """
+
+    outputs: Array
+    kernels: Array | None
+    vectors: dict[Vector, Array] = field(default_factory=dict)
+    widths: dict[str, int] = field(default_factory=dict)
+
+
+def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> dict[Dim, int]:
+    """Sizes of every dim: one int for all hidden dims, or a mapping by Dim or name."""
+    sizes: dict[Dim, int] = {program.data_dim: d}
+    for dim in program.dims:
+        if isinstance(width, Mapping):
+            value = width.get(dim, width.get(dim.name))
+            if value is None:
+                raise HyperParameterError(f"no width given for dim {dim.name!r}: width={dict(width)}")
+        else:
+            value = width
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise HyperParameterError(f"width of dim {dim.name!r} must be a positive integer, got {value!r}")
+        sizes[dim] = int(value)
+    return sizes
+
+
+class _Plan:
+    """What the interpreter needs to know about a program before running it."""
+
+    def __init__(self, program: Program, keep: Iterable[Vector]) -> None:
+        lines = program.lines
+        outputs = {v for _, v in program.outputs}
+        keep = set(keep) | outputs
+        needed: set[Vector] = set(keep)
+        for line in reversed(lines):
+            if line.out in needed:
+                needed.update(_inputs_of(line))
+        self.lines = [ln for ln in lines if ln.out in needed]
+        self.last_use: dict[Vector, int] = {}
+        self.matrix_last_use: dict[Any, int] = {}
+        for i, line in enumerate(self.lines):
+            for v in _inputs_of(line):
+                self.last_use[v] = i
+            if isinstance(line, MatMulLine):
+                self.matrix_last_use[line.matrix] = i
+        for v in keep:
+            self.last_use[v] = len(self.lines)
+        self.keep = keep
+
+
+def _inputs_of(line: Any) -> tuple[Vector, ...]:
+    if isinstance(line, MatMulLine):
+        return (line.arg,)
+    if isinstance(line, LinCombLine | NonLinLine):
+        return tuple(line.args)
+    return ()
+
+
+class _Chunk:
+    """A group of networks executed together: S_c networks made of whole blocks."""
+
+    def __init__(self, rngs: list[np.random.Generator], block_sizes: list[int]) -> None:
+        self.rngs, self.block_sizes = rngs, block_sizes
+        self.size = sum(block_sizes)
+
+    def normal(self, shape: tuple[int, ...]) -> Array:
+        """Standard normals of shape (S_c, *shape), each block from its own stream."""
+        return np.concatenate([rng.standard_normal((b, *shape)) for rng, b in
+                               zip(self.rngs, self.block_sizes, strict=True)])
+
+
+class _Executor:
+    """Runs a plan on one chunk of networks; MatMul is delegated to the sampler method."""
+
+    def __init__(self, plan: _Plan, sizes: dict[Dim, int], X: Array, chunk: _Chunk, method: str) -> None:
+        self.plan, self.sizes, self.X, self.chunk, self.method = plan, sizes, X, chunk, method
+        self.B = X.shape[0]
+        self.values: dict[Vector, Array] = {}
+        self.dense_W: dict[Any, Array] = {}
+        # matrix-free memory per matrix: previous arguments (S, k, n_in) and results (S, k, n_out)
+        self.history: dict[Any, tuple[Array, Array]] = {}
+
+    def run(self) -> dict[Vector, Array]:
+        for i, line in enumerate(self.plan.lines):
+            self.values[line.out] = self.execute(line)
+            for v in _inputs_of(line):
+                if self.plan.last_use[v] <= i:
+                    self.values.pop(v, None)
+            if isinstance(line, MatMulLine) and self.plan.matrix_last_use[line.matrix] <= i:
+                self.dense_W.pop(line.matrix, None)
+                self.history.pop(line.matrix, None)
+        return self.values
+
+    def execute(self, line: Any) -> Array:
+        S = self.chunk.size
+        if isinstance(line, DataLine):
+            return np.broadcast_to(data_view(self.X, line.step), (S, *data_view(self.X, line.step).shape))
+        if isinstance(line, BiasLine):
+            b = self.chunk.normal((self.sizes[line.out.dim],)) * line.sigma
+            return np.broadcast_to(b[:, None, :], (S, self.B, b.shape[-1]))
+        if isinstance(line, LinCombLine):
+            out = 0.0
+            for c, a in zip(line.coeffs, line.args, strict=True):
+                out = out + c * self.values[a]
+            return np.asarray(out)
+        if isinstance(line, NonLinLine):
+            return line.expr.evaluate({a: self.values[a] for a in line.args})
+        assert isinstance(line, MatMulLine)
+        if self.method == "dense":
+            return self._dense_matmul(line)
+        return self._conditional_matmul(line)
+
+    def _dense_matmul(self, line: MatMulLine) -> Array:
+        W = line.matrix
+        n_in, n_out = self.sizes[W.in_dim], self.sizes[W.out_dim]
+        if W not in self.dense_W:
+            # Stored as (S, n_in, n_out) so that W h is h @ M.
+            self.dense_W[W] = self.chunk.normal((n_in, n_out)) * (W.sigma / np.sqrt(n_in))
+        M = self.dense_W[W]
+        h = self.values[line.arg]
+        return np.matmul(h, M.transpose(0, 2, 1) if line.transposed else M)
+
+    def _conditional_matmul(self, line: MatMulLine) -> Array:
+        if line.transposed:
+            raise UnsupportedError("the matrix-free sampler does not handle transposed MatMuls; "
+                                   "use method='dense'")
+        W = line.matrix
+        n_in, n_out = self.sizes[W.in_dim], self.sizes[W.out_dim]
+        h = np.asarray(self.values[line.arg])  # (S, B, n_in)
+        if line.arg.kind == "data":
+            h = np.ascontiguousarray(np.broadcast_to(h, (self.chunk.size, *h.shape[1:])))
+        xi = self.chunk.normal((self.B, n_out))
+        past = self.history.get(W)
+        if past is None:
+            residual, mean = h, None
+        else:
+            H, G = past
+            coef = _projection_coefficients(H, h)  # (S, k, B)
+            residual = h - np.matmul(coef.transpose(0, 2, 1), H)
+            mean = np.matmul(coef.transpose(0, 2, 1), G)
+        cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (W.sigma**2 / n_in)
+        g = np.matmul(_psd_sqrt(cov), xi)
+        if mean is not None:
+            g += mean
+        if self.plan.matrix_last_use[W] > self.plan.lines.index(line):
+            self.history[W] = (h, g) if past is None else (
+                np.concatenate([past[0], h], axis=1), np.concatenate([past[1], g], axis=1))
+        return g
+
+
+def _projection_coefficients(H: Array, h: Array) -> Array:
+    """``c = (H Hᵀ)⁺ H hᵀ`` per network: (S, k, n), (S, B, n) → (S, k, B)."""
+    gram = np.matmul(H, H.transpose(0, 2, 1))
+    vals, vecs = np.linalg.eigh(gram)
+    cutoff = vals[:, -1:] * (gram.shape[-1] * np.finfo(float).eps * 10)
+    inv = np.where(vals > cutoff, 1.0 / np.where(vals > cutoff, vals, 1.0), 0.0)
+    rhs = np.matmul(H, h.transpose(0, 2, 1))
+    return np.matmul(vecs * inv[:, None, :], np.matmul(vecs.transpose(0, 2, 1), rhs))
+
+
+def _psd_sqrt(cov: Array) -> Array:
+    """L with L Lᵀ = cov for a stack of PSD matrices (eigen-decomposition; singular allowed)."""
+    vals, vecs = np.linalg.eigh(cov)
+    return vecs * np.sqrt(np.maximum(vals, 0.0))[:, None, :]
+
+
+def _choose_method(program: Program, method: str) -> str:
+    if method not in _METHODS:
+        raise HyperParameterError(f"method must be one of {_METHODS}, got {method!r}")
+    has_transpose = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
+    if method == "auto":
+        return "dense" if has_transpose else "matrix-free"
+    if method == "matrix-free" and has_transpose:
+        raise UnsupportedError("the program has transposed MatMuls: use method='dense'")
+    return method
+
+
+def _block_size(method: str, B: int, sizes: dict[Dim, int]) -> int:
+    if method == "dense":
+        return 1
+    n = max(sizes.values())
+    return int(max(1, min(64, _BLOCK_FLOATS // max(1, B * n))))
+
+
+def _chunk_networks(method: str, program: Program, B: int, sizes: dict[Dim, int],
+                    budget: int) -> int:
+    """How many networks one chunk may hold within ``budget`` bytes (at least one)."""
+    n_max = max(sizes.values())
+    live_vectors = 4 + len(program.lines) // 2
+    per_net = 8 * B * n_max * live_vectors
+    if method == "dense":
+        per_net += 8 * sum(sizes[m.in_dim] * sizes[m.out_dim] for m in program.matrices)
+    return max(1, int(budget // max(per_net, 1)))
+
+
+def run_finite(
+    program: Program,
+    X: Any,
+    width: int | Mapping[Any, int] = 256,
+    samples: int = 1000,
+    seed: int | np.random.SeedSequence = 0,
+    method: str = "auto",
+    vectors: Iterable[Vector] = (),
+    return_kernels: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> FiniteRun:
+    """Execute ``samples`` independent finite-width networks of ``program`` on inputs ``X``.
+
+    Parameters
+    ----------
+    program : Program
+    X : array, shape (B, d) or (B, T, d)
+    width : int or mapping
+        Size of every hidden dim (or ``{dim or name: size}``).
+    samples : int
+        Number of independent networks S.
+    seed : int or SeedSequence
+    method : {"auto", "dense", "matrix-free"}
+        ``"auto"`` is matrix-free unless the program has transposed MatMuls.
+    vectors : iterable of Vector
+        Vectors to return, each as an array of shape (S, B, n) (memory: S·B·n floats each).
+    return_kernels : bool
+        Also return the per-network conditional output covariances K̂ (S, B·R, B·R).
+    memory_budget : int
+        Bytes one chunk of networks may use; results do not depend on it.
+    """
+    Xa = check_inputs(program, X)
+    if not program.outputs and not vectors:
+        raise ProgramError("the program has no outputs; add p.readout(h, sigma=...) first")
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
+        raise HyperParameterError(f"samples must be a positive integer, got {samples!r}")
+    vectors = list(vectors)
+    for v in vectors:
+        program._check_own(v)
+    method = _choose_method(program, method)
+    sizes = resolve_widths(program, width, Xa.shape[-1])
+    plan = _Plan(program, vectors)
+    B, R = Xa.shape[0], program.num_outputs
+    block = _block_size(method, B, sizes)
+    n_blocks = -(-samples // block)
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(_check_seed(seed))
+    children = seq.spawn(n_blocks)
+    per_chunk = max(1, _chunk_networks(method, program, B, sizes, memory_budget) // block)
+
+    outputs = np.empty((samples, B, R))
+    kernels = np.empty((samples, B * R, B * R)) if return_kernels else None
+    kept = {v: np.empty((samples, B, sizes[v.dim])) for v in vectors}
+    for first in range(0, n_blocks, per_chunk):
+        ids = range(first, min(first + per_chunk, n_blocks))
+        bsizes = [min(block, samples - i * block) for i in ids]
+        chunk = _Chunk([np.random.default_rng(children[i]) for i in ids], bsizes)
+        values = _Executor(plan, sizes, Xa, chunk, method).run()
+        lo, hi = first * block, first * block + chunk.size
+        readout_noise = [(chunk.normal((sizes[r.vectors[0].dim],)), chunk.normal(())) for r in program.readouts]
+        col = 0
+        for r, (v_noise, b_noise) in zip(program.readouts, readout_noise, strict=True):
+            n = sizes[r.vectors[0].dim]
+            for h in r.vectors:
+                outputs[lo:hi, :, col] = (np.einsum("sbn,sn->sb", values[h], v_noise) * (r.sigma / np.sqrt(n))
+                                          + (r.bias * b_noise)[:, None])
+                col += 1
+        if return_kernels:
+            kernels[lo:hi] = _conditional_kernels(program, values, sizes, B)
+        for v in vectors:
+            kept[v][lo:hi] = values[v]
+    if not np.all(np.isfinite(outputs)):
+        raise NumericalError("finite network produced non-finite outputs (overflow); "
+                             "reduce sigma_w, depth or the input scale")
+    return FiniteRun(outputs.reshape(samples, B * R), kernels, kept,
+                     {d.name: s for d, s in sizes.items()})
+
+
+def _conditional_kernels(program: Program, values: dict[Vector, Array], sizes: dict[Dim, int],
+                         B: int) -> Array:
+    outs = program.outputs
+    R = len(outs)
+    S = next(iter(values.values())).shape[0]
+    K = np.zeros((S, B, R, B, R))
+    for r, (ro, h) in enumerate(outs):
+        for s, (ro2, h2) in enumerate(outs):
+            if ro is ro2 and s >= r:
+                n = sizes[h.dim]
+                block = ro.sigma**2 * np.matmul(values[h], values[h2].transpose(0, 2, 1)) / n + ro.bias**2
+                K[:, :, r, :, s] = block
+                K[:, :, s, :, r] = block.transpose(0, 2, 1)
+    return K.reshape(S, B * R, B * R)
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise HyperParameterError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def sample(
+    program: Program,
+    X: Any,
+    width: int | Mapping[Any, int] = 256,
+    samples: int = 1000,
+    seed: int = 0,
+    method: str = "auto",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> Array:
+    """Outputs of ``samples`` independent finite-width networks, shape (samples, B·R).
+
+    Weights are ``N(0, σ²/n_in)``; readouts ``y = vᵀh/√n + b_v``. See
+    :func:`run_finite` for the parameters and for hidden vectors and kernels.
+    """
+    return run_finite(program, X, width=width, samples=samples, seed=seed, method=method,
+                      memory_budget=memory_budget).outputs

@@ -1,0 +1,39 @@
+"""Multi-layer perceptron (fully connected network)."""
+
+from __future__ import annotations
+
+import numbers
+
+from netsor.errors import HyperParameterError
+from netsor.nonlin import Activation
+from netsor.nonlin import activation as get_activation
+from netsor.program import Program
+
+
+def check_count(value: object, what: str, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum`` (depths, block and step counts)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def mlp(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
+        sigma_b: float = 0.0) -> Program:
+    """``depth`` hidden nonlinear layers: ``g¹ = U x + b¹``, ``gˡ⁺¹ = Wˡ φ(gˡ) + bˡ⁺¹``,
+    readout ``y = vᵀ φ(g^depth) / √n + b_v``.
+
+    Same conventions as Neural Tangents' ``stax.serial(Dense, φ, …, Dense(1))``
+    with ``parameterization='ntk'`` and ``(W_std, b_std) = (sigma_w, sigma_b)``
+    everywhere: weights ``N(0, sigma_w²/fan_in)``, biases ``N(0, sigma_b²)``.
+    """
+    depth = check_count(depth, "depth")
+    act = get_activation(activation)
+    p = Program(f"mlp(depth={depth}, {act.name}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g})")
+    n = p.dim("n")
+    g = p.input(n, sigma=sigma_w, bias=sigma_b)
+    for _ in range(depth - 1):
+        g = p.matrix(n, n, sigma=sigma_w) @ act(g)
+        if sigma_b > 0:
+            g = g + p.bias(n, sigma_b)
+    p.readout(act(g), sigma=sigma_w, bias=sigma_b)
+    return p
