@@ -157,6 +157,11 @@ def fit_loglog(
     idx = np.random.default_rng(seed).integers(0, num_rep, size=(int(num_boot), num_rep))
     boot = summary(v[idx], axis=1)  # (num_boot, W)
     valid = np.all(boot > 0, axis=1)
+    if valid.sum() < num_boot / 2:
+        raise InputError(
+            "most bootstrap resamples have a non-positive centre at some width: the values "
+            "are not distinguishable from zero there; drop those widths (see fit_with_floor)."
+        )
     b_slope, b_intercept = _ols(x, np.log(boot[valid]))
     if center == "mean" and num_rep >= 2:
         half = stats.t.ppf(hi_q, num_rep - 1) * v.std(axis=0, ddof=1) / np.sqrt(num_rep)
