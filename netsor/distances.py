@@ -35,7 +35,9 @@ It is computed from the same ``Khat`` (``with_floor=True``).
 for the squared L2 norm of a signal plus independent centred noise and is the
 better approximation for W1 too (``tests/test_distances.py`` measures both rules
 on a scale mixture with known W1; subtracting, ``d − f``, under-estimates badly
-when the signal is comparable to the floor). The MMD² U-statistics are unbiased
+when the signal is comparable to the floor). Its known weakness: when the signal
+``d`` dominates, the true bias of ``d`` vanishes fast while the rule still removes
+``≈ f²/(2d)``, a slight over-correction (the tests allow for exactly that term). The MMD² U-statistics are unbiased
 and need no debiasing; their floor is 0 and their noise is the replicate spread.
 """
 
