@@ -51,6 +51,8 @@ Key = tuple[Hashable, ...]
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Relative tolerance on negative eigenvalues before a kernel is declared non-PSD.
 PSD_TOLERANCE = 1e-9
+#: Largest tile side of the pair grid (cache-sized; see Limit._grid).
+TILE_MAX = 256
 #: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
 PSD_CHECK_MAX = 5000
 
@@ -295,12 +297,9 @@ class _Run:
         an = self.an
         if kind == "cov":
             _, g1, g2 = key
-            out = np.zeros(self.shape)
-            for c1, s1 in an.sources[g1]:
-                for c2, s2 in an.sources[g2]:
-                    if _sources_correlated(an, s1, s2):
-                        out += (c1 * c2) * self.get("src", s1, s2)
-            return out
+            return _linear_combination(
+                [(c1 * c2, self.get("src", s1, s2)) for c1, s1 in an.sources[g1] for c2, s2 in an.sources[g2]
+                 if _sources_correlated(an, s1, s2)], self.shape)
         if kind == "src":
             _, s1, s2 = key
             l1, l2 = an.line(s1), an.line(s2)
@@ -328,17 +327,14 @@ class _Run:
             return self.get("cov", v1, v2)
         c1, t1 = self.an.exprs[v1]
         c2, t2 = self.an.exprs[v2]
-        out = np.full(self.shape, c1 * c2)
-        for a1, k1 in t1:
-            for a2, k2 in t2:
-                out += (a1 * a2) * self.get("term", k1, k2)
+        parts = [(a1 * a2, self.get("term", k1, k2)) for a1, k1 in t1 for a2, k2 in t2]
         if c2 != 0.0:
-            for a1, k1 in t1:
-                out += (c2 * a1) * self.point(("mean", k1), "left")
+            parts += [(c2 * a1, self.point(("mean", k1), "left")) for a1, k1 in t1]
         if c1 != 0.0:
-            for a2, k2 in t2:
-                out += (c1 * a2) * self.point(("mean", k2), "right")
-        return out
+            parts += [(c1 * a2, self.point(("mean", k2), "right")) for a2, k2 in t2]
+        if c1 * c2 != 0.0:
+            parts.append((c1 * c2, np.ones(1)))
+        return _linear_combination(parts, self.shape)
 
     def _term(self, k1: Key, k2: Key) -> Array:
         t1, t2 = self.an.terms[k1], self.an.terms[k2]
@@ -402,6 +398,19 @@ class _Run:
         return value
 
 
+def _linear_combination(parts: list[tuple[float, Array]], shape: tuple[int, ...]) -> Array:
+    """Σ coef · array, broadcast to ``shape``; a lone unit term is returned without a copy
+    (plan values are never modified in place)."""
+    if not parts:
+        return np.zeros(shape)
+    if len(parts) == 1 and parts[0][0] == 1.0 and parts[0][1].shape == shape:
+        return parts[0][1]
+    out = np.zeros(shape)
+    for coef, arr in parts:
+        out += coef * arr
+    return out
+
+
 # ------------------------------------------------------------------ public API
 def _tiles(n1: int, n2: int, size: int, symmetric: bool) -> Iterator[tuple[slice, slice]]:
     for r0 in range(0, n1, size):
@@ -459,7 +468,8 @@ class Limit:
             plan = _Planner(self.analysis, diag=True).plan(missing)
             # Keep every per-point value: they are (B,) arrays and later queries reuse them.
             plan.last_use = {k: len(plan.order) for k in plan.order}
-            run.run(plan)
+            with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
+                run.run(plan)
             self.max_stderr = max(self.max_stderr, run.max_stderr)
         return side
 
@@ -472,14 +482,15 @@ class Limit:
         peak = _peak_live(plan)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
         per_entry = 8 * (peak + 4) * self.threads
-        size = max(16, int(np.sqrt(self.memory_budget / per_entry)))
-        if size * size >= n1 * n2 and not symmetric:
-            size = max(n1, n2)
+        # Tiles of a few hundred points stay in cache, use every thread and, for a symmetric
+        # kernel, skip the lower triangle; the budget can only make them smaller.
+        size = max(16, min(TILE_MAX, int(np.sqrt(self.memory_budget / per_entry))))
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
             run = _Run(self.analysis, self.d, diag=False, left=left, right=right, rows=rows, cols=cols)
-            run.run(plan)
+            with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
+                run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})
             return run.max_stderr
 

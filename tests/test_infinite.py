@@ -1,0 +1,249 @@
+"""Infinite-width interpreter against textbook recursions, independent quadrature and Neural Tangents."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate, special
+
+import netsor
+from netsor.errors import UnsupportedError
+
+DATA = Path(__file__).parent / "data"
+
+
+def inputs(seed=0, d=5):
+    """Random inputs plus colinear (x, 2x) and anti-colinear (x, -x) pairs."""
+    rng = np.random.default_rng(seed)
+    a, b, c = rng.standard_normal((3, d))
+    return np.stack([a, 2 * a, b, c, -c, 0.3 * b + rng.standard_normal(d)])
+
+
+# ---- independent references (written from the textbook formulas, not from netsor) -----------------
+def relu_layer(K):
+    d = np.sqrt(np.diag(K))
+    cos = np.clip(K / np.outer(d, d), -1, 1)
+    th = np.arccos(cos)
+    return np.outer(d, d) * (np.sin(th) + (np.pi - th) * np.cos(th)) / (2 * np.pi)
+
+
+def erf_layer(K):
+    d = 1 + 2 * np.diag(K)
+    return 2 / np.pi * np.arcsin(2 * K / np.sqrt(np.outer(d, d)))
+
+
+def gl_pair(phi, a, b, c, nodes=800):
+    """E[φ(u)φ(v)] by a 2-D Gauss–Legendre rule on [-12, 12]² in standardised coordinates.
+
+    φ analytic (tanh): the rule converges geometrically (Gauss–Hermite would not: tanh has poles).
+    """
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    z, w = 12 * t, 12 * w * np.exp(-0.5 * (12 * t) ** 2) / np.sqrt(2 * np.pi)
+    a, b, c = np.broadcast_arrays(a, b, c)
+    rho = c / np.sqrt(a * b)
+    s = np.sqrt(np.maximum(1 - rho**2, 0))
+    out = np.empty(a.shape)
+    for idx in np.ndindex(a.shape):
+        u = np.sqrt(a[idx]) * z[:, None]
+        v = np.sqrt(b[idx]) * (rho[idx] * z[:, None] + s[idx] * z[None, :])
+        out[idx] = np.sum(w[:, None] * w[None, :] * phi(u) * phi(v))
+    return out
+
+
+def gl_layer(phi, K):
+    d = np.diag(K)
+    return gl_pair(phi, d[:, None], d[None, :], K)
+
+
+def mlp_reference(layer, X, depth, sw, sb):
+    K = sw**2 * X @ X.T / X.shape[1] + sb**2
+    for _ in range(depth - 1):
+        K = sw**2 * layer(K) + sb**2
+    return sw**2 * layer(K) + sb**2
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5, 10])
+@pytest.mark.parametrize("sw, sb", [(1.0, 0.0), (1.6, 0.2), (2**0.5, 0.05)])
+def test_relu_and_erf_mlp_against_recursion(depth, sw, sb):
+    X = inputs(depth)
+    for act, layer in [("relu", relu_layer), ("erf", erf_layer)]:
+        K = netsor.nngp(netsor.zoo.mlp(depth, act, sw, sb), X)
+        ref = mlp_reference(layer, X, depth, sw, sb)
+        np.testing.assert_allclose(K, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("depth", [1, 3, 6])
+def test_tanh_mlp_against_gauss_hermite(depth):
+    X = inputs(10 + depth)
+    K = netsor.nngp(netsor.zoo.mlp(depth, "tanh", 1.3, 0.1), X)
+    ref = mlp_reference(lambda K: gl_layer(np.tanh, K), X, depth, 1.3, 0.1)
+    np.testing.assert_allclose(K, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_against_neural_tangents_reference():
+    """Kernels computed by Neural Tangents 0.6.5 (stax, parameterization='ntk') — another implementation."""
+    z = np.load(DATA / "nt_reference_kernels.npz")
+    X = z["X"]
+    for key in z.files:
+        if key in ("X", "meta"):
+            continue
+        act, d, w, b = key.split("_")
+        K = netsor.nngp(netsor.zoo.mlp(int(d[1:]), act, float(w[1:]), float(b[1:])), X)
+        np.testing.assert_allclose(K, z[key], rtol=1e-11, atol=1e-13 * np.abs(z[key]).max(), err_msg=key)
+
+
+def rnn_reference(X, phi_pair, sw, su, sb, sv):
+    """Recursion over pairs of steps: Σ_{t,t'} = σ_w² E[s_{t-1} s'_{t'-1}] + σ_u² x_t·x'_{t'}/d + σ_b²."""
+    B, T, d = X.shape
+    Xf = X.reshape(B * T, d)
+    data = (Xf @ Xf.T / d).reshape(B, T, B, T)
+    S = np.zeros((B, T, B, T))  # E[s_t s'_t'], s_0 = 0 handled by t-1 = -1 → 0
+    for t in range(T):
+        for u in range(T):
+            prev = S[:, t - 1, :, u - 1] if (t > 0 and u > 0) else np.zeros((B, B))
+            S_pre = sw**2 * prev + su**2 * data[:, t, :, u] + sb**2
+            S[:, t, :, u] = S_pre  # store pre-activation temporarily
+        # nothing
+    # Recompute in step order (pre-activations of step t need post-activations of t-1).
+    post = np.zeros((B, T, B, T))
+    pre = np.zeros((B, T, B, T))
+    for k in range(T):  # fill pairs (t, u) with max(t, u) == k in order
+        for t in range(k + 1):
+            for u in range(k + 1):
+                if max(t, u) != k:
+                    continue
+                prev = post[:, t - 1, :, u - 1] if (t > 0 and u > 0) else np.zeros((B, B))
+                pre[:, t, :, u] = sw**2 * prev + su**2 * data[:, t, :, u] + sb**2
+        for t in range(k + 1):
+            for u in range(k + 1):
+                if max(t, u) != k:
+                    continue
+                a = np.array([pre[i, t, i, t] for i in range(B)])
+                b = np.array([pre[j, u, j, u] for j in range(B)])
+                post[:, t, :, u] = phi_pair(a[:, None], b[None, :], pre[:, t, :, u])
+    return sv**2 * post.reshape(B * T, B * T)
+
+
+def test_rnn_against_recursion():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((3, 4, 5))
+    X[1] = 2 * X[0]
+    erf_pair = netsor.erf.kernel
+    K = netsor.nngp(netsor.zoo.rnn(4, "erf", 1.1, 0.9, 0.2, 1.3), X)
+    np.testing.assert_allclose(K, rnn_reference(X, erf_pair, 1.1, 0.9, 0.2, 1.3), rtol=1e-11, atol=1e-13)
+
+    def tanh_pair(a, b, c):
+        return gl_pair(np.tanh, a, b, c)
+
+    K = netsor.nngp(netsor.zoo.rnn(3, "tanh", 1.2, 1.0, 0.0, 1.0), X[:, :3])
+    np.testing.assert_allclose(K, rnn_reference(X[:, :3], tanh_pair, 1.2, 1.0, 0.0, 1.0), rtol=1e-8, atol=1e-10)
+
+
+def test_weight_sharing_program_by_hand():
+    """The core example: a = W relu(g), b = W erf(g), c = relu(a) + b (shared W)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0, bias=0.1)
+    W = p.matrix(n, n, sigma=2**0.5)
+    a = W @ netsor.relu(g)
+    b = W @ netsor.erf(g)
+    c = netsor.relu(a) + b
+    p.readout(c, sigma=1.0, bias=0.0)
+    X = np.array([[0.5, -1.0, 0.3], [1.0, 0.2, -0.7]])
+
+    def relu_relu(a, b, c):  # arc-cosine kernel, textbook form
+        th = np.arccos(np.clip(c / np.sqrt(a * b), -1, 1))
+        return np.sqrt(a * b) * (np.sin(th) + (np.pi - th) * np.cos(th)) / (2 * np.pi)
+
+    def erf_erf(a, b, c):  # Williams' arcsine kernel
+        return 2 / np.pi * np.arcsin(2 * c / np.sqrt((1 + 2 * a) * (1 + 2 * b)))
+
+    def relu_erf(a, b, c):
+        """E[relu(u) erf(v)]: given u, v ~ N(cu/a, b - c²/a) and E erf(m + sZ) = erf(m/√(1+2s²))."""
+        s2 = b - c * c / a
+
+        def f(u):
+            return u * special.erf(c / a * u / np.sqrt(1 + 2 * s2)) * np.exp(-u * u / (2 * a)) / np.sqrt(2 * np.pi * a)
+
+        return integrate.quad(f, 0, np.inf, epsabs=1e-14, epsrel=1e-13)[0]
+
+    G = X @ X.T / 3 + 0.01
+    K = np.empty((2, 2))
+    for i in range(2):
+        for j in range(2):
+            s = (G[i, i], G[j, j], G[i, j])
+            # second layer: a = W relu(g), b = W erf(g), σ_W² = 2
+            caa, cbb = 2 * relu_relu(*s), 2 * erf_erf(*s)
+            cab, cba = 2 * relu_erf(*s), 2 * relu_erf(G[j, j], G[i, i], G[i, j])
+            va, vb = 2 * relu_relu(G[i, i], G[i, i], G[i, i]), 2 * relu_relu(G[j, j], G[j, j], G[j, j])
+            # Stein: E[relu(a) b'] = Cov(a, b') P(a > 0) = Cov(a, b') / 2.
+            K[i, j] = relu_relu(va, vb, caa) + cab / 2 + cba / 2 + cbb
+    np.testing.assert_allclose(netsor.nngp(p, X), K, rtol=1e-8)
+    lim = netsor.limit(p, X)
+    np.testing.assert_allclose(lim.cov(a, b), lim.cov(b, a).T, rtol=1e-13)
+    np.testing.assert_allclose(lim.var(c), np.diag(K), rtol=1e-8)
+
+
+def test_cross_kernel_is_block_of_joint_kernel():
+    X = inputs(5)
+    p = netsor.zoo.mlp(4, "tanh", 1.4, 0.3)
+    K = netsor.nngp(p, X)
+    K12 = netsor.nngp(p, X[:2], X[2:])
+    np.testing.assert_allclose(K12, K[:2, 2:], rtol=1e-12, atol=1e-14)
+
+
+def test_tiling_threads_and_budget_do_not_change_results():
+    X = np.random.default_rng(1).standard_normal((70, 4))
+    p = netsor.zoo.resnet(3, "gelu", 1.1, 0.2)
+    K = netsor.nngp(p, X)
+    K_small = netsor.nngp(p, X, memory_budget=20_000, threads=1)
+    # Tiles may take different (equally accurate) quadrature routes: agree to the engine's 1e-11.
+    np.testing.assert_allclose(K, K_small, rtol=1e-11, atol=1e-13)
+    np.testing.assert_array_equal(K, K.T)
+
+
+def test_psd_and_singular_inputs():
+    X = inputs(2)
+    K = netsor.nngp(netsor.zoo.mlp(3, "relu", 1.5, 0.0), np.vstack([X, X]))  # duplicated points
+    assert np.linalg.eigvalsh(K).min() >= -1e-12 * np.abs(K).max()
+
+
+def test_multiple_readouts_layout():
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    h1, h2 = netsor.relu(g), netsor.tanh(g)
+    p.readout(h1, h2, sigma=2.0, bias=0.5)
+    p.readout(netsor.erf(g), sigma=1.0)
+    X = inputs(4)[:3]
+    K = netsor.nngp(p, X).reshape(3, 3, 3, 3)  # (b, r, b', s)
+    lim = netsor.limit(p, X)
+    np.testing.assert_allclose(K[:, 0, :, 1], 4 * lim.cov(h1, h2) + 0.25, rtol=1e-12)
+    np.testing.assert_allclose(K[:, 2, :, 0], 0.0)
+    np.testing.assert_allclose(K[:, 2, :, 2], netsor.nngp(netsor.zoo.mlp(1, "erf", 1.0), X) * 1.0, rtol=1e-12)
+
+
+def test_products_and_custom_nonlinearities():
+    """E[(g1 g2)(g1' g2')] for independent g1, g2 is a product of kernels (Isserlis)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g1 = p.input(n, sigma=1.0)
+    g2 = p.input(n, sigma=0.7, bias=0.3)
+    p.readout(g1 * g2)
+    h = netsor.nonlin(lambda u, v: u * v, g1, g2)
+    p.readout(h)
+    X = inputs(7)
+    K = netsor.nngp(p, X).reshape(6, 2, 6, 2)
+    G = X @ X.T / X.shape[1]
+    expected = G * (0.49 * G + 0.09)
+    np.testing.assert_allclose(K[:, 0, :, 0], expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(K[:, 1, :, 1], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_transposes_are_refused_clearly():
+    p = netsor.Program()
+    n = p.dim("n")
+    W = p.matrix(n, n)
+    p.readout(W.T @ netsor.relu(W @ netsor.relu(p.input(n))))
+    with pytest.raises(UnsupportedError, match="transposed"):
+        netsor.nngp(p, np.ones((2, 3)))
