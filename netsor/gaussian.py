@@ -4,9 +4,14 @@ The infinite-width interpreter's inner loop. Methods, in order of preference:
 
 1. closed forms of the activation registry (arc-cosine, arcsine, exp, ...);
 2. Stein's identity for a pair (φ, identity): ``E[φ(u) v] = (c/a) E[u φ(u)]``;
-3. panelled Gauss–Legendre quadrature against the Gaussian density in one
-   dimension, with panel edges at the activation's kinks (exact to ~1e-14 for
-   piecewise-smooth φ); nested for a pair ``E[φ(u) ψ(v)]``;
+3. for a pair ``E[φ(u) ψ(v)]`` without closed form: the Mehler (Hermite) series
+   ``Σ_k α_k(a) β_k(b) ρ^k``, coefficients per distinct variance by the 1-D rule
+   below, truncated per pair by a Parseval tail bound; colinear pairs by a 1-D
+   rule, and the pairs where the series converges too slowly by the nested rule;
+   panelled Gauss–Legendre quadrature against the Gaussian density in one
+   dimension, panels graded towards the activation's kinks (~1e-14 for
+   piecewise-smooth, bounded φ; growing φ such as exp needs moderate variances,
+   the rule stops at |z| = Z_MAX);
 4. tensor Gauss–Hermite quadrature for joint terms of dimension ≤ 3;
 5. randomised quasi-Monte-Carlo (scrambled Sobol) above, with a standard error.
 
