@@ -156,23 +156,11 @@ class _Executor:
         return self.values
 
     def execute(self, line: Any) -> Array:
-        S = self.chunk.size
-        if isinstance(line, DataLine):
-            return np.broadcast_to(data_view(self.X, line.step), (S, *data_view(self.X, line.step).shape))
         if isinstance(line, BiasLine):
-            b = self.chunk.normal((self.sizes[line.out.dim],)) * line.sigma
-            return np.broadcast_to(b[:, None, :], (S, self.B, b.shape[-1]))
-        if isinstance(line, LinCombLine):
-            out = 0.0
-            for c, a in zip(line.coeffs, line.args, strict=True):
-                out = out + c * self.values[a]
-            return np.asarray(out)
-        if isinstance(line, NonLinLine):
-            return line.expr.evaluate({a: self.values[a] for a in line.args})
-        assert isinstance(line, MatMulLine)
-        if self.method == "dense":
-            return self._dense_matmul(line)
-        return self._conditional_matmul(line)
+            return draw_bias(line, self.chunk, self.sizes, self.B)
+        if isinstance(line, MatMulLine):
+            return self._dense_matmul(line) if self.method == "dense" else self._conditional_matmul(line)
+        return evaluate_deterministic(line, self.values, self.X, self.chunk.size)
 
     def _dense_matmul(self, line: MatMulLine) -> Array:
         W = line.matrix
@@ -190,29 +178,62 @@ class _Executor:
                                    "use method='dense'")
         W = line.matrix
         n_in, n_out = self.sizes[W.in_dim], self.sizes[W.out_dim]
-        h = np.asarray(self.values[line.arg])  # (S, B, n_in)
-        if line.arg.kind == "data":
-            h = np.ascontiguousarray(np.broadcast_to(h, (self.chunk.size, *h.shape[1:])))
+        h = np.ascontiguousarray(np.broadcast_to(self.values[line.arg], (self.chunk.size, self.B, n_in)))
         xi = self.chunk.normal((self.B, n_out))
-        past = self.history.get(W)
-        if past is None:
-            residual, mean = h, None
-        else:
-            H, G = past
-            coef = _projection_coefficients(H, h)  # (S, k, B)
-            residual = h - np.matmul(coef.transpose(0, 2, 1), H)
-            mean = np.matmul(coef.transpose(0, 2, 1), G)
-        cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (W.sigma**2 / n_in)
-        g = np.matmul(_psd_sqrt(cov), xi)
-        if mean is not None:
-            g += mean
+        g = conditional_matmul(W.sigma, n_in, h, self.history.get(W), xi)
         if self.plan.matrix_last_use[W] > self.plan.lines.index(line):
-            self.history[W] = (h, g) if past is None else (
-                np.concatenate([past[0], h], axis=1), np.concatenate([past[1], g], axis=1))
+            self.history[W] = extend_history(self.history.get(W), h, g)
         return g
 
 
-def _projection_coefficients(H: Array, h: Array) -> Array:
+def evaluate_deterministic(line: Any, values: Mapping[Vector, Array], X: Array, S: int) -> Array:
+    """Data, LinComb and NonLin lines: the same in every execution (arrays (S, B, n))."""
+    if isinstance(line, DataLine):
+        x = data_view(X, line.step)
+        return np.broadcast_to(x, (S, *x.shape))
+    if isinstance(line, LinCombLine):
+        out: Any = 0.0
+        for c, a in zip(line.coeffs, line.args, strict=True):
+            out = out + c * values[a]
+        return np.asarray(out)
+    assert isinstance(line, NonLinLine)
+    return line.expr.evaluate({a: values[a] for a in line.args})
+
+
+def draw_bias(line: BiasLine, chunk: _Chunk, sizes: Mapping[Dim, int], B: int) -> Array:
+    b = chunk.normal((sizes[line.out.dim],)) * line.sigma
+    return np.broadcast_to(b[:, None, :], (chunk.size, B, b.shape[-1]))
+
+
+def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Array] | None, xi: Array) -> Array:
+    """Draw ``g = W h`` given earlier uses ``past = (H, G)`` of the same ``W`` (``G = W H``).
+
+    ``W h | past ~ N(Cᵀ G, (σ²/n_in) (Π⊥h)(Π⊥h)ᵀ ⊗ I)`` with ``C = (H Hᵀ)⁺ H hᵀ``: exact
+    because the rows of ``W`` are iid Gaussian. Shapes: ``h`` (S, B, n_in), ``H`` (S, k, n_in),
+    ``G`` (S, k, n_out), ``xi`` (S, B, n_out) standard normal; returns (S, B, n_out).
+    """
+    if past is None:
+        residual, mean = h, None
+    else:
+        H, G = past
+        coef = projection_coefficients(H, h)  # (S, k, B)
+        residual = h - np.matmul(coef.transpose(0, 2, 1), H)
+        mean = np.matmul(coef.transpose(0, 2, 1), G)
+    cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (sigma**2 / n_in)
+    g = np.matmul(psd_sqrt(cov), xi)
+    if mean is not None:
+        g += mean
+    return g
+
+
+def extend_history(past: tuple[Array, Array] | None, h: Array, g: Array) -> tuple[Array, Array]:
+    """Append a use ``g = W h`` to the conditioning set of ``W`` (stacked along axis 1)."""
+    if past is None:
+        return h, g
+    return np.concatenate([past[0], h], axis=1), np.concatenate([past[1], g], axis=1)
+
+
+def projection_coefficients(H: Array, h: Array) -> Array:
     """``c = (H Hᵀ)⁺ H hᵀ`` per network: (S, k, n), (S, B, n) → (S, k, B)."""
     gram = np.matmul(H, H.transpose(0, 2, 1))
     vals, vecs = np.linalg.eigh(gram)
@@ -222,10 +243,14 @@ def _projection_coefficients(H: Array, h: Array) -> Array:
     return np.matmul(vecs * inv[:, None, :], np.matmul(vecs.transpose(0, 2, 1), rhs))
 
 
-def _psd_sqrt(cov: Array) -> Array:
-    """L with L Lᵀ = cov for a stack of PSD matrices (eigen-decomposition; singular allowed)."""
+def psd_sqrt(cov: Array) -> Array:
+    """The symmetric square root of a stack of PSD matrices (..., B, B) (singular allowed).
+
+    The symmetric root is continuous in ``cov``, so two executions that share the noise
+    and have close covariances get close draws (what the coupling needs).
+    """
     vals, vecs = np.linalg.eigh(cov)
-    return vecs * np.sqrt(np.maximum(vals, 0.0))[:, None, :]
+    return np.matmul(vecs * np.sqrt(np.maximum(vals, 0.0))[..., None, :], np.swapaxes(vecs, -1, -2))
 
 
 def _choose_method(program: Program, method: str) -> str:

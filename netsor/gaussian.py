@@ -481,8 +481,8 @@ def _sqrt_psd(cov: Array) -> Array:
     return vecs * np.sqrt(np.maximum(vals, 0.0))[:, None, :]
 
 
-_GH_POINTS = {1: 64, 2: 40, 3: 20}
-_QMC_LOG2_POINTS = 12
+_GH_POINTS = {1: 64, 2: 40, 3: 20, 4: 12}
+_QMC_LOG2_POINTS = 14
 _QMC_REPLICATES = 8
 #: Points (P·Q·D) evaluated at once by :func:`expectation`.
 _EXPECTATION_CHUNK = 1 << 22
@@ -491,7 +491,7 @@ _EXPECTATION_CHUNK = 1 << 22
 def expectation(fn: Callable[[Array], Array], cov: Array, seed: int = 0) -> tuple[Array, Array]:
     """``E fn(Z)``, ``Z ~ N(0, cov[p])`` for each p.
 
-    Tensor Gauss–Hermite quadrature for D ≤ 3; above, randomised QMC: ``_QMC_REPLICATES``
+    Tensor Gauss–Hermite quadrature for D ≤ 4 (exact for polynomials of degree < 2·nodes); above, randomised QMC: ``_QMC_REPLICATES``
     independently scrambled Sobol' sets of ``2**_QMC_LOG2_POINTS`` points, the scrambles
     drawn from ``np.random.default_rng(seed)`` (deterministic for a seed).
 
@@ -502,7 +502,7 @@ def expectation(fn: Callable[[Array], Array], cov: Array, seed: int = 0) -> tupl
     cov : array, shape (P, D, D)
         Covariance matrices (PSD; singular allowed).
     seed : int
-        Seed of the QMC scrambles (unused for D ≤ 3).
+        Seed of the QMC scrambles (unused for D ≤ 4).
 
     Returns
     -------

@@ -1,0 +1,230 @@
+"""Coupled (dual) execution: a finite-width and an infinite-width run driven by the same noise.
+
+Walking the program line by line (DESIGN §3), every MatMul line ``g = W h`` is,
+given the past, Gaussian in both executions:
+
+* finite width: ``N(C_finᵀ G_fin, (σ²/n_in) (Π⊥h)(Π⊥h)ᵀ)`` from the empirical Gram
+  matrix of the earlier arguments of ``W`` (exactly the matrix-free sampler);
+* infinite width: the same formula with the Gram matrix replaced by its limit
+  ``E[Z^{hᵢ} Z^{hⱼ}]`` (from :mod:`netsor.infinite`); the ``n`` coordinates of
+  the limit execution are iid copies of the ``Z``'s.
+
+Both draw with the same standard normal ``ξ`` and the symmetric square root of
+their covariances, and share biases and readouts. The coupling cost of a
+vector, ``(1/n) Σ_α |x_α^fin − x_α^lim|^p``, is a computable upper bound on
+``W_p^p`` between the finite-width law and its limit; its ``1/p``-th power
+decays like ``n^{-1/2}``. A MatMul line whose limiting conditional variance
+vanishes is almost surely a LinComb of earlier G-vectors: it is detected,
+executed as that LinComb in the limit, and reported in ``degenerate``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
+from netsor.finite import (
+    _block_size,
+    _check_seed,
+    _Chunk,
+    _chunk_networks,
+    _Plan,
+    conditional_matmul,
+    draw_bias,
+    evaluate_deterministic,
+    extend_history,
+    psd_sqrt,
+    resolve_widths,
+)
+from netsor.infinite import Limit
+from netsor.inputs import check_inputs
+from netsor.program import BiasLine, MatMulLine, Program, Vector
+
+Array = np.ndarray
+
+#: A MatMul line is degenerate when its limiting conditional variance is below this fraction
+#: of its unconditional variance.
+DEGENERACY_TOLERANCE = 1e-10
+
+
+@dataclass
+class CoupledRun:
+    """Results of :func:`coupled`.
+
+    Attributes
+    ----------
+    outputs_finite, outputs_limit : arrays, shape (S, B·R)
+        Outputs of the two executions (same readout vectors).
+    line_costs : dict
+        For each executed vector (by name): array (S, B) of ``(1/n) Σ_α |x^fin_α − x^lim_α|^p``.
+    output_costs : array, shape (S, B·R)
+        ``|y^fin − y^lim|^p``.
+    degenerate : list of str
+        MatMul lines whose limiting conditional variance is zero (executed as LinCombs).
+    p : float
+    widths : dict
+    """
+
+    outputs_finite: Array
+    outputs_limit: Array
+    line_costs: dict[str, Array]
+    output_costs: Array
+    degenerate: list[str]
+    p: float
+    widths: dict[str, int] = field(default_factory=dict)
+
+    def distance(self, name: str | None = None) -> float:
+        """``(mean cost)^{1/p}``: the coupling distance of a vector (default: the outputs)."""
+        cost = self.output_costs if name is None else self.line_costs[name]
+        return float(np.mean(cost) ** (1.0 / self.p))
+
+    def summary(self) -> list[tuple[str, float]]:
+        """(vector name, coupling distance) for every executed vector, then ``"outputs"``."""
+        return [(k, self.distance(k)) for k in self.line_costs] + [("outputs", self.distance())]
+
+
+class _LimitGram:
+    """Limit Gram blocks ``E[Z^{hᵢ}(x_b) Z^{hⱼ}(x_b')]`` of the arguments of each matrix."""
+
+    def __init__(self, program: Program, X: Array) -> None:
+        self.limit = Limit(program, X)
+        self._cache: dict[tuple[Vector, Vector], Array] = {}
+
+    def block(self, u: Vector, v: Vector) -> Array:
+        if (u, v) not in self._cache:
+            self._cache[(u, v)] = self.limit.cov(u, v)
+            self._cache[(v, u)] = self._cache[(u, v)].T
+        return self._cache[(u, v)]
+
+    def gram(self, args: list[Vector]) -> Array:
+        return np.block([[self.block(u, v) for v in args] for u in args])
+
+
+def _limit_conditional(sigma: float, gram: Array, B: int) -> tuple[Array | None, Array, bool]:
+    """Coefficients, residual covariance and degeneracy of the newest use (last B rows of ``gram``)."""
+    k = gram.shape[0] - B
+    cc = gram[k:, k:]
+    if k == 0:
+        coef, resid = None, cc
+    else:
+        pp, pc = gram[:k, :k], gram[:k, k:]
+        coef = np.linalg.pinv(pp, rcond=1e-12, hermitian=True) @ pc  # (k, B)
+        resid = cc - pc.T @ coef
+    resid = 0.5 * (resid + resid.T) * sigma**2
+    scale = max(float(np.trace(cc)) * sigma**2, np.finfo(float).tiny)
+    degenerate = float(np.trace(resid)) <= DEGENERACY_TOLERANCE * scale
+    return coef, resid, degenerate
+
+
+def coupled(
+    program: Program,
+    X: Any,
+    width: int | Mapping[Any, int] = 256,
+    samples: int = 100,
+    seed: int = 0,
+    p: float = 2.0,
+    memory_budget: int = 2**30,
+) -> CoupledRun:
+    """Run the finite-width and the infinite-width execution of ``program`` with shared noise.
+
+    Parameters
+    ----------
+    program : Program
+        Without transposed MatMuls.
+    X : array, shape (B, d) or (B, T, d)
+    width : int or mapping
+        Hidden widths of the finite execution (the limit uses the same number of coordinates).
+    samples : int
+        Number of independent coupled pairs of networks S.
+    seed : int
+        The finite side equals ``run_finite(..., method="matrix-free", seed=seed)`` draw for draw.
+    p : float
+        Exponent of the coupling cost (``p >= 1``).
+    """
+    Xa = check_inputs(program, X)
+    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
+        raise UnsupportedError("coupled execution needs a program without transposed MatMuls")
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
+        raise HyperParameterError(f"samples must be a positive integer, got {samples!r}")
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        raise HyperParameterError(f"p must be a number >= 1, got {p!r}") from None
+    if not np.isfinite(p) or p < 1:
+        raise HyperParameterError(f"p must be a number >= 1, got {p!r}")
+    sizes = resolve_widths(program, width, Xa.shape[-1])
+    plan = _Plan(program, ())
+    B, R = Xa.shape[0], program.num_outputs
+    grams = _LimitGram(program, Xa)
+    block = _block_size("matrix-free", B, sizes)
+    n_blocks = -(-samples // block)
+    children = np.random.SeedSequence(_check_seed(seed)).spawn(n_blocks)
+    per_chunk = max(1, _chunk_networks("matrix-free", program, B, sizes, memory_budget // 2) // block)
+
+    out_fin, out_lim = np.empty((samples, B, R)), np.empty((samples, B, R))
+    costs = {ln.out.name: np.empty((samples, B)) for ln in plan.lines if ln.out.kind != "data"}
+    degenerate: set[str] = set()
+    for first in range(0, n_blocks, per_chunk):
+        ids = range(first, min(first + per_chunk, n_blocks))
+        chunk = _Chunk([np.random.default_rng(children[i]) for i in ids],
+                       [min(block, samples - i * block) for i in ids])
+        lo, hi = first * block, first * block + chunk.size
+        fin, lim = _run_chunk(plan, sizes, Xa, chunk, grams, degenerate)
+        for name, (cf, cl) in ((k, (fin[k], lim[k])) for k in costs):
+            costs[name][lo:hi] = np.mean(np.abs(cf - cl) ** p, axis=-1)
+        col = 0
+        for r in program.readouts:
+            n = sizes[r.vectors[0].dim]
+            v, b = chunk.normal((n,)), chunk.normal(())
+            for h in r.vectors:
+                for store, vals in ((out_fin, fin), (out_lim, lim)):
+                    store[lo:hi, :, col] = (np.einsum("sbn,sn->sb", vals[h.name], v) * (r.sigma / np.sqrt(n))
+                                            + (r.bias * b)[:, None])
+                col += 1
+    if not (np.all(np.isfinite(out_fin)) and np.all(np.isfinite(out_lim))):
+        raise NumericalError("coupled execution produced non-finite outputs; reduce sigma_w or depth")
+    out_fin, out_lim = out_fin.reshape(samples, B * R), out_lim.reshape(samples, B * R)
+    return CoupledRun(out_fin, out_lim, costs, np.abs(out_fin - out_lim) ** p,
+                      sorted(degenerate), p, {d.name: s for d, s in sizes.items()})
+
+
+def _run_chunk(plan: _Plan, sizes: dict[Any, int], X: Array, chunk: _Chunk, grams: _LimitGram,
+               degenerate: set[str]) -> tuple[dict[str, Array], dict[str, Array]]:
+    """Execute one chunk in both worlds; returns every vector's values by name."""
+    B, S = X.shape[0], chunk.size
+    fin: dict[Vector, Array] = {}
+    lim: dict[Vector, Array] = {}
+    hist_fin: dict[Any, tuple[Array, Array]] = {}
+    past_lim: dict[Any, Array] = {}  # limit outputs of earlier uses of each matrix (S, k, n_out)
+    uses: dict[Any, list[Vector]] = {}
+    for line in plan.lines:
+        out = line.out
+        if isinstance(line, BiasLine):
+            fin[out] = lim[out] = draw_bias(line, chunk, sizes, B)
+        elif isinstance(line, MatMulLine):
+            W = line.matrix
+            n_in, n_out = sizes[W.in_dim], sizes[W.out_dim]
+            h_fin = np.ascontiguousarray(np.broadcast_to(fin[line.arg], (S, B, n_in)))
+            xi = chunk.normal((B, n_out))
+            fin[out] = conditional_matmul(W.sigma, n_in, h_fin, hist_fin.get(W), xi)
+            uses.setdefault(W, []).append(line.arg)
+            coef, resid, is_degenerate = _limit_conditional(W.sigma, grams.gram(uses[W]), B)
+            if is_degenerate:
+                degenerate.add(out.name)
+                g = np.zeros((S, B, n_out))
+            else:
+                g = np.matmul(psd_sqrt(resid), xi)
+            if coef is not None:
+                g += np.matmul(coef.T, past_lim[W])
+            lim[out] = g
+            hist_fin[W] = extend_history(hist_fin.get(W), h_fin, fin[out])
+            past_lim[W] = g if W not in past_lim else np.concatenate([past_lim[W], g], axis=1)
+        else:
+            fin[out] = evaluate_deterministic(line, fin, X, S)
+            lim[out] = evaluate_deterministic(line, lim, X, S)
+    return {v.name: a for v, a in fin.items()}, {v.name: a for v, a in lim.items()}
