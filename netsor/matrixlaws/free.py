@@ -15,7 +15,7 @@ two-point law with an atom at 0) enters in closed form; any other factor ``k``
 brings one unknown ``u_k`` with ``ψ_k(u_k) = κ_k ψ`` (``ψ_k`` from its quadrature
 nodes), so that ``S_k(κ_k ψ) = u_k (1 + κ_k ψ)/(κ_k ψ)``. The system (arrow-shaped
 Jacobian, solved in O(K)) is taken in logarithmic form and followed by Newton
-continuation down vertical lines ``z = x + iε``, ``ε = 4·x₊·2^{−j}`` → ``1e−10·x₊``,
+continuation down vertical lines ``z = x + iε``, ``ε = 4·x₊·2^{−j}`` → ``1e−10·x``,
 vectorised over the grid; the upper edge ``x₊`` is ``1 / max_{ψ>0} χ(ψ)``.
 Atoms follow Belinschi's rule: ``μ⊠ν({0}) = max(μ({0}), ν({0}))`` and
 ``μ⊠ν({ab}) = μ({a}) + ν({b}) − 1`` when positive.
@@ -231,7 +231,9 @@ class FreeProductLaw(SolvedLaw):
                 raise HyperParameterError("pass the atoms explicitly when some kappa ≠ 1")
             atoms = product_atoms([f.law for f in self.factors for _ in range(f.power)])
         self._atoms = (np.asarray(atoms[0], float), np.asarray(atoms[1], float))
+        self.smoothed_points = 0  # points where only the ε = 1e−4 x₊ continuation converged
         self._upper = self._upper_edge()
+        self._lower = self._lower_edge()
 
     def __repr__(self) -> str:
         names = " ⊠ ".join(f"{f.law!r}^{f.power}" for f in self.factors)
@@ -291,8 +293,15 @@ class FreeProductLaw(SolvedLaw):
             rs.append(r)
             avals.append(a)
         dpsi = num / den
-        new_us = [u + (kappa * dpsi - r) / a for (_, _, _, kappa, _), u, r, a
-                  in zip(self._implicit, us, rs, avals, strict=True)]
+        dus = [(kappa * dpsi - r) / a for (_, _, _, kappa, _), r, a
+               in zip(self._implicit, rs, avals, strict=True)]
+        # damping: no unknown moves by more than half its modulus in one step (keeps u_k
+        # from jumping across the poles 1/x_i of a discretised factor)
+        tau = np.minimum(1.0, 0.5 * np.abs(v) / np.maximum(np.abs(dpsi), 1e-300))
+        for u, du in zip(us, dus, strict=True):
+            tau = np.minimum(tau, 0.5 * np.abs(u) / np.maximum(np.abs(du), 1e-300))
+        dpsi = tau * dpsi
+        new_us = [u + tau * du for u, du in zip(us, dus, strict=True)]
         resid = np.abs(r0) + sum((np.abs(r) for r in rs), np.zeros(psi.shape)) / np.abs(psi)
         return v + dpsi, new_us, resid
 
@@ -306,11 +315,16 @@ class FreeProductLaw(SolvedLaw):
             us.append(w / m1 - m2 * w * w / m1**3)
         return 1.0 + psi, us
 
-    def _track(self, x: Array, steps: int) -> tuple[Array, Array]:
-        """Newton continuation down ``z = x + iε``, ``ε`` geometric from ``4 x₊`` to
-        ``self._eps(x)`` in ``steps`` steps per point; returns ``(G, ok)``."""
+    def _track(self, x: Array, steps: int, floor: float = 0.0) -> tuple[Array, Array]:
+        """Newton continuation down ``z = x + iε``: ``ε`` halves from ``4 x₊`` to ``1e−3 x₊``
+        (common to all points), then is geometric to ``self._eps(x)`` in ``steps`` steps
+        per point; returns ``(G, ok)``."""
         top = 4.0 * max(self._upper, float(np.max(np.abs(x), initial=0.0)))
-        log_eps = np.linspace(np.log(top), np.log(self._eps(x)), steps)
+        middle = 1e-3 * self._upper
+        common = np.log(top) + np.log(0.5) * np.arange(int(np.log2(top / middle)))
+        final = np.minimum(np.maximum(self._eps(x), floor), middle)
+        own = np.linspace(np.log(middle), np.log(final), steps)
+        log_eps = np.concatenate([np.broadcast_to(common[:, None], (common.size, x.size)), own])
         z = x + 1j * top
         v, us = self._start(z)
         for row in log_eps:
@@ -324,9 +338,12 @@ class FreeProductLaw(SolvedLaw):
         return g, ok
 
     def _cauchy_on_axis(self, x: Array) -> Array:
-        g, ok = self._track(x, 48)
+        g, ok = self._track(x, 36)
         if not np.all(ok):
             g[~ok], ok[~ok] = self._track(x[~ok], 400)
+        if not np.all(ok):  # last resort: stop at ε = 1e−4 x₊ (Poisson-smoothed density)
+            g[~ok], ok[~ok] = self._track(x[~ok], 400, floor=1e-4 * self._upper)
+            self.smoothed_points += int(np.sum(ok))
         if not np.all(ok):
             raise NumericalError(
                 f"free multiplicative convolution: Newton continuation failed at {np.sum(~ok)} "
@@ -335,16 +352,37 @@ class FreeProductLaw(SolvedLaw):
 
     # ---- the support
     def _log_chi_real(self, psi: Array) -> Array:
-        """``log χ_J(ψ)`` for real ``ψ > 0`` (u_k by bisection on (0, 1/max node))."""
+        """``log χ_J(ψ)`` for real ``ψ > 0`` or ``ψ < −1``: each ``u_k`` by bisection, on
+        ``(0, 1/max node)`` (where ``ψ_k`` increases from 0 to ∞) or on
+        ``(1/min node, ∞)`` (where it increases from −∞ to −1), in log scale."""
         us = []
+        upper = bool(np.all(psi > 0))
         for nodes, weights, _, kappa, _ in self._implicit:
-            lo, hi = np.zeros_like(psi), np.full_like(psi, 1.0 / nodes.max())
-            for _ in range(60):
+            pole = 1.0 / (nodes.max() if upper else nodes.min())
+            lo, hi = np.full_like(psi, -60.0), np.full_like(psi, 60.0 if not upper else 0.0)
+            for _ in range(80):
                 mid = 0.5 * (lo + hi)
-                below = self._implicit_psi(nodes, weights, mid)[0] < kappa * psi
-                lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-            us.append(0.5 * (lo + hi))
-        return self._log_s_total(1.0 + psi, us)[0] + np.log(psi) - np.log1p(psi)
+                u = pole * (1.0 - np.exp(mid)) if upper else pole * (1.0 + np.exp(mid))
+                above = self._implicit_psi(nodes, weights, u)[0] > kappa * psi
+                larger = above if upper else ~above  # ψ_k(u) increases with u
+                lo, hi = np.where(larger, mid, lo), np.where(larger, hi, mid)
+            mid = 0.5 * (lo + hi)
+            us.append(pole * (1.0 - np.exp(mid)) if upper else pole * (1.0 + np.exp(mid)))
+        us_c = [u.astype(complex) for u in us]
+        log_s = self._log_s_total(1.0 + psi.astype(complex), us_c)[0].real  # log |S|
+        return log_s + np.log(np.abs(psi)) - np.log(np.abs(1 + psi))
+
+    def _lower_edge(self) -> float:
+        """Lower edge ``1 / min_{ψ<−1} χ(ψ)`` when the product has no mass near 0 (every factor
+        a point mass or node law with positive nodes); 0 otherwise."""
+        if self._explicit or any(nodes.min() <= 0 for nodes, *_ in self._implicit):
+            return 0.0
+        psi = -1.0 - np.geomspace(1e-10, 1e10, 801)
+        vals = self._log_chi_real(psi)
+        inner = np.flatnonzero((vals[1:-1] <= vals[:-2]) & (vals[1:-1] <= vals[2:]))
+        if inner.size == 0:
+            return 0.0
+        return float(np.exp(-vals[inner[0] + 1])) * (1.0 - 1e-3)
 
     def _upper_edge(self) -> float:
         psi = np.geomspace(1e-8, 1e8, 801)
@@ -361,7 +399,7 @@ class FreeProductLaw(SolvedLaw):
         return float(np.exp(-np.max(self._log_chi_real(np.geomspace(a, b, 33)))))
 
     def _support_bounds(self) -> tuple[float, float]:
-        return 0.0, self._upper * (1.0 + 1e-9)
+        return self._lower, self._upper * (1.0 + 1e-9)
 
     def _exact_upper_edge(self) -> float:
         return self._upper

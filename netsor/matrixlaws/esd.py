@@ -1,0 +1,103 @@
+"""Empirical spectral distributions and their distances to a law."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netsor.errors import InputError
+from netsor.matrixlaws.laws import SpectralLaw, finite_array
+
+Array = np.ndarray
+
+
+class EmpiricalSpectrum:
+    """The empirical distribution of a finite set of eigenvalues.
+
+    Parameters
+    ----------
+    eigenvalues : array_like
+        Any shape; flattened (e.g. ``(samples, n)`` from several matrices).
+    """
+
+    def __init__(self, eigenvalues: Array) -> None:
+        ev = finite_array(eigenvalues, "eigenvalues").ravel()
+        if ev.size == 0:
+            raise InputError("an empirical spectrum needs at least one eigenvalue")
+        self.eigenvalues = np.sort(ev)
+
+    def __repr__(self) -> str:
+        return f"EmpiricalSpectrum({self.eigenvalues.size} eigenvalues)"
+
+    @property
+    def size(self) -> int:
+        """Number of eigenvalues."""
+        return self.eigenvalues.size
+
+    def cdf(self, x: Array) -> Array:
+        """Fraction of eigenvalues ``≤ x`` (same shape as ``x``)."""
+        xx = finite_array(x, "x")
+        return np.searchsorted(self.eigenvalues, xx, side="right") / self.size
+
+    def moments(self, k: int) -> Array:
+        """``(m_1, …, m_k)``: averages of ``λ^j``."""
+        return np.array([np.mean(self.eigenvalues**j) for j in range(1, k + 1)])
+
+    def ks(self, law: SpectralLaw) -> float:
+        """Kolmogorov–Smirnov distance ``sup_x |F_n(x) − F(x)|``."""
+        return ks_distance(self, law)
+
+    def w1(self, law: SpectralLaw) -> float:
+        """Wasserstein-1 distance ``∫ |F_n − F| dx``."""
+        return w1_distance(self, law)
+
+
+def esd(eigenvalues: Array) -> EmpiricalSpectrum:
+    """The empirical spectral distribution of ``eigenvalues`` (any shape, flattened)."""
+    return EmpiricalSpectrum(eigenvalues)
+
+
+def _snap_to_atoms(ev: Array, law: SpectralLaw) -> Array:
+    """Eigenvalues within ``1e−9 · max(1, |λ|_max)`` of an atom, moved onto it (rounding
+    spreads exact atoms such as ReLU's zero eigenvalues over a tiny interval)."""
+    loc = law.atoms[0]
+    if loc.size == 0:
+        return ev
+    tol = 1e-9 * max(1.0, float(np.max(np.abs(ev))))
+    dist = np.abs(ev[:, None] - loc)
+    near = dist.min(axis=1) <= tol
+    return np.where(near, loc[np.argmin(dist, axis=1)], ev)
+
+
+def _left_cdf(law: SpectralLaw, x: Array) -> Array:
+    """``μ((−∞, x))``: the cdf minus the atoms located exactly at ``x``."""
+    loc, mass = law.atoms
+    return law.cdf(x) - np.sum(mass * (loc == x[:, None]), axis=1)
+
+
+def ks_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw) -> float:
+    """``sup_x |F_n(x) − F(x)|`` (atoms of the law handled exactly: see ``_snap_to_atoms``)."""
+    ev = _snap_to_atoms(spectrum.eigenvalues, law)
+    uniq, counts = np.unique(ev, return_counts=True)
+    after = np.cumsum(counts) / ev.size
+    before = after - counts / ev.size
+    return float(max(np.max(np.abs(law.cdf(uniq) - after)),
+                     np.max(np.abs(_left_cdf(law, uniq) - before))))
+
+
+def w1_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw, resolution: int = 20000) -> float:
+    """``∫ |F_n(x) − F(x)| dx`` on the union of the eigenvalues, the law's atoms and a
+    uniform grid of ``resolution`` points over both supports; ``F`` is taken linear
+    between consecutive points (exact for the empirical step function)."""
+    ev = np.sort(_snap_to_atoms(spectrum.eigenvalues, law))
+    spectrum = EmpiricalSpectrum(ev)
+    lo, hi = law.support
+    lo, hi = min(lo, ev[0]), max(hi, ev[-1])
+    pts = np.unique(np.concatenate([ev, law.atoms[0], np.linspace(lo, hi, resolution)]))
+    fn = spectrum.cdf(pts[:-1])  # constant on [t_j, t_{j+1})
+    a = fn - law.cdf(pts[:-1])
+    b = fn - _left_cdf(law, pts[1:])
+    h = np.diff(pts)
+    same = a * b >= 0
+    denom = np.where(same, 1.0, np.abs(a) + np.abs(b))
+    area = np.where(same, 0.5 * (np.abs(a) + np.abs(b)), 0.5 * (a * a + b * b) / denom)
+    return float(np.sum(h * area))
