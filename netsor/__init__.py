@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 
 from netsor import zoo  # noqa: E402
 from netsor.builder import nonlin  # noqa: E402  (the function shadows the module name on purpose)
-from netsor.finite import FiniteRun, run_finite, sample  # noqa: E402
 from netsor.coupled import CoupledRun, coupled  # noqa: E402
+from netsor.finite import FiniteRun, run_finite, sample  # noqa: E402
 from netsor.infinite import Limit, limit, nngp  # noqa: E402
 from netsor.program import Dim, Matrix, Program, Vector  # noqa: E402

@@ -11,6 +11,7 @@ Every user error ends with a one-line message and exit status 2; no traceback.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -21,11 +22,14 @@ from typing import Any
 import click
 import numpy as np
 
+from netsor.convergence import METRICS
 from netsor.errors import NetsorError
+from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.program import Program
 from netsor.zoo import ARCHITECTURES
 
 _COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps"}
+
 
 
 def build_architecture(arch: str, depth: int, activation: str, sigma_w: float, sigma_b: float,
@@ -151,6 +155,81 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(f"saved {out}")
 
 
+@cli.command()
+@architecture_options
+@click.option("--widths", default="32,64,128,256,512,1024", show_default=True, help="Comma-separated widths.")
+@click.option("--samples", "-S", default=2000, show_default=True, help="Networks per (width, replicate) cell.")
+@click.option("--replicates", "-R", default=4, show_default=True, help="Independent replicates per width.")
+@click.option("--metric", type=click.Choice(METRICS), default="rb-sw1", show_default=True)
+@click.option("--directions", default=64, show_default=True, help="Slicing directions (sliced metrics).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default="converge.json", show_default=True,
+              help="Results as JSON; a CSV, a log-log PNG and the resumable cell store go beside it.")
+def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
+             sigma_v: float, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
+             replicates: int, metric: str, directions: int, json_out: str) -> None:
+    """Distance between finite-width ARCH networks and their GP limit versus width, with floor and slope.
+
+    Interrupted runs resume: finished cells are kept in JSON lines beside --json.
+    """
+    from netsor.convergence import Study, plot_summary
+
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed)
+    try:
+        width_list = [int(w) for w in widths.split(",") if w.strip()]
+    except ValueError:
+        raise NetsorError(f"--widths expects comma-separated integers, got {widths!r}") from None
+    study = Study(program, X, metric, samples, replicates, seed, directions, arch)
+    out = Path(json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The cell store is tied to everything a cell depends on (widths and replicates may grow).
+    fingerprint = hashlib.sha1(repr((program.name, samples, seed, directions)).encode() + X.tobytes()).hexdigest()[:10]
+    summary = study.run(width_list, out.with_name(f"{out.stem}-cells-{fingerprint}.jsonl"))
+    click.echo(summary.table())
+    payload = summary.to_json()
+    write_json(out, payload)
+    with out.with_suffix(".csv").open("w") as fh:
+        fh.write("width,distance,ci_low,ci_high,floor\n")
+        for row in payload["rows"]:
+            fh.write(f"{row['width']},{row['distance']},{row['ci'][0]},{row['ci'][1]},{row['floor']}\n")
+    png = plot_summary(summary, out.with_suffix(".png"))
+    click.echo(f"wrote {out}, {out.with_suffix('.csv')}, {png}")
+
+
+@cli.command()
+@click.option("--out", "-o", default="netsor-report", show_default=True, type=click.Path(file_okay=False),
+              help="Report directory (re-running resumes from the cells stored there).")
+@click.option("--quick", is_flag=True, help="Smaller widths, fewer networks: about a minute.")
+@click.option("--arch", "archs", multiple=True, type=click.Choice(["mlp", "deep-mlp", "rnn", "resnet"]),
+              help="Only these architectures (repeatable; default all four).")
+@click.option("--seed", default=0, show_default=True)
+def reproduce(out: str, quick: bool, archs: tuple[str, ...], seed: int) -> None:
+    """Reproduce the numerical section of the quantitative-limits paper (the main job).
+
+    For MLP, deep MLP, RNN and ResNet: sliced-W1, coupling and kernel-LLN curves versus width, slopes
+    with 95 % CIs next to the paper's, in OUT/report.md with PNGs, JSON and CSV.
+    """
+    from dataclasses import replace
+
+    from netsor.report.reproduce import Settings
+    from netsor.report.reproduce import reproduce as run
+
+    settings = replace(Settings.quick() if quick else Settings(), seed=seed)
+    report = run(out, settings, architectures=archs or None)
+    click.echo(f"{'architecture':<12} {'sliced W1 slope':>26} {'paper':>8} {'coupling slope':>26} "
+               f"{'kernel-LLN slope':>26}")
+    for key, e in report["architectures"].items():
+        paper = f"{e['paper_slope']:.3f}" if e["paper_slope"] is not None else "-"
+        cells = [_slope_text(e[m]) for m in ("sliced_w1", "coupling", "kernel_lln")]
+        click.echo(f"{key:<12} {cells[0]:>26} {paper:>8} {cells[1]:>26} {cells[2]:>26}")
+    click.echo(f"theorem rate -0.5; report: {Path(out) / 'report.md'} ({report['elapsed_s']:.0f} s)")
+
+
+def _slope_text(entry: dict[str, Any]) -> str:
+    lo, hi = entry["slope_ci"]
+    return f"{entry['slope']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors print one line and exit with status 2."""
     try:
@@ -164,6 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     except NetsorError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+cli.add_command(spectrum_command)
+cli.add_command(laws_command)
 
 
 def _json_default(obj: Any) -> Any:

@@ -10,7 +10,11 @@ given the past, Gaussian in both executions:
   the limit execution are iid copies of the ``Z``'s.
 
 Both draw with the same standard normal ``ξ`` and the symmetric square root of
-their covariances, and share biases and readouts. The coupling cost of a
+their covariances, and share biases. The outputs are, given the hidden layers,
+``N(0, K̂)`` at finite width and ``N(0, K)`` in the limit: the finite outputs
+(``vᵀh/√n + b``, exactly those of the matrix-free sampler) are whitened by
+``K̂^{-1/2}`` and coloured by ``K^{1/2}``, so the limit outputs are exact GP
+samples driven by the same noise. The coupling cost of a
 vector, ``(1/n) Σ_α |x_α^fin − x_α^lim|^p``, is a computable upper bound on
 ``W_p^p`` between the finite-width law and its limit; its ``1/p``-th power
 decays like ``n^{-1/2}``. A MatMul line whose limiting conditional variance
@@ -34,11 +38,13 @@ from netsor.finite import (
     _Chunk,
     _chunk_networks,
     _Plan,
+    conditional_kernels,
     conditional_matmul,
     draw_bias,
     evaluate_deterministic,
     extend_history,
     psd_sqrt,
+    readout_outputs,
     resolve_widths,
 )
 from netsor.infinite import Limit
@@ -63,7 +69,10 @@ class CoupledRun:
     line_costs : dict
         For each executed vector (by name): array (S, B) of ``(1/n) Σ_α |x^fin_α − x^lim_α|^p``.
     output_costs : array, shape (S, B·R)
-        ``|y^fin − y^lim|^p``.
+        ``|y^fin − y^lim|^p`` of the realised coupling of the outputs.
+    output_costs_expected : array, shape (S, B·R)
+        ``E[|y^fin − y^lim|² | hidden layers] = diag((√K̂ − √K)²)``: the p = 2 cost with the readout
+        noise integrated out exactly (lower variance; used by :meth:`distance`).
     degenerate : list of str
         MatMul lines whose limiting conditional variance is zero (executed as LinCombs).
     p : float
@@ -74,14 +83,23 @@ class CoupledRun:
     outputs_limit: Array
     line_costs: dict[str, Array]
     output_costs: Array
+    output_costs_expected: Array
     degenerate: list[str]
     p: float
     widths: dict[str, int] = field(default_factory=dict)
 
     def distance(self, name: str | None = None) -> float:
-        """``(mean cost)^{1/p}``: the coupling distance of a vector (default: the outputs)."""
-        cost = self.output_costs if name is None else self.line_costs[name]
-        return float(np.mean(cost) ** (1.0 / self.p))
+        """``(mean cost)^{1/p}``: the coupling distance of a vector.
+
+        Default: the outputs, ``(E|y^fin − y^lim|²)^{1/2}`` with the readout noise integrated out
+        (an upper bound on W2 between the finite-width output law and the GP); for p ≠ 2 the
+        realised ``(E|y^fin − y^lim|^p)^{1/p}``.
+        """
+        if name is None:
+            if self.p == 2.0:
+                return float(np.sqrt(np.mean(self.output_costs_expected)))
+            return float(np.mean(self.output_costs) ** (1.0 / self.p))
+        return float(np.mean(self.line_costs[name]) ** (1.0 / self.p))
 
     def summary(self) -> list[tuple[str, float]]:
         """(vector name, coupling distance) for every executed vector, then ``"outputs"``."""
@@ -166,7 +184,8 @@ def coupled(
     children = np.random.SeedSequence(_check_seed(seed)).spawn(n_blocks)
     per_chunk = max(1, _chunk_networks("matrix-free", program, B, sizes, memory_budget // 2) // block)
 
-    out_fin, out_lim = np.empty((samples, B, R)), np.empty((samples, B, R))
+    K = grams.limit.nngp()
+    out_fin, out_lim, expected = (np.empty((samples, B * R)) for _ in range(3))
     costs = {ln.out.name: np.empty((samples, B)) for ln in plan.lines if ln.out.kind != "data"}
     degenerate: set[str] = set()
     for first in range(0, n_blocks, per_chunk):
@@ -175,27 +194,28 @@ def coupled(
                        [min(block, samples - i * block) for i in ids])
         lo, hi = first * block, first * block + chunk.size
         fin, lim = _run_chunk(plan, sizes, Xa, chunk, grams, degenerate)
-        for name, (cf, cl) in ((k, (fin[k], lim[k])) for k in costs):
-            costs[name][lo:hi] = np.mean(np.abs(cf - cl) ** p, axis=-1)
-        col = 0
-        for r in program.readouts:
-            n = sizes[r.vectors[0].dim]
-            v, b = chunk.normal((n,)), chunk.normal(())
-            for h in r.vectors:
-                for store, vals in ((out_fin, fin), (out_lim, lim)):
-                    store[lo:hi, :, col] = (np.einsum("sbn,sn->sb", vals[h.name], v) * (r.sigma / np.sqrt(n))
-                                            + (r.bias * b)[:, None])
-                col += 1
+        for v in fin:
+            if v.name in costs:
+                costs[v.name][lo:hi] = np.mean(np.abs(fin[v] - lim[v]) ** p, axis=-1)
+        y_fin = readout_outputs(program, fin, sizes, chunk).reshape(chunk.size, B * R)
+        K_hat = conditional_kernels(program, fin, sizes, B)
+        root_hat, root_lim = psd_sqrt(K_hat), psd_sqrt(K)
+        # The outputs are N(0, K̂) given the hidden layers: whiten them (fresh noise on the null space
+        # of K̂, if any) and colour with √K, so that y_lim ~ N(0, K) exactly and shares the noise.
+        pinv_root = np.linalg.pinv(root_hat, rcond=1e-10, hermitian=True)
+        null = np.eye(B * R) - np.matmul(pinv_root, root_hat)
+        xi = np.einsum("sij,sj->si", pinv_root, y_fin) + np.einsum("sij,sj->si", null, chunk.normal((B * R,)))
+        out_fin[lo:hi], out_lim[lo:hi] = y_fin, xi @ root_lim
+        expected[lo:hi] = np.einsum("sii->si", np.matmul(root_hat - root_lim, root_hat - root_lim))
     if not (np.all(np.isfinite(out_fin)) and np.all(np.isfinite(out_lim))):
         raise NumericalError("coupled execution produced non-finite outputs; reduce sigma_w or depth")
-    out_fin, out_lim = out_fin.reshape(samples, B * R), out_lim.reshape(samples, B * R)
-    return CoupledRun(out_fin, out_lim, costs, np.abs(out_fin - out_lim) ** p,
+    return CoupledRun(out_fin, out_lim, costs, np.abs(out_fin - out_lim) ** p, expected,
                       sorted(degenerate), p, {d.name: s for d, s in sizes.items()})
 
 
 def _run_chunk(plan: _Plan, sizes: dict[Any, int], X: Array, chunk: _Chunk, grams: _LimitGram,
-               degenerate: set[str]) -> tuple[dict[str, Array], dict[str, Array]]:
-    """Execute one chunk in both worlds; returns every vector's values by name."""
+               degenerate: set[str]) -> tuple[dict[Vector, Array], dict[Vector, Array]]:
+    """Execute one chunk in both worlds; returns every vector's values in each."""
     B, S = X.shape[0], chunk.size
     fin: dict[Vector, Array] = {}
     lim: dict[Vector, Array] = {}
@@ -227,4 +247,4 @@ def _run_chunk(plan: _Plan, sizes: dict[Any, int], X: Array, chunk: _Chunk, gram
         else:
             fin[out] = evaluate_deterministic(line, fin, X, S)
             lim[out] = evaluate_deterministic(line, lim, X, S)
-    return {v.name: a for v, a in fin.items()}, {v.name: a for v, a in lim.items()}
+    return fin, lim

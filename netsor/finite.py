@@ -340,16 +340,9 @@ def run_finite(
         chunk = _Chunk([np.random.default_rng(children[i]) for i in ids], bsizes)
         values = _Executor(plan, sizes, Xa, chunk, method).run()
         lo, hi = first * block, first * block + chunk.size
-        readout_noise = [(chunk.normal((sizes[r.vectors[0].dim],)), chunk.normal(())) for r in program.readouts]
-        col = 0
-        for r, (v_noise, b_noise) in zip(program.readouts, readout_noise, strict=True):
-            n = sizes[r.vectors[0].dim]
-            for h in r.vectors:
-                outputs[lo:hi, :, col] = (np.einsum("sbn,sn->sb", values[h], v_noise) * (r.sigma / np.sqrt(n))
-                                          + (r.bias * b_noise)[:, None])
-                col += 1
+        outputs[lo:hi] = readout_outputs(program, values, sizes, chunk)
         if return_kernels:
-            kernels[lo:hi] = _conditional_kernels(program, values, sizes, B)
+            kernels[lo:hi] = conditional_kernels(program, values, sizes, B)
         for v in vectors:
             kept[v][lo:hi] = values[v]
     if not np.all(np.isfinite(outputs)):
@@ -359,8 +352,21 @@ def run_finite(
                      {d.name: s for d, s in sizes.items()})
 
 
-def _conditional_kernels(program: Program, values: dict[Vector, Array], sizes: dict[Dim, int],
-                         B: int) -> Array:
+def readout_outputs(program: Program, values: Mapping[Vector, Array], sizes: Mapping[Dim, int],
+                    chunk: _Chunk) -> Array:
+    """Outputs ``y_r = vᵀ h_r / √n + b_v`` of one chunk, shape (S_c, B, R); draws v, b_v per readout."""
+    parts = []
+    for r in program.readouts:
+        n = sizes[r.vectors[0].dim]
+        v, b = chunk.normal((n,)), chunk.normal(())
+        parts += [np.einsum("sbn,sn->sb", values[h], v) * (r.sigma / np.sqrt(n)) + (r.bias * b)[:, None]
+                  for h in r.vectors]
+    return np.stack(parts, axis=-1)
+
+
+def conditional_kernels(program: Program, values: Mapping[Vector, Array], sizes: Mapping[Dim, int],
+                        B: int) -> Array:
+    """Per network, the covariance (S, B·R, B·R) of the outputs given the hidden vectors."""
     outs = program.outputs
     R = len(outs)
     S = next(iter(values.values())).shape[0]

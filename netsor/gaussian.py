@@ -491,7 +491,8 @@ _EXPECTATION_CHUNK = 1 << 22
 def expectation(fn: Callable[[Array], Array], cov: Array, seed: int = 0) -> tuple[Array, Array]:
     """``E fn(Z)``, ``Z ~ N(0, cov[p])`` for each p.
 
-    Tensor Gauss–Hermite quadrature for D ≤ 4 (exact for polynomials of degree < 2·nodes); above, randomised QMC: ``_QMC_REPLICATES``
+    Tensor Gauss–Hermite quadrature for D ≤ 4 (exact for polynomials of degree < 2·nodes);
+    above, randomised QMC: ``_QMC_REPLICATES``
     independently scrambled Sobol' sets of ``2**_QMC_LOG2_POINTS`` points, the scrambles
     drawn from ``np.random.default_rng(seed)`` (deterministic for a seed).
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from netsor.distances import _finite_array
 from netsor.errors import InputError
@@ -97,6 +98,9 @@ def loglog_plot(
         ax.plot(grid, v[0] * (grid / w[0]) ** s, ls=":", color=f"C{i + 2}", label=f"slope {s:g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # Label the measured widths themselves; log-scale minor labels collide on short ranges.
+    ax.set_xticks(w, [f"{x:g}" for x in w])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
