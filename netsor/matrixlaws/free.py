@@ -15,8 +15,11 @@ two-point law with an atom at 0) enters in closed form; any other factor ``k``
 brings one unknown ``u_k`` with ``ψ_k(u_k) = κ_k ψ`` (``ψ_k`` from its quadrature
 nodes), so that ``S_k(κ_k ψ) = u_k (1 + κ_k ψ)/(κ_k ψ)``. The system (arrow-shaped
 Jacobian, solved in O(K)) is taken in logarithmic form and followed by Newton
-continuation down vertical lines ``z = x + iε``, ``ε = 4·x₊·2^{−j}`` → ``1e−10·x``,
-vectorised over the grid; the upper edge ``x₊`` is ``1 / max_{ψ>0} χ(ψ)``.
+continuation down vertical lines ``z = x + iε`` from ``ε = 4·x₊`` to ``1e−10·x``,
+vectorised over the grid, with step control in ``log ε``: a step is kept only when a few
+Newton iterations from the previous point reach a converged state with the signs of the
+true solution (``Im G ≤ 0``, ``Im ψ ≤ 0``, ``Im u_k ≤ 0``), else it is shortened; the upper
+edge ``x₊`` is ``1 / max_{ψ>0} χ(ψ)``.
 Atoms follow Belinschi's rule: ``μ⊠ν({0}) = max(μ({0}), ν({0}))`` and
 ``μ⊠ν({ab}) = μ({a}) + ν({b}) − 1`` when positive.
 
@@ -48,7 +51,11 @@ from netsor.matrixlaws.numlaw import SolvedLaw
 Array = np.ndarray
 LogS = Callable[[Array, Array], tuple[Array, Array]]
 _N_MOMENTS = 8
-_HALVINGS_TOLERANCE = 1e-9
+_NEWTON_TOLERANCE = 1e-8
+_NEWTON_ITERATIONS = 4
+_SIGN_SLACK = 1e-9
+_STEP_GROWTH = 2.0
+_MIN_LOG_STEP = 1e-6
 
 
 # --------------------------------------------------------------------------- transforms
@@ -254,10 +261,12 @@ class FreeProductLaw(SolvedLaw):
         return series.moments_from_s(s)
 
     # ---- the equations
-    def _implicit_psi(self, nodes: Array, weights: Array, u: Array) -> tuple[Array, Array]:
-        """``ψ_k(u)`` and ``ψ_k'(u)`` from the nodes (``u`` any shape)."""
+    @staticmethod
+    def _implicit_psi(nodes: Array, weights: Array, u: Array) -> tuple[Array, Array]:
+        """``1 + ψ_k(u) = Σ_i w_i / (1 − u x_i)`` and ``ψ_k'(u)`` from the nodes (``u`` any
+        shape). ``1 + ψ_k`` is summed directly: near ``z = 0`` it is tiny and ``ψ_k ≈ −1``."""
         t = 1.0 / (1.0 - u[..., None] * nodes)
-        return np.sum(weights * (t - 1.0), axis=-1), np.sum(weights * nodes * t * t, axis=-1)
+        return np.sum(weights * t, axis=-1), np.sum(weights * nodes * t * t, axis=-1)
 
     def _log_s_total(self, v: Array, us: Sequence[Array]) -> tuple[Array, Array]:
         """``log S_J(ψ)`` and its partial derivative in ψ (u_k held fixed), ``v = 1 + ψ``."""
@@ -284,14 +293,17 @@ class FreeProductLaw(SolvedLaw):
         c = der + 1.0 / psi - 1.0 / v
         num, den = -r0, c
         rs, avals = [], []
+        resid = np.abs(r0)  # relative errors of v and of each 1 + ψ_k, ψ_k
         for (nodes, weights, power, kappa, _), u in zip(self._implicit, us, strict=True):
-            val, a = self._implicit_psi(nodes, weights, u)
-            r = val - kappa * psi
+            opw_k, a = self._implicit_psi(nodes, weights, u)
+            target = (1.0 - kappa) + kappa * v  # 1 + κψ
+            r = opw_k - target
             b = power / u
             num = num + b * r / a
             den = den + b * kappa / a
             rs.append(r)
             avals.append(a)
+            resid = resid + np.abs(r) / np.minimum(np.abs(kappa * psi), np.abs(target))
         dpsi = num / den
         dus = [(kappa * dpsi - r) / a for (_, _, _, kappa, _), r, a
                in zip(self._implicit, rs, avals, strict=True)]
@@ -302,7 +314,6 @@ class FreeProductLaw(SolvedLaw):
             tau = np.minimum(tau, 0.5 * np.abs(u) / np.maximum(np.abs(du), 1e-300))
         dpsi = tau * dpsi
         new_us = [u + tau * du for u, du in zip(us, dus, strict=True)]
-        resid = np.abs(r0) + sum((np.abs(r) for r in rs), np.zeros(psi.shape)) / np.abs(psi)
         return v + dpsi, new_us, resid
 
     def _start(self, z: Array) -> tuple[Array, list[Array]]:
@@ -315,34 +326,60 @@ class FreeProductLaw(SolvedLaw):
             us.append(w / m1 - m2 * w * w / m1**3)
         return 1.0 + psi, us
 
-    def _track(self, x: Array, steps: int, floor: float = 0.0) -> tuple[Array, Array]:
-        """Newton continuation down ``z = x + iε``: ``ε`` halves from ``4 x₊`` to ``1e−3 x₊``
-        (common to all points), then is geometric to ``self._eps(x)`` in ``steps`` steps
-        per point; returns ``(G, ok)``."""
-        top = 4.0 * max(self._upper, float(np.max(np.abs(x), initial=0.0)))
-        middle = 1e-3 * self._upper
-        common = np.log(top) + np.log(0.5) * np.arange(int(np.log2(top / middle)))
-        final = np.minimum(np.maximum(self._eps(x), floor), middle)
-        own = np.linspace(np.log(middle), np.log(final), steps)
-        log_eps = np.concatenate([np.broadcast_to(common[:, None], (common.size, x.size)), own])
-        z = x + 1j * top
-        v, us = self._start(z)
-        for row in log_eps:
-            z = x + 1j * np.exp(row)
-            for _ in range(3):
-                v, us, resid = self._newton(z, v, us)
-        for _ in range(8):
-            v, us, resid = self._newton(z, v, us)
+    @staticmethod
+    def _admissible(z: Array, v: Array, us: Sequence[Array], resid: Array) -> Array:
+        """Converged states on the right branch: finite, residual below ``_NEWTON_TOLERANCE``,
+        ``Im G ≤ 0``, ``Im(zG) ≤ 0`` and ``Im u_k ≤ 0``. For ``Im z > 0`` the true
+        ``ψ = zG − 1`` of a law on ``[0, ∞)`` has ``Im ψ ≤ 0``, and ``ψ_k`` maps the lower
+        half-plane to itself, so any solution of ``ψ_k(u_k) = κ_k ψ`` has ``Im u_k ≤ 0``;
+        Newton on the log system also converges to solutions with the wrong signs (other
+        branches of the logarithms), or drifts to ``ψ → 0``."""
         g = v / z
-        ok = np.isfinite(resid) & (resid < 1e-8) & (g.imag <= 1e-9 * np.abs(g))
-        return g, ok
+        ok = (np.isfinite(resid) & (resid < _NEWTON_TOLERANCE) & np.isfinite(g)
+              & (v.imag <= _SIGN_SLACK * np.abs(v)) & (g.imag <= _SIGN_SLACK * np.abs(g)))
+        for u in us:
+            ok &= np.isfinite(u) & (u.imag <= _SIGN_SLACK * np.abs(u))
+        return ok
+
+    def _track(self, x: Array, floor: float = 0.0) -> tuple[Array, Array]:
+        """Newton continuation down ``z = x + iε`` from ``ε = 4 x₊`` to ``max(self._eps(x),
+        floor)`` with step control in ``log ε``: a step is accepted when
+        ``_NEWTON_ITERATIONS`` Newton iterations started from the previous point reach an
+        admissible state (:meth:`_admissible`); the step then grows by ``_STEP_GROWTH``,
+        otherwise it is retried four times shorter. Points whose step falls below
+        ``_MIN_LOG_STEP`` fail. Returns ``(G, ok)``."""
+        top = 4.0 * max(self._upper, float(np.max(np.abs(x), initial=0.0)))
+        end = np.log(np.minimum(np.maximum(self._eps(x), floor), top))
+        s = np.full(x.shape, np.log(top))
+        v, us = self._start(x + 1j * top)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for _ in range(_NEWTON_ITERATIONS):
+                v, us, resid = self._newton(x + 1j * top, v, us)
+            ok = self._admissible(x + 1j * top, v, us, resid)
+            step = np.full(x.shape, -np.log(2.0))
+            active = ok & (s > end)
+            while np.any(active):
+                idx = np.flatnonzero(active)
+                s_try = np.maximum(s[idx] + step[idx], end[idx])
+                z = x[idx] + 1j * np.exp(s_try)
+                v_try, us_try = v[idx], [u[idx] for u in us]
+                for _ in range(_NEWTON_ITERATIONS):
+                    v_try, us_try, resid = self._newton(z, v_try, us_try)
+                good = self._admissible(z, v_try, us_try, resid)
+                done = idx[good]
+                v[done], s[done] = v_try[good], s_try[good]
+                for u, u_try in zip(us, us_try, strict=True):
+                    u[done] = u_try[good]
+                step[done] *= _STEP_GROWTH
+                step[idx[~good]] *= 0.25
+                ok[idx[~good]] &= np.abs(step[idx[~good]]) >= _MIN_LOG_STEP
+                active = ok & (s > end)
+        return v / (x + 1j * np.exp(s)), ok
 
     def _cauchy_on_axis(self, x: Array) -> Array:
-        g, ok = self._track(x, 36)
-        if not np.all(ok):
-            g[~ok], ok[~ok] = self._track(x[~ok], 400)
+        g, ok = self._track(x)
         if not np.all(ok):  # last resort: stop at ε = 1e−4 x₊ (Poisson-smoothed density)
-            g[~ok], ok[~ok] = self._track(x[~ok], 400, floor=1e-4 * self._upper)
+            g[~ok], ok[~ok] = self._track(x[~ok], floor=1e-4 * self._upper)
             self.smoothed_points += int(np.sum(ok))
         if not np.all(ok):
             raise NumericalError(
@@ -363,7 +400,8 @@ class FreeProductLaw(SolvedLaw):
             for _ in range(80):
                 mid = 0.5 * (lo + hi)
                 u = pole * (1.0 - np.exp(mid)) if upper else pole * (1.0 + np.exp(mid))
-                above = self._implicit_psi(nodes, weights, u)[0] > kappa * psi
+                with np.errstate(divide="ignore"):  # u may round onto the pole: 1 + ψ_k = ±inf
+                    above = self._implicit_psi(nodes, weights, u)[0] > 1.0 + kappa * psi
                 larger = above if upper else ~above  # ψ_k(u) increases with u
                 lo, hi = np.where(larger, mid, lo), np.where(larger, hi, mid)
             mid = 0.5 * (lo + hi)
