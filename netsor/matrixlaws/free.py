@@ -52,13 +52,20 @@ Array = np.ndarray
 LogS = Callable[[Array, Array], tuple[Array, Array]]
 _N_MOMENTS = 8
 _NEWTON_TOLERANCE = 1e-8
-_NEWTON_ITERATIONS = 4
+_NEWTON_ITERATIONS = 6
 _SIGN_SLACK = 1e-9
 _STEP_GROWTH = 2.0
+_MAX_LOG_MOVE = 1.0
+_MAX_CORRECTION = 0.2
 _MIN_LOG_STEP = 1e-6
 
 
 # --------------------------------------------------------------------------- transforms
+
+def _wrap(phase: Array) -> Array:
+    """Phases reduced to ``[−π, π)``."""
+    return np.mod(phase + np.pi, 2 * np.pi) - np.pi
+
 
 def cauchy_transform(law: SpectralLaw, z: Array) -> Array:
     """``G_μ(z) = ∫ dμ(t)/(z − t)`` for ``Im z > 0`` (same shape as ``z``)."""
@@ -239,6 +246,8 @@ class FreeProductLaw(SolvedLaw):
             atoms = product_atoms([f.law for f in self.factors for _ in range(f.power)])
         self._atoms = (np.asarray(atoms[0], float), np.asarray(atoms[1], float))
         self.smoothed_points = 0  # points where only the ε = 1e−4 x₊ continuation converged
+        powers = [f.power for f in self.factors if f.power] or [1]
+        self._max_correction = min(_MAX_CORRECTION, 0.5 * np.pi / max(powers))
         self._upper = self._upper_edge()
         self._lower = self._lower_edge()
 
@@ -289,7 +298,7 @@ class FreeProductLaw(SolvedLaw):
         psi = v - 1.0
         log_s, der = self._log_s_total(v, us)
         r0 = log_s + np.log(psi) - np.log(v) + np.log(z)
-        r0 = r0.real + 1j * (np.mod(r0.imag + np.pi, 2 * np.pi) - np.pi)
+        r0 = r0.real + 1j * _wrap(r0.imag)
         c = der + 1.0 / psi - 1.0 / v
         num, den = -r0, c
         rs, avals = [], []
@@ -307,14 +316,14 @@ class FreeProductLaw(SolvedLaw):
         dpsi = num / den
         dus = [(kappa * dpsi - r) / a for (_, _, _, kappa, _), r, a
                in zip(self._implicit, rs, avals, strict=True)]
-        # damping: no unknown moves by more than half its modulus in one step (keeps u_k
-        # from jumping across the poles 1/x_i of a discretised factor)
-        tau = np.minimum(1.0, 0.5 * np.abs(v) / np.maximum(np.abs(dpsi), 1e-300))
-        for u, du in zip(us, dus, strict=True):
-            tau = np.minimum(tau, 0.5 * np.abs(u) / np.maximum(np.abs(du), 1e-300))
-        dpsi = tau * dpsi
-        new_us = [u + tau * du for u, du in zip(us, dus, strict=True)]
-        return v + dpsi, new_us, resid
+        # the update is taken in logarithmic unknowns (v, u_k scale like powers of z near
+        # 0 and ∞, and never cross 0), damped to |Δ log| ≤ _MAX_LOG_MOVE
+        moves = [dpsi / v] + [du / u for u, du in zip(us, dus, strict=True)]
+        largest = np.max(np.abs(np.stack(moves)), axis=0)
+        tau = np.minimum(1.0, _MAX_LOG_MOVE / np.maximum(largest, 1e-300))
+        new_v = v * np.exp(tau * moves[0])
+        new_us = [u * np.exp(tau * m) for u, m in zip(us, moves[1:], strict=True)]
+        return new_v, new_us, resid
 
     def _start(self, z: Array) -> tuple[Array, list[Array]]:
         """``v = 1 + ψ`` and the u_k far from the axis, from the moment series."""
@@ -325,6 +334,15 @@ class FreeProductLaw(SolvedLaw):
             w = kappa * psi
             us.append(w / m1 - m2 * w * w / m1**3)
         return 1.0 + psi, us
+
+    def _branch_signature(self, state: Sequence[Array]) -> Array:
+        """``log v``, ``log u_k`` and ``log S`` of each explicit factor, stacked: the roots of the
+        log system differ from the true one by ``2π/power`` in the phase of one of them."""
+        v, us = state[0], state[1:]
+        psi = v - 1.0
+        sig = [np.log(v), *(np.log(u) for u in us)]
+        sig += [log_s(kappa * psi, (1.0 - kappa) + kappa * v)[0] for log_s, _, kappa in self._explicit]
+        return np.stack(sig)
 
     @staticmethod
     def _admissible(z: Array, v: Array, us: Sequence[Array], resid: Array) -> Array:
@@ -343,33 +361,47 @@ class FreeProductLaw(SolvedLaw):
 
     def _track(self, x: Array, floor: float = 0.0) -> tuple[Array, Array]:
         """Newton continuation down ``z = x + iε`` from ``ε = 4 x₊`` to ``max(self._eps(x),
-        floor)`` with step control in ``log ε``: a step is accepted when
-        ``_NEWTON_ITERATIONS`` Newton iterations started from the previous point reach an
-        admissible state (:meth:`_admissible`); the step then grows by ``_STEP_GROWTH``,
-        otherwise it is retried four times shorter. Points whose step falls below
-        ``_MIN_LOG_STEP`` fail. Returns ``(G, ok)``."""
+        floor)`` with step control in ``s = log ε``.
+
+        Each step predicts ``log v`` and ``log u_k`` by their last slope in ``s`` (at the start,
+        the far-field ``v ≈ 1 + m₁/z``, ``u_k ∝ 1/z``), runs ``_NEWTON_ITERATIONS`` Newton
+        iterations, and is accepted when the result is admissible (:meth:`_admissible`) and
+        within ``_MAX_CORRECTION`` (in log) of the prediction: the system has several
+        admissible roots (e.g. ``L + 1`` for a product of ``L`` Marchenko–Pastur laws), and
+        only a small correction keeps the continuation on the branch of the true ``G``.
+        Accepted steps grow by ``_STEP_GROWTH``, rejected ones are retried four times
+        shorter; points whose step falls below ``_MIN_LOG_STEP`` fail. Returns ``(G, ok)``.
+        """
         top = 4.0 * max(self._upper, float(np.max(np.abs(x), initial=0.0)))
         end = np.log(np.minimum(np.maximum(self._eps(x), floor), top))
         s = np.full(x.shape, np.log(top))
-        v, us = self._start(x + 1j * top)
+        z = x + 1j * top
+        v, us = self._start(z)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for _ in range(_NEWTON_ITERATIONS):
-                v, us, resid = self._newton(x + 1j * top, v, us)
-            ok = self._admissible(x + 1j * top, v, us, resid)
+            for _ in range(2 * _NEWTON_ITERATIONS):  # from the moment series, far from the axis
+                v, us, resid = self._newton(z, v, us)
+            ok = self._admissible(z, v, us, resid)
+            dlogz = 1j * top / z  # d log z / ds
+            slopes = [-self.mean / (z * v) * dlogz] + [-dlogz for _ in us]
             step = np.full(x.shape, -np.log(2.0))
             active = ok & (s > end)
             while np.any(active):
                 idx = np.flatnonzero(active)
                 s_try = np.maximum(s[idx] + step[idx], end[idx])
                 z = x[idx] + 1j * np.exp(s_try)
-                v_try, us_try = v[idx], [u[idx] for u in us]
+                state = [v, *us]
+                pred = [a[idx] * np.exp(b[idx] * (s_try - s[idx])) for a, b in zip(state, slopes, strict=True)]
+                trial = list(pred)
                 for _ in range(_NEWTON_ITERATIONS):
-                    v_try, us_try, resid = self._newton(z, v_try, us_try)
-                good = self._admissible(z, v_try, us_try, resid)
+                    trial[0], trial[1:], resid = self._newton(z, trial[0], trial[1:])
+                diff = self._branch_signature(trial) - self._branch_signature(pred)
+                correction = np.max(np.abs(diff.real + 1j * _wrap(diff.imag)), axis=0)
+                good = self._admissible(z, trial[0], trial[1:], resid) & (correction <= self._max_correction)
                 done = idx[good]
-                v[done], s[done] = v_try[good], s_try[good]
-                for u, u_try in zip(us, us_try, strict=True):
-                    u[done] = u_try[good]
+                for a, b, slope in zip(state, trial, slopes, strict=True):
+                    slope[done] = np.log(b[good] / a[done]) / (s_try[good] - s[done])
+                    a[done] = b[good]
+                s[done] = s_try[good]
                 step[done] *= _STEP_GROWTH
                 step[idx[~good]] *= 0.25
                 ok[idx[~good]] &= np.abs(step[idx[~good]]) >= _MIN_LOG_STEP
