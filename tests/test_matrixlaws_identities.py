@@ -1,5 +1,6 @@
 """Closed-form identities of the matrix-laws subpackage."""
 
+import warnings
 from math import comb
 
 import numpy as np
@@ -139,3 +140,21 @@ def test_error_kinds():
         jacobian_spectrum("tanh", 2, 1.0, weights="uniform")
     with pytest.raises(InputError):
         Semicircle().density([np.inf])
+
+
+@pytest.mark.parametrize("act,weights,depth", [("tanh", "orthogonal", 8), ("erf", "orthogonal", 8),
+                                               ("tanh", "orthogonal", 16), ("tanh", "gaussian", 8)])
+def test_smooth_activations_exact_density_without_warnings(act, weights, depth):
+    """Regression: the continuation used to jump to other roots of the log system (orthogonal
+    tanh/erf raised NumericalError) and emitted RuntimeWarnings during Newton steps."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        law = jacobian_spectrum(act, depth, 1.05, 0.05, weights=weights)
+        x, cum = law._cdf_table()
+        summary = law.summary()
+    assert summary["smoothed_points"] == 0 and abs(law.mass_defect) < 1e-3
+    assert np.all(np.isfinite(law.grid[1]))
+    # moments of the density grid (midpoint rule on the cdf table) against the exact ones
+    mid, w = 0.5 * (x[1:] + x[:-1]), np.diff(cum)
+    grid_moments = np.array([np.dot(w, mid**k) for k in (1, 2, 3)])
+    assert np.allclose(grid_moments, law.moments(3), rtol=1e-3)
