@@ -21,7 +21,9 @@ variances/covariances of any broadcastable shape (one entry per input pair).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy import special, stats
@@ -105,7 +107,8 @@ def _same_kernel(phi: Activation, psi: Activation) -> bool:
     return phi.kernel is not None and (phi is psi or (phi.name == psi.name and phi.params == psi.params))
 
 
-def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> Array:
+def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                     memo: CoefficientMemo | None = None) -> Array:
     """``E[φ(u) ψ(v)]`` for centred Gaussian ``(u, v)`` with ``Var u = a, Var v = b, Cov = c``.
 
     Parameters
@@ -115,6 +118,8 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         Broadcastable variances and covariance. Row/column layouts such as
         ``a : (B1, 1)``, ``b : (1, B2)``, ``c : (B1, B2)`` are exploited: the
         Hermite coefficients are computed once per distinct variance.
+    memo : CoefficientMemo, optional
+        Reuses Hermite coefficients across calls that meet the same variances.
 
     Returns
     -------
@@ -127,13 +132,13 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
     if not (zero_a.any() or zero_b.any()):
-        out = np.asarray(_regular_pair(phi, psi, a, b, c), dtype=float)
+        out = np.asarray(_regular_pair(phi, psi, a, b, c, memo), dtype=float)
         return out if out.shape == shape else np.broadcast_to(out, shape).copy()
     a, b, c, zero_a, zero_b = np.broadcast_arrays(a, b, c, zero_a, zero_b)
     out = np.empty(shape)
     regular = ~(zero_a | zero_b)
     if regular.any():
-        out[regular] = _regular_pair(phi, psi, a[regular], b[regular], c[regular])
+        out[regular] = _regular_pair(phi, psi, a[regular], b[regular], c[regular], memo)
     # A zero-variance coordinate is the constant 0: E[φ(0) ψ(v)] = φ(0) E ψ(v).
     phi0, psi0 = float(phi.fn(np.zeros(1))[0]), float(psi.fn(np.zeros(1))[0])
     only_a = zero_a & ~zero_b
@@ -146,7 +151,16 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
     return out
 
 
-def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> Array:
+def is_elementary(phi: Activation, psi: Activation) -> bool:
+    """True when ``E[φ(u) ψ(v)]`` has a closed form (or Stein's identity): a few array passes.
+
+    Otherwise each call runs the Mehler series, whose fixed setup cost favours fewer, larger calls.
+    """
+    return _same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
+
+
+def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                  memo: CoefficientMemo | None = None) -> Array:
     if _same_kernel(phi, psi):
         return phi.kernel(a, b, c)
     if phi.name == "identity" and psi.name == "identity":
@@ -155,7 +169,7 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         return stein_identity(phi, a, c)
     if phi.name == "identity":
         return stein_identity(psi, b, c)
-    return _series_pair(phi, psi, a, b, c)
+    return _series_pair(phi, psi, a, b, c, memo)
 
 
 def stein_identity(phi: Activation, a: Array, c: Array) -> Array:
@@ -239,23 +253,74 @@ def _hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Arra
     return alpha, m2
 
 
+class CoefficientMemo:
+    """Hermite coefficients already computed, per (activation, order) and variance value.
+
+    A kernel is computed tile by tile and every tile meets the same per-point variances
+    again; one memo per kernel computation (see :class:`netsor.infinite.Limit`) computes
+    them once per point instead of once per tile. Safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[Any, int], _MemoTable] = {}
+
+    def table(self, act: Activation, order: int) -> _MemoTable:
+        return self._tables.setdefault((act.key, order), _MemoTable(order))
+
+
+class _MemoTable:
+    """Columns ``α(var)`` (order+1,) and ``E φ²(var)`` stored contiguously, indexed by variance value."""
+
+    def __init__(self, order: int) -> None:
+        self.column: dict[float, int] = {}
+        self.alpha = np.empty((order + 1, 0))
+        self.m2 = np.empty(0)
+        self.lock = threading.Lock()
+
+    def lookup(self, act: Activation, var: Array, order: int) -> tuple[Array, Array]:
+        values = var.tolist()
+        missing = [i for i, v in enumerate(values) if v not in self.column]
+        if missing:
+            alpha, m2 = _hermite_coefficients(act, var[missing], order)
+            with self.lock:
+                start = self.m2.size
+                self.alpha = np.concatenate([self.alpha, alpha], axis=1)
+                self.m2 = np.concatenate([self.m2, m2])
+                for j, i in enumerate(missing):
+                    self.column.setdefault(values[i], start + j)
+        cols = np.fromiter((self.column[v] for v in values), dtype=np.intp, count=len(values))
+        alpha, m2 = self.alpha, self.m2  # read once: another thread may replace them (never shrink)
+        return alpha[:, cols], m2[cols]
+
+
+def _memo_hermite_coefficients(act: Activation, var: Array, order: int,
+                               memo: CoefficientMemo | None) -> tuple[Array, Array]:
+    """:func:`_hermite_coefficients`, looked up in / stored to ``memo`` when given."""
+    if memo is None:
+        return _hermite_coefficients(act, var, order)
+    return memo.table(act, order).lookup(act, var, order)
+
+
 class _HermiteTable:
     """Hermite coefficients of one activation at n distinct variances, with tail bounds."""
 
-    def __init__(self, act: Activation, var: Array, order: int):
+    def __init__(self, act: Activation, var: Array, order: int, memo: CoefficientMemo | None = None):
         self.order = order
-        self.alpha, m2 = _hermite_coefficients(act, var, order)
+        self.alpha, m2 = _memo_hermite_coefficients(act, var, order, memo)
         self.m2 = m2
         tail = m2 - np.cumsum(self.alpha * self.alpha, axis=0)
         self.tail = np.maximum(tail, 0.0) + _TAIL_FLOOR * m2
         #: orders whose coefficient is not zero for every variance (parity of odd/even φ)
         self.active = np.any(np.abs(self.alpha) > 1e-15 * np.sqrt(m2), axis=1)
+        self._reach: dict[int, Array] = {}
 
     def reach(self, order: int) -> Array:
         """``g`` of shape (n,) such that order ``order`` meets SERIES_TOL when ``|ρ| ≤ g_φ g_ψ``."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            g = (SERIES_TOL * self.m2 / self.tail[order]) ** (0.5 / (order + 1))
-        return np.where(self.tail[order] > 0, g, np.inf)
+        if order not in self._reach:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g = (SERIES_TOL * self.m2 / self.tail[order]) ** (0.5 / (order + 1))
+            self._reach[order] = np.where(self.tail[order] > 0, g, np.inf)
+        return self._reach[order]
 
 
 def _lift(x: Array, ndim: int) -> Array:
@@ -374,13 +439,14 @@ def _same_activation(phi: Activation, psi: Activation) -> bool:
     return phi is psi or (phi.fn is psi.fn and phi.kinks == psi.kinks)
 
 
-def _tables(phi: Activation, psi: Activation, va: Array, vb: Array,
-            order: int) -> tuple[_HermiteTable, _HermiteTable]:
-    ta = _HermiteTable(phi, va, order)
-    return ta, ta if _same_activation(phi, psi) and va is vb else _HermiteTable(psi, vb, order)
+def _tables(phi: Activation, psi: Activation, va: Array, vb: Array, order: int,
+            memo: CoefficientMemo | None) -> tuple[_HermiteTable, _HermiteTable]:
+    ta = _HermiteTable(phi, va, order, memo)
+    return ta, ta if _same_activation(phi, psi) and va is vb else _HermiteTable(psi, vb, order, memo)
 
 
-def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> Array:
+def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                 memo: CoefficientMemo | None = None) -> Array:
     """Mehler series with exact fallbacks, for broadcastable ``a, b, c`` (all variances > 0)."""
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     full = shape or (1,)
@@ -393,7 +459,7 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array)
         vb, ib = np.unique(b, return_inverse=True)
         ia, ib = ia.reshape(a.shape), ib.reshape(b.shape)
     sa, sb = np.sqrt(a), np.sqrt(b)
-    tables = {_SMALL_TABLE: _tables(phi, psi, va, vb, _SMALL_TABLE)}
+    tables = {_SMALL_TABLE: _tables(phi, psi, va, vb, _SMALL_TABLE, memo)}
 
     # Order of the dense pass: minimise the estimated cost over a strided sample of pairs.
     size = int(np.prod(full))
@@ -404,7 +470,7 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array)
     colinear_s = rho_s >= 1.0 - _COLINEAR
     beyond = rho_s > _orders_reach(tables[_SMALL_TABLE], _SMALL_TABLE, ia_s, ib_s)
     if np.mean(beyond & ~colinear_s) > 0.5:
-        tables[_LARGE_TABLE] = _tables(phi, psi, va, vb, _LARGE_TABLE)
+        tables[_LARGE_TABLE] = _tables(phi, psi, va, vb, _LARGE_TABLE, memo)
     top = max(tables)
     orders = [k for k in _ORDERS if k <= top]
     need = np.full(rho_s.size, len(orders))
@@ -424,7 +490,7 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array)
         sa_r, sb_r = np.broadcast_to(sa, full)[sub], np.broadcast_to(sb, full)[sub]
         out.reshape(-1)[rest] = _sparse_pairs(
             phi, psi, va, vb, tables, np.broadcast_to(ia, full)[sub], np.broadcast_to(ib, full)[sub],
-            np.broadcast_to(c, full)[sub] / (sa_r * sb_r), order)
+            np.broadcast_to(c, full)[sub] / (sa_r * sb_r), order, memo)
     return out.reshape(shape)
 
 
@@ -438,7 +504,7 @@ def _orders_reach(tabs: tuple[_HermiteTable, _HermiteTable], order: int, ia: Arr
 
 def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
                   tables: dict[int, tuple[_HermiteTable, _HermiteTable]], ia: Array, ib: Array,
-                  rho: Array, done: int) -> Array:
+                  rho: Array, done: int, memo: CoefficientMemo | None = None) -> Array:
     """Pairs (flat, shape (m,)) left by a dense pass of order ``done``: higher orders, then exact rules."""
     rho = np.clip(rho, -1.0, 1.0)
     out = np.empty(rho.size)
@@ -462,7 +528,7 @@ def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
         else:  # the large table, for the variances still needed only
             ua, ja = np.unique(ia[todo], return_inverse=True)
             ub, jb = np.unique(ib[todo], return_inverse=True)
-            tabs = _tables(phi, psi, va[ua], vb[ub], size)
+            tabs = _tables(phi, psi, va[ua], vb[ub], size, memo)
         for order in (k for k in _ORDERS if done < k <= size):
             ok = np.abs(rho[todo]) <= _orders_reach(tabs, order, ja, jb)
             if ok.any():

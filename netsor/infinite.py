@@ -51,8 +51,12 @@ Key = tuple[Hashable, ...]
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Relative tolerance on negative eigenvalues before a kernel is declared non-PSD.
 PSD_TOLERANCE = 1e-9
-#: Largest tile side of the pair grid (cache-sized; see Limit._grid).
-TILE_MAX = 256
+#: Largest tile side of the pair grid when every pair term has a closed form: cache-sized tiles,
+#: spread over threads, upper triangle only for symmetric kernels (see Limit._grid).
+TILE_MAX = 512
+#: Largest tile side when some term needs the Mehler series, whose per-call setup (coefficient
+#: tables, order selection) is amortised over more pairs.
+SERIES_TILE_MAX = 1024
 #: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
 PSD_CHECK_MAX = 5000
 
@@ -256,8 +260,8 @@ class _Run:
 
     def __init__(self, an: _Analysis, d: int, diag: bool, left: _Side | None = None,
                  right: _Side | None = None, rows: slice = slice(None), cols: slice = slice(None),
-                 X: Array | None = None) -> None:
-        self.an, self.d, self.diag = an, d, diag
+                 X: Array | None = None, memo: gaussian.CoefficientMemo | None = None) -> None:
+        self.an, self.d, self.diag, self.memo = an, d, diag, memo
         self.values: dict[Key, Array] = {}
         self.max_stderr = 0.0
         if diag:
@@ -341,7 +345,7 @@ class _Run:
         if isinstance(t1, Apply) and isinstance(t2, Apply):
             a = self.point(("cov", t1.arg, t1.arg), "left")
             b = self.point(("cov", t2.arg, t2.arg), "right")
-            return gaussian.pair_expectation(t1.act, t2.act, a, b, self.get("cov", t1.arg, t2.arg))
+            return gaussian.pair_expectation(t1.act, t2.act, a, b, self.get("cov", t1.arg, t2.arg), self.memo)
         return self._joint(t1, t2)
 
     def _joint(self, t1: Term, t2: Term) -> Array:
@@ -453,6 +457,7 @@ class Limit:
         self.threads = threads or min(os.cpu_count() or 1, 8)
         self._diag: dict[str, _Side] = {}
         self.max_stderr = 0.0
+        self.memo = gaussian.CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
 
     # ---- per-point runs
     def _side(self, which: str, keys: set[Key]) -> _Side:
@@ -463,7 +468,7 @@ class Limit:
             side = self._diag[which] = _Side({}, self.X if which == "left" else self.X2)
         missing = [k for k in keys if k not in side.values]
         if missing:
-            run = _Run(self.analysis, self.d, diag=True, X=side.X)
+            run = _Run(self.analysis, self.d, diag=True, X=side.X, memo=self.memo)
             run.values = side.values
             plan = _Planner(self.analysis, diag=True).plan(missing)
             # Keep every per-point value: they are (B,) arrays and later queries reuse them.
@@ -484,11 +489,16 @@ class Limit:
         per_entry = 8 * (peak + 4) * self.threads
         # Tiles of a few hundred points stay in cache, use every thread and, for a symmetric
         # kernel, skip the lower triangle; the budget can only make them smaller.
-        size = max(16, min(TILE_MAX, int(np.sqrt(self.memory_budget / per_entry))))
+        elementary = all(
+            gaussian.is_elementary(self.analysis.terms[k[1]].act, self.analysis.terms[k[2]].act)
+            for k in plan.order
+            if k[0] == "term" and all(isinstance(self.analysis.terms[t], Apply) for t in k[1:]))
+        size = max(16, min(TILE_MAX if elementary else SERIES_TILE_MAX, int(np.sqrt(self.memory_budget / per_entry))))
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
-            run = _Run(self.analysis, self.d, diag=False, left=left, right=right, rows=rows, cols=cols)
+            run = _Run(self.analysis, self.d, diag=False, left=left, right=right, rows=rows, cols=cols,
+                       memo=self.memo)
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})
