@@ -29,6 +29,19 @@ MeanRule = Callable[[Array], Array]
 _TWO_PI = 2.0 * np.pi
 
 
+def _scalar_safe(rule: KernelRule) -> KernelRule:
+    """Let a kernel rule that updates arrays in place also accept scalars (0-d inputs)."""
+
+    def wrapped(a: Array, b: Array, c: Array) -> Array:
+        a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
+        if a.ndim or b.ndim or c.ndim:
+            return rule(a, b, c)
+        return rule(a.reshape(1), b.reshape(1), c.reshape(1)).reshape(())
+
+    wrapped.__doc__, wrapped.__name__ = rule.__doc__, rule.__name__
+    return wrapped
+
+
 def _correlation(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     """sqrt(ab) and the correlation c/sqrt(ab) clipped to [-1, 1] (0 where ab = 0).
 
@@ -53,6 +66,7 @@ def _sqrt_one_minus_square(rho: Array) -> Array:
     return np.sqrt(out, out=out)
 
 
+@_scalar_safe
 def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     """E[relu u relu v] = sqrt(ab) (sin θ + (π − θ) cos θ) / (2π) (Cho & Saul, order 1)."""
     s, rho = _correlation(a, b, c)
@@ -66,6 +80,7 @@ def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     return out
 
 
+@_scalar_safe
 def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
     _, rho = _correlation(a, b, c)
@@ -80,6 +95,7 @@ def _erf_kernel(a: Array, b: Array, c: Array) -> Array:
     return (2.0 / np.pi) * np.arcsin(np.clip(2.0 * c / np.sqrt((1.0 + 2.0 * a) * (1.0 + 2.0 * b)), -1, 1))
 
 
+@_scalar_safe
 def _abs_kernel(a: Array, b: Array, c: Array) -> Array:
     # |u| = relu(u) + relu(-u): 2 E[relu u relu v] + 2 E[relu u relu(-v)].
     s, rho = _correlation(a, b, c)
