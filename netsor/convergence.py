@@ -27,7 +27,6 @@ per-width intervals and a log-log slope with a bootstrap 95 % CI.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from netsor.errors import HyperParameterError
 from netsor.finite import run_finite
 from netsor.infinite import nngp
 from netsor.inputs import check_inputs
-from netsor.program import Program
+from netsor.program import Program, check_count
 from netsor.rates import LogLogFit, cell_seed, fit_loglog, fit_with_floor, run_sweep
 
 Array = np.ndarray
@@ -88,8 +87,7 @@ class Study:
             raise HyperParameterError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}")
         for what, value, low in (("samples", self.samples, 2), ("replicates", self.replicates, 2),
                                  ("directions", self.directions, 1)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise HyperParameterError(f"{what} must be an integer >= {low}, got {value!r}")
+            check_count(value, what, low)
         self.X = check_inputs(self.program, self.X)
         self.name = self.name or self.program.name
         self.K = nngp(self.program, self.X)
@@ -149,11 +147,7 @@ def _int_seed(seq: np.random.SeedSequence) -> int:
 
 
 def _check_widths(widths: Sequence[int]) -> list[int]:
-    out = []
-    for w in widths:
-        if isinstance(w, bool) or not isinstance(w, numbers.Integral | np.integer) or w < 1:
-            raise HyperParameterError(f"widths must be positive integers, got {w!r}")
-        out.append(int(w))
+    out = [check_count(w, "every width") for w in widths]
     if len(set(out)) < 2:
         raise HyperParameterError("a convergence sweep needs at least two distinct widths")
     return sorted(set(out))

@@ -24,7 +24,6 @@ executed as that LinComb in the limit, and reported in ``degenerate``.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,6 @@ import numpy as np
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.finite import (
     _block_size,
-    _check_seed,
     _Chunk,
     _chunk_networks,
     _Plan,
@@ -49,7 +47,7 @@ from netsor.finite import (
 )
 from netsor.infinite import Limit
 from netsor.inputs import check_inputs
-from netsor.program import BiasLine, MatMulLine, Program, Vector
+from netsor.program import BiasLine, MatMulLine, Program, Vector, check_count
 
 Array = np.ndarray
 
@@ -167,8 +165,7 @@ def coupled(
     Xa = check_inputs(program, X)
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
         raise UnsupportedError("coupled execution needs a program without transposed MatMuls")
-    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
-        raise HyperParameterError(f"samples must be a positive integer, got {samples!r}")
+    samples = check_count(samples, "samples")
     try:
         p = float(p)
     except (TypeError, ValueError):
@@ -181,7 +178,7 @@ def coupled(
     grams = _LimitGram(program, Xa)
     block = _block_size("matrix-free", B, sizes)
     n_blocks = -(-samples // block)
-    children = np.random.SeedSequence(_check_seed(seed)).spawn(n_blocks)
+    children = np.random.SeedSequence(check_count(seed, "seed", 0)).spawn(n_blocks)
     per_chunk = max(1, _chunk_networks("matrix-free", program, B, sizes, memory_budget // 2) // block)
 
     K = grams.limit.nngp()

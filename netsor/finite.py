@@ -19,7 +19,6 @@ memory budget, so results do not depend on how networks are chunked.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from netsor.program import (
     NonLinLine,
     Program,
     Vector,
+    check_count,
 )
 
 Array = np.ndarray
@@ -82,9 +82,7 @@ def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> 
                 raise HyperParameterError(f"no width given for dim {dim.name!r}: width={dict(width)}")
         else:
             value = width
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise HyperParameterError(f"width of dim {dim.name!r} must be a positive integer, got {value!r}")
-        sizes[dim] = int(value)
+        sizes[dim] = check_count(value, f"width of dim {dim.name!r}")
     return sizes
 
 
@@ -316,8 +314,7 @@ def run_finite(
     Xa = check_inputs(program, X)
     if not program.outputs and not vectors:
         raise ProgramError("the program has no outputs; add p.readout(h, sigma=...) first")
-    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
-        raise HyperParameterError(f"samples must be a positive integer, got {samples!r}")
+    samples = check_count(samples, "samples")
     vectors = list(vectors)
     for v in vectors:
         program._check_own(v)
@@ -327,7 +324,7 @@ def run_finite(
     B, R = Xa.shape[0], program.num_outputs
     block = _block_size(method, B, sizes)
     n_blocks = -(-samples // block)
-    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(_check_seed(seed))
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(check_count(seed, "seed", 0))
     children = seq.spawn(n_blocks)
     per_chunk = max(1, _chunk_networks(method, program, B, sizes, memory_budget) // block)
 
@@ -379,12 +376,6 @@ def conditional_kernels(program: Program, values: Mapping[Vector, Array], sizes:
                 K[:, :, r, :, s] = block
                 K[:, :, s, :, r] = block.transpose(0, 2, 1)
     return K.reshape(S, B * R, B * R)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise HyperParameterError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
 
 
 def sample(

@@ -54,6 +54,13 @@ def check_variance(value: Any, what: str) -> float:
     return x
 
 
+def check_count(value: Any, what: str, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum`` (depths, widths, sample counts, seeds); bools are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 @dataclass(frozen=True, eq=False)
 class Dim:
     """A width dimension. At finite width it has a size; in the limit it is infinite."""

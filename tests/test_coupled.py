@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from programs import weight_sharing
 from scipy import stats
 
 import netsor
@@ -12,15 +13,7 @@ Z_MAX = 4.0
 
 
 def shared_weights() -> netsor.Program:
-    p = netsor.Program()
-    n = p.dim("n")
-    g = p.input(n, sigma=1.0, bias=0.1)
-    W = p.matrix(n, n, sigma=2**0.5)
-    a = W @ netsor.relu(g)
-    b = W @ netsor.erf(g)
-    c = netsor.relu(a) + b
-    p.readout(c, sigma=1.0, bias=0.0)
-    return p
+    return weight_sharing().p
 
 
 def flat_inputs(B: int, d: int = 5, seed: int = 0) -> np.ndarray:

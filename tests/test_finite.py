@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from programs import weight_sharing
 
 import netsor
 from netsor.finite import _block_size, _chunk_networks, resolve_widths
@@ -18,15 +19,7 @@ Z_MAX = 4.0
 # ---- programs ------------------------------------------------------------------------------------
 def shared_weights(scale: float = 1.0) -> netsor.Program:
     """One matrix W used on two different vectors (weight sharing inside a layer)."""
-    p = netsor.Program()
-    n = p.dim("n")
-    g = p.input(n, sigma=1.0, bias=0.1)
-    W = p.matrix(n, n, sigma=scale * 2**0.5)
-    a = W @ netsor.relu(g)
-    b = W @ netsor.erf(g)
-    c = netsor.relu(a) + b
-    p.readout(c, sigma=1.0, bias=0.0)
-    return p
+    return weight_sharing(scale).p
 
 
 def mlp3(scale: float = 1.0) -> netsor.Program:

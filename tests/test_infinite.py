@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from programs import weight_sharing
 from scipy import integrate, special
 
 import netsor
@@ -141,14 +142,8 @@ def test_rnn_against_recursion():
 
 def test_weight_sharing_program_by_hand():
     """The core example: a = W relu(g), b = W erf(g), c = relu(a) + b (shared W)."""
-    p = netsor.Program()
-    n = p.dim("n")
-    g = p.input(n, sigma=1.0, bias=0.1)
-    W = p.matrix(n, n, sigma=2**0.5)
-    a = W @ netsor.relu(g)
-    b = W @ netsor.erf(g)
-    c = netsor.relu(a) + b
-    p.readout(c, sigma=1.0, bias=0.0)
+    w = weight_sharing()
+    p, a, b, c = w.p, w.a, w.b, w.c
     X = np.array([[0.5, -1.0, 0.3], [1.0, 0.2, -0.7]])
 
     def relu_relu(a, b, c):  # arc-cosine kernel, textbook form

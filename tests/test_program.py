@@ -4,21 +4,15 @@ import dataclasses
 
 import numpy as np
 import pytest
+from programs import weight_sharing
 
 import netsor
 from netsor.errors import DimensionError, HyperParameterError, InputError, NetsorError, ProgramError
 
 
 def small_program():
-    p = netsor.Program()
-    n = p.dim("n")
-    g = p.input(n, sigma=1.0, bias=0.1)
-    W = p.matrix(n, n, sigma=2**0.5)
-    a = W @ netsor.relu(g)
-    b = W @ netsor.erf(g)
-    c = netsor.relu(a) + b
-    p.readout(c, sigma=1.0, bias=0.0)
-    return p, n, g, W, a, b, c
+    w = weight_sharing()
+    return w.p, w.n, w.g, w.W, w.a, w.b, w.c
 
 
 def test_builder_kinds_and_fusion():

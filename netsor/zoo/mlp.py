@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import numbers
-
-from netsor.errors import HyperParameterError
 from netsor.nonlin import Activation
 from netsor.nonlin import activation as get_activation
-from netsor.program import Program
-
-
-def check_count(value: object, what: str, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum`` (depths, block and step counts)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+from netsor.program import Program, check_count
 
 
 def mlp(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0,

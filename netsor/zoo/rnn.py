@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from netsor.nonlin import Activation
 from netsor.nonlin import activation as get_activation
-from netsor.program import Program
-from netsor.zoo.mlp import check_count
+from netsor.program import Program, check_count
 
 
 def rnn(steps: int, activation: str | Activation = "tanh", sigma_w: float = 1.0, sigma_u: float = 1.0,
