@@ -20,12 +20,31 @@ CASES = [("tanh", 4, 1.2, 0.1, "gaussian"), ("relu", 4, np.sqrt(2.0), 0.0, "gaus
          ("hard_tanh", 6, 1.2, 0.0, "gaussian")]
 
 
-@pytest.mark.parametrize("act,depth,sw,sb,kind", CASES)
-def test_moments_within_three_standard_errors(act, depth, sw, sb, kind):
-    law = jacobian_spectrum(act, depth, sw, sb, kind)
-    ev = empirical_jacobian_spectrum(act, depth, sw, sb, kind, width=200, samples=12, seed=3)
-    mean, se = moment_table(ev, 2)
-    assert np.all(np.abs(mean - law.moments(2)) <= 3 * se + 0.02 * law.moments(2))
+def _extrapolated_moments(case, width, samples, seed):
+    """Moments m1..m4 extrapolated to infinite width from widths ``n`` and ``2n``, and their SE.
+
+    Finite-width moments are ``m(n) = m + b/n + O(1/n²)`` (at width 200 the bias of m4 for ReLU
+    at depth 4 is ~10 %, far above the SE of a dozen networks), so ``2 m(2n) − m(n)`` removes
+    the leading bias; its SE is ``sqrt(4 SE(2n)² + SE(n)²)``.
+    """
+    rng = np.random.default_rng(seed)
+    (m1, s1), (m2, s2) = (moment_table(empirical_jacobian_spectrum(
+        *case, width=n, samples=samples, seed=rng)) for n in (width, 2 * width))
+    return 2.0 * m2 - m1, np.sqrt(4.0 * s2**2 + s1**2)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_moments_within_three_standard_errors(case):
+    law = jacobian_spectrum(*case)
+    mean, se = _extrapolated_moments(case, 128, 12, 3)
+    assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "orthogonal"])
+def test_w1_at_width_300(kind):
+    law = jacobian_spectrum("tanh", 4, 1.05, 0.05, kind)
+    ev = empirical_jacobian_spectrum("tanh", 4, 1.05, 0.05, kind, width=300, samples=8, seed=11)
+    assert esd(ev).w1(law) <= 0.02 * law.mean
 
 
 def test_sampled_laws_are_close():
@@ -47,20 +66,24 @@ def test_cli_commands(tmp_path):
     assert res.exit_code != 0 and "unknown activation" in res.output
 
 
+VALIDATION = [(act, depth, sw, sb, kind) for depth in (4, 8, 16) for kind in ("gaussian", "orthogonal")
+              for act, sw, sb in (("tanh", 1.05, 0.05), ("relu", np.sqrt(2.0), 0.0),
+                                  ("hard_tanh", 1.05, 0.05))] + [("erf", 8, 0.9, 0.05, "gaussian")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("act,depth,sw,sb,kind", [
-    ("tanh", 8, 1.1, 0.05, "gaussian"), ("relu", 8, np.sqrt(2.0), 0.0, "gaussian"),
-    ("hard_tanh", 8, 1.1, 0.05, "orthogonal"), ("relu", 16, np.sqrt(2.0), 0.0, "orthogonal")])
-def test_large_width_w1(act, depth, sw, sb, kind):
-    law = jacobian_spectrum(act, depth, sw, sb, kind)
-    ev = empirical_jacobian_spectrum(act, depth, sw, sb, kind, width=1000, samples=4, seed=5)
-    assert esd(ev).w1(law) <= 0.05 * law.mean
+@pytest.mark.parametrize("case", VALIDATION)
+def test_large_width_w1_and_moments(case):
+    """Width 2000, 6 networks: W1 ≤ 0.02·mean and m1..m4 within 3 SE (acceptance criteria)."""
+    law = jacobian_spectrum(*case)
+    ev = empirical_jacobian_spectrum(*case, width=2000, samples=6, seed=11)
+    assert esd(ev).w1(law) <= 0.02 * law.mean
     mean, se = moment_table(ev, 4)
-    assert np.all(np.abs(mean - law.moments(4)) <= 3 * se + 0.02 * law.moments(4))
+    assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
 
 
-@pytest.mark.slow
 def test_fip_free_decays_classical_does_not():
-    rep = fip_check("relu", 4, np.sqrt(2.0), widths=(50, 100, 200, 400), replicates=3, seed=1)
-    assert rep.slope_free[2] < 0
-    assert rep.w1_classical.mean() > 3 * rep.w1_free[-1].mean()
+    rep = fip_check("relu", 4, np.sqrt(2.0), widths=(100, 200, 400, 800), replicates=2, seed=1)
+    assert rep.slope_free[2] < 0  # the whole 95 % interval of the free slope is below 0
+    assert rep.slope_classical[0] > -0.1  # the classical distance plateaus
+    assert rep.w1_classical[-1].mean() > 3 * rep.w1_free[-1].mean()
