@@ -53,3 +53,26 @@ def gaussian_expectation(f, q: float, breaks: tuple[float, ...] = ()) -> float:
         return float(np.asarray(f(np.zeros(1)))[0])
     h, w, _ = gaussian_panels(q, breaks)
     return float(np.dot(w, f(h)))
+
+
+def gauss_rule(x: Array, w: Array, n: int) -> tuple[Array, Array]:
+    """The ``n``-point Gauss rule of the discrete measure ``Σ_i w_i δ_{x_i}``.
+
+    Stieltjes procedure (three-term recurrence of the orthonormal polynomials, inner products
+    on the given nodes) and Golub–Welsch (eigen-decomposition of the Jacobi matrix). The rule
+    integrates polynomials of degree ``≤ 2n − 1`` exactly against the measure; it is returned
+    unchanged when it has at most ``n`` nodes. Returns ``(nodes, weights)``, shape ``(n,)``.
+    """
+    if x.size <= n:
+        return x, w
+    alpha, beta = np.zeros(n), np.zeros(n - 1)
+    p_prev, p = np.zeros_like(x), np.full_like(x, 1.0 / np.sqrt(w.sum()))
+    for k in range(n):
+        alpha[k] = np.dot(w, x * p * p)
+        if k == n - 1:
+            break
+        q = (x - alpha[k]) * p - (beta[k - 1] * p_prev if k else 0.0)
+        beta[k] = np.sqrt(np.dot(w, q * q))
+        p_prev, p = p, q / beta[k]
+    nodes, vectors = np.linalg.eigh(np.diag(alpha) + np.diag(beta, 1) + np.diag(beta, -1))
+    return nodes, vectors[0] ** 2 * w.sum()
