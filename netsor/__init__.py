@@ -33,7 +33,7 @@ from netsor.nonlin import (
 
 __version__ = "0.1.0"
 
-from netsor import zoo  # noqa: E402
+from netsor import matrixlaws, zoo
 from netsor.builder import nonlin  # noqa: E402  (the function shadows the module name on purpose)
 from netsor.coupled import CoupledRun, coupled  # noqa: E402
 from netsor.finite import FiniteRun, run_finite, sample  # noqa: E402
