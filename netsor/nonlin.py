@@ -42,48 +42,49 @@ def _scalar_safe(rule: KernelRule) -> KernelRule:
     return wrapped
 
 
-def _correlation(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
-    """sqrt(ab) and the correlation c/sqrt(ab) clipped to [-1, 1] (0 where ab = 0).
+def _correlation(a: Array, b: Array, c: Array) -> tuple[Array, Array, Array]:
+    """sqrt(a), sqrt(b) and the correlation c/sqrt(ab) clipped to [-1, 1] (0 where ab = 0).
 
     ``a`` and ``b`` are typically (B1, 1) and (1, B2) and ``c`` (B1, B2): the square
-    roots are taken on the small arrays and the big ones are updated in place.
+    roots and reciprocals are taken on the small arrays and the big ones are updated in
+    place (these kernels run once per layer on every pair of inputs).
     """
     sa = np.sqrt(np.maximum(a, 0.0))
     sb = np.sqrt(np.maximum(b, 0.0))
-    s = np.multiply(sa, sb)
     if np.all(sa > 0) and np.all(sb > 0):
-        rho = np.divide(c, s)
+        rho = np.multiply(c, 1.0 / sa)
+        rho *= 1.0 / sb
     else:
+        s = sa * sb
         with np.errstate(divide="ignore", invalid="ignore"):
             rho = np.where(s > 0, c / np.where(s > 0, s, 1.0), 0.0)
-    return s, np.clip(rho, -1.0, 1.0, out=rho)
+    return sa, sb, np.clip(rho, -1.0, 1.0, out=rho)
 
 
 def _sqrt_one_minus_square(rho: Array) -> Array:
     out = np.multiply(rho, rho)
-    np.subtract(1.0, out, out=out)
-    np.maximum(out, 0.0, out=out)
+    np.subtract(1.0, out, out=out)  # >= 0 exactly, since |rho| <= 1
     return np.sqrt(out, out=out)
 
 
 @_scalar_safe
 def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     """E[relu u relu v] = sqrt(ab) (sin θ + (π − θ) cos θ) / (2π) (Cho & Saul, order 1)."""
-    s, rho = _correlation(a, b, c)
+    sa, sb, rho = _correlation(a, b, c)
     out = _sqrt_one_minus_square(rho)
     theta = np.arccos(rho)
     np.subtract(np.pi, theta, out=theta)
     theta *= rho
     out += theta
-    out *= s
-    out *= 1.0 / _TWO_PI
+    out *= sa * (1.0 / _TWO_PI)
+    out *= sb
     return out
 
 
 @_scalar_safe
 def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
-    _, rho = _correlation(a, b, c)
+    _, _, rho = _correlation(a, b, c)
     out = np.arccos(rho, out=rho)
     np.subtract(np.pi, out, out=out)
     out *= 1.0 / _TWO_PI
@@ -98,9 +99,9 @@ def _erf_kernel(a: Array, b: Array, c: Array) -> Array:
 @_scalar_safe
 def _abs_kernel(a: Array, b: Array, c: Array) -> Array:
     # |u| = relu(u) + relu(-u): 2 E[relu u relu v] + 2 E[relu u relu(-v)].
-    s, rho = _correlation(a, b, c)
+    sa, sb, rho = _correlation(a, b, c)
     theta = np.arccos(rho)
-    return s * (2.0 * _sqrt_one_minus_square(rho) + (np.pi - 2.0 * theta) * rho) / np.pi
+    return sa * sb * (2.0 * _sqrt_one_minus_square(rho) + (np.pi - 2.0 * theta) * rho) / np.pi
 
 
 def _leaky_relu_kernel(alpha: float) -> KernelRule:
