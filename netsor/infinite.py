@@ -53,7 +53,7 @@ DEFAULT_MEMORY_BUDGET = 2 * 2**30
 PSD_TOLERANCE = 1e-9
 #: Largest tile side of the pair grid when every pair term has a closed form: cache-sized tiles,
 #: spread over threads, upper triangle only for symmetric kernels (see Limit._grid).
-TILE_MAX = 512
+TILE_MAX = 256
 #: Largest tile side when some term needs the Mehler series, whose per-call setup (coefficient
 #: tables, order selection) is amortised over more pairs.
 SERIES_TILE_MAX = 1024
