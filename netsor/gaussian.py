@@ -21,8 +21,10 @@ variances/covariances of any broadcastable shape (one entry per input pair).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -193,6 +195,8 @@ _ORDERS = (5, 7, 11, 15, 19, 23, 31, 39, 47, 63, 95, 127, 191, 255)
 _SMALL_TABLE, _LARGE_TABLE = 63, 255
 #: Pairs per block of the series evaluation (the block's work arrays stay in cache).
 _BLOCK = 1 << 16
+#: Variances from which the Hermite coefficients are computed on two threads.
+_PARALLEL_MIN = 256
 #: Coefficients gathered per block at most (bounds the memory for long flat inputs).
 _GATHER = 1 << 20
 #: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
@@ -214,6 +218,21 @@ def _hermite_functions(z: Array, order: int) -> Array:
 
 
 def _hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array, Array]:
+    """Hermite coefficients and second moment of ``φ(√var Z)`` (large batches on two threads).
+
+    The work is numpy calls that release the GIL (φ on the nodes, one matrix product), and for
+    a kernel it runs once per layer on all points before the tiles start, so it would otherwise
+    leave the other cores idle.
+    """
+    if var.size < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+        return _hermite_coefficients_serial(act, var, order)
+    half = var.size // 2
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(pool.map(lambda v: _hermite_coefficients_serial(act, v, order), (var[:half], var[half:])))
+    return np.concatenate([parts[0][0], parts[1][0]], axis=1), np.concatenate([parts[0][1], parts[1][1]])
+
+
+def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tuple[Array, Array]:
     """Hermite coefficients and second moment of ``φ(√var Z)``.
 
     Parameters
