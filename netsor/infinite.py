@@ -35,6 +35,7 @@ from netsor import gaussian
 from netsor.errors import NumericalError, UnsupportedError
 from netsor.expr import Apply, Term
 from netsor.inputs import check_inputs, check_same_layout, data_view
+from netsor.nonlin import identity
 from netsor.program import (
     BiasLine,
     LinCombLine,
@@ -86,7 +87,7 @@ class _Analysis:
                     tuple((c, self._term_key(t)) for c, t in line.expr.terms if c != 0.0),
                 )
         for g in self.sources:
-            self.exprs[g] = (0.0, ((1.0, self._term_key(Apply(_identity(), g))),))
+            self.exprs[g] = (0.0, ((1.0, self._term_key(Apply(identity, g))),))
 
     def _term_key(self, term: Term) -> Key:
         # One-argument activations of the same G-vector are the same random variable whatever
@@ -97,12 +98,6 @@ class _Analysis:
 
     def line(self, v: Vector) -> Any:
         return self.program.line_of(v)
-
-
-def _identity() -> Any:
-    from netsor.nonlin import identity
-
-    return identity
 
 
 _ANALYSES: dict[int, _Analysis] = {}
@@ -117,10 +112,6 @@ def analysis_of(program: Program) -> _Analysis:
 
 
 # ------------------------------------------------------------------------ plans
-def _vec_order(v: Vector) -> int:
-    return v.index
-
-
 @dataclass
 class _Plan:
     """Pair quantities to compute, in dependency order, with their last use (for freeing)."""
