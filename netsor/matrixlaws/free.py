@@ -49,7 +49,7 @@ from netsor.matrixlaws.laws import (
 from netsor.matrixlaws.numlaw import SolvedLaw
 
 Array = np.ndarray
-LogS = Callable[[Array, Array], tuple[Array, Array]]
+LogS = Callable[[Array, float, Array], tuple[Array, Array]]
 _N_MOMENTS = 8
 _NEWTON_TOLERANCE = 1e-8
 _NEWTON_ITERATIONS = 6
@@ -132,26 +132,27 @@ def _quadrature(law: SpectralLaw) -> tuple[Array, Array]:
 # --------------------------------------------------------------------------- ⊠
 
 def _explicit_log_s(law: SpectralLaw) -> LogS | None:
-    """``(w, 1 + w) ↦ (log S(w), d log S/dw)`` when the S-transform is explicit, else None.
+    """``(w, c, d) ↦ (log S(w), d log S/dw)`` when the S-transform is explicit, else None.
 
-    ``1 + w`` is passed separately because it is tiny near ``z = 0`` and must not be
-    recomputed from ``w``.
+    ``1 + w = c + d`` with a real constant ``c`` and the array ``d``: near ``z = 0`` the
+    quantities ``1 + w`` and (Bernoulli law) ``p + w = (c − (1 − p)) + d`` are tiny or
+    nearly cancel, and must be formed from ``d``, never recomputed from ``w``.
     """
     if isinstance(law, MarchenkoPastur):
         lam, v = law.ratio, law.variance
-        def mp(w: Array, opw: Array) -> tuple[Array, Array]:
-            one_lw = (1.0 - lam) + lam * opw
+        def mp(w: Array, c: float, d: Array) -> tuple[Array, Array]:
+            one_lw = ((1.0 - lam) + lam * c) + lam * d
             return -np.log(v) - np.log(one_lw), -lam / one_lw
         return mp
     if isinstance(law, FussCatalan):
         s, v = law.order, law.variance
-        return lambda w, opw: (-s * np.log(v) - s * np.log(opw), -s / opw)
+        return lambda w, c, d: (-s * np.log(v) - s * np.log(c + d), -s / (c + d))
     if isinstance(law, DiscreteLaw):
         loc, mass = law.atoms
         if loc.size == 2 and loc[0] == 0.0 and loc[1] > 0:
-            a, p = loc[1], mass[1]  # S = (1 + w) / (a (p + w))
-            def bernoulli(w: Array, opw: Array) -> tuple[Array, Array]:
-                p_w = (p - 1.0) + opw
+            a, p0 = loc[1], mass[0]  # S = (1 + w) / (a (p + w)), p = 1 − p0
+            def bernoulli(w: Array, c: float, d: Array) -> tuple[Array, Array]:
+                opw, p_w = c + d, (c - p0) + d
                 return np.log(opw) - np.log(a) - np.log(p_w), 1.0 / opw - 1.0 / p_w
             return bernoulli
     return None
@@ -175,6 +176,21 @@ class Factor:
     law: SpectralLaw
     power: int = 1
     kappa: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Implicit:
+    """A factor without explicit S-transform: its quadrature with the mass at 0 split off
+    (``zero``), so that ``1 + ψ_k(u) − zero = Σ_{x_i > 0} w_i/(1 − u x_i)`` is summed without
+    cancellation."""
+
+    nodes: Array
+    weights: Array
+    zero: float
+    power: int
+    kappa: float
+    m1: float
+    m2: float
 
 
 def product_atoms(laws: Sequence[SpectralLaw]) -> tuple[Array, Array]:
@@ -220,7 +236,7 @@ class FreeProductLaw(SolvedLaw):
         self.grid_size = int(grid_size)
         self._log_const = 0.0
         self._explicit: list[tuple[LogS, int, float]] = []
-        self._implicit: list[tuple[Array, Array, int, float, Array]] = []
+        self._implicit: list[_Implicit] = []
         for f in self.factors:
             lo, _ = f.law.support
             if lo < 0:
@@ -239,12 +255,16 @@ class FreeProductLaw(SolvedLaw):
                 self._explicit.append((log_s, f.power, f.kappa))
             else:
                 nodes, weights = _quadrature(f.law)
-                self._implicit.append((nodes, weights, f.power, f.kappa, f.law.moments(2)))
+                at0 = nodes == 0.0
+                self._implicit.append(_Implicit(nodes[~at0], weights[~at0], float(np.sum(weights[at0])),
+                                                f.power, f.kappa, *f.law.moments(2)))
         if atoms is None:
             if any(f.kappa != 1.0 for f in self.factors):
                 raise HyperParameterError("pass the atoms explicitly when some kappa ≠ 1")
             atoms = product_atoms([f.law for f in self.factors for _ in range(f.power)])
         self._atoms = (np.asarray(atoms[0], float), np.asarray(atoms[1], float))
+        # zG → (mass at 0) as z → 0: the solver's unknown is δ = zG − zero_mass
+        self._zero_mass = float(np.sum(self._atoms[1][self._atoms[0] == 0.0]))
         self.smoothed_points = 0  # points where only the ε = 1e−4 x₊ continuation converged
         powers = [f.power for f in self.factors if f.power] or [1]
         self._max_correction = min(_MAX_CORRECTION, 0.5 * np.pi / max(powers))
@@ -271,90 +291,95 @@ class FreeProductLaw(SolvedLaw):
 
     # ---- the equations
     @staticmethod
-    def _implicit_psi(nodes: Array, weights: Array, u: Array) -> tuple[Array, Array]:
-        """``1 + ψ_k(u) = Σ_i w_i / (1 − u x_i)`` and ``ψ_k'(u)`` from the nodes (``u`` any
-        shape). ``1 + ψ_k`` is summed directly: near ``z = 0`` it is tiny and ``ψ_k ≈ −1``."""
-        t = 1.0 / (1.0 - u[..., None] * nodes)
-        return np.sum(weights * t, axis=-1), np.sum(weights * nodes * t * t, axis=-1)
+    def _implicit_psi(imp: _Implicit, u: Array) -> tuple[Array, Array]:
+        """``1 + ψ_k(u) − zero_k = Σ_{x_i > 0} w_i / (1 − u x_i)`` and ``ψ_k'(u)`` (``u`` any
+        shape), summed directly: near ``z = 0``, ``1 + ψ_k`` tends to the mass at 0."""
+        t = 1.0 / (1.0 - u[..., None] * imp.nodes)
+        return np.sum(imp.weights * t, axis=-1), np.sum(imp.weights * imp.nodes * t * t, axis=-1)
 
-    def _log_s_total(self, v: Array, us: Sequence[Array]) -> tuple[Array, Array]:
-        """``log S_J(ψ)`` and its partial derivative in ψ (u_k held fixed), ``v = 1 + ψ``."""
-        psi = v - 1.0
-        val = np.full(psi.shape, self._log_const, dtype=psi.dtype)
-        der = np.zeros_like(psi)
+    def _split(self, kappa: float, delta: Array) -> tuple[Array, float, Array]:
+        """``(κψ, c, κδ)`` with ``1 + κψ = c + κδ``, ``c = 1 − κ + κ·(mass at 0)``."""
+        a0 = self._zero_mass
+        return kappa * ((a0 - 1.0) + delta), (1.0 - kappa) + kappa * a0, kappa * delta
+
+    def _log_s_total(self, delta: Array, us: Sequence[Array]) -> tuple[Array, Array]:
+        """``log S_J(ψ)`` and its partial derivative in ψ (u_k held fixed), ``δ = 1 + ψ − a₀``."""
+        val = np.full(delta.shape, self._log_const, dtype=delta.dtype)
+        der = np.zeros_like(delta)
         for log_s, power, kappa in self._explicit:
-            s_val, s_der = log_s(kappa * psi, (1.0 - kappa) + kappa * v)
+            s_val, s_der = log_s(*self._split(kappa, delta))
             val = val + power * s_val
             der = der + power * kappa * s_der
-        for (_, _, power, kappa, _), u in zip(self._implicit, us, strict=True):
-            w, opw = kappa * psi, (1.0 - kappa) + kappa * v
-            val = val + power * (np.log(u) + np.log(opw) - np.log(w))
-            der = der + power * kappa * (1.0 / opw - 1.0 / w)
+        for imp, u in zip(self._implicit, us, strict=True):
+            w, c, d = self._split(imp.kappa, delta)
+            opw = c + d
+            val = val + imp.power * (np.log(u) + np.log(opw) - np.log(w))
+            der = der + imp.power * imp.kappa * (1.0 / opw - 1.0 / w)
         return val, der
 
-    def _newton(self, z: Array, v: Array, us: list[Array]) -> tuple[Array, list[Array], Array]:
-        """One Newton step of the log system in ``v = 1 + ψ = zG`` (precise near ``z = 0``)
-        and the u_k; returns (v, u_k, |residual|)."""
-        psi = v - 1.0
-        log_s, der = self._log_s_total(v, us)
+    def _newton(self, z: Array, delta: Array, us: list[Array]) -> tuple[Array, list[Array], Array]:
+        """One Newton step of the log system in ``δ = zG − a₀`` (``a₀`` the mass at 0: near
+        ``z = 0`` the density is carried by the small ``δ``, which ``zG`` itself would round)
+        and the u_k; returns (δ, u_k, |residual|)."""
+        a0 = self._zero_mass
+        psi, v = (a0 - 1.0) + delta, a0 + delta
+        log_s, der = self._log_s_total(delta, us)
         r0 = log_s + np.log(psi) - np.log(v) + np.log(z)
         r0 = r0.real + 1j * _wrap(r0.imag)
         c = der + 1.0 / psi - 1.0 / v
         num, den = -r0, c
         rs, avals = [], []
         resid = np.abs(r0)  # relative errors of v and of each 1 + ψ_k, ψ_k
-        for (nodes, weights, power, kappa, _), u in zip(self._implicit, us, strict=True):
-            opw_k, a = self._implicit_psi(nodes, weights, u)
-            target = (1.0 - kappa) + kappa * v  # 1 + κψ
+        for imp, u in zip(self._implicit, us, strict=True):
+            opw_k, a = self._implicit_psi(imp, u)
+            w, c_k, d = self._split(imp.kappa, delta)
+            target = (c_k - imp.zero) + d  # 1 + κψ − zero_k
             r = opw_k - target
-            b = power / u
+            b = imp.power / u
             num = num + b * r / a
-            den = den + b * kappa / a
+            den = den + b * imp.kappa / a
             rs.append(r)
             avals.append(a)
-            resid = resid + np.abs(r) / np.minimum(np.abs(kappa * psi), np.abs(target))
+            resid = resid + np.abs(r) / np.minimum(np.abs(w), np.abs(c_k + d))
         dpsi = num / den
-        dus = [(kappa * dpsi - r) / a for (_, _, _, kappa, _), r, a
-               in zip(self._implicit, rs, avals, strict=True)]
-        # the update is taken in logarithmic unknowns (v, u_k scale like powers of z near
+        dus = [(imp.kappa * dpsi - r) / a for imp, r, a in zip(self._implicit, rs, avals, strict=True)]
+        # the update is taken in logarithmic unknowns (δ, u_k scale like powers of z near
         # 0 and ∞, and never cross 0), damped to |Δ log| ≤ _MAX_LOG_MOVE
-        moves = [dpsi / v] + [du / u for u, du in zip(us, dus, strict=True)]
+        moves = [dpsi / delta] + [du / u for u, du in zip(us, dus, strict=True)]
         largest = np.max(np.abs(np.stack(moves)), axis=0)
         tau = np.minimum(1.0, _MAX_LOG_MOVE / np.maximum(largest, 1e-300))
-        new_v = v * np.exp(tau * moves[0])
+        new_delta = delta * np.exp(tau * moves[0])
         new_us = [u * np.exp(tau * m) for u, m in zip(us, moves[1:], strict=True)]
-        return new_v, new_us, resid
+        return new_delta, new_us, resid
 
     def _start(self, z: Array) -> tuple[Array, list[Array]]:
-        """``v = 1 + ψ`` and the u_k far from the axis, from the moment series."""
+        """``δ = 1 + ψ − a₀`` and the u_k far from the axis, from the moment series."""
         m = self.moments(4)
         psi = sum(m[k] / z ** (k + 1) for k in range(4))
         us = []
-        for _, _, _, kappa, (m1, m2) in self._implicit:
-            w = kappa * psi
-            us.append(w / m1 - m2 * w * w / m1**3)
-        return 1.0 + psi, us
+        for imp in self._implicit:
+            w = imp.kappa * psi
+            us.append(w / imp.m1 - imp.m2 * w * w / imp.m1**3)
+        return (1.0 - self._zero_mass) + psi, us
 
     def _branch_signature(self, state: Sequence[Array]) -> Array:
-        """``log v``, ``log u_k`` and ``log S`` of each explicit factor, stacked: the roots of the
+        """``log δ``, ``log u_k`` and ``log S`` of each explicit factor, stacked: the roots of the
         log system differ from the true one by ``2π/power`` in the phase of one of them."""
-        v, us = state[0], state[1:]
-        psi = v - 1.0
-        sig = [np.log(v), *(np.log(u) for u in us)]
-        sig += [log_s(kappa * psi, (1.0 - kappa) + kappa * v)[0] for log_s, _, kappa in self._explicit]
+        delta, us = state[0], state[1:]
+        sig = [np.log(delta), *(np.log(u) for u in us)]
+        sig += [log_s(*self._split(kappa, delta))[0] for log_s, _, kappa in self._explicit]
         return np.stack(sig)
 
-    @staticmethod
-    def _admissible(z: Array, v: Array, us: Sequence[Array], resid: Array) -> Array:
+    def _admissible(self, z: Array, delta: Array, us: Sequence[Array], resid: Array) -> Array:
         """Converged states on the right branch: finite, residual below ``_NEWTON_TOLERANCE``,
-        ``Im G ≤ 0``, ``Im(zG) ≤ 0`` and ``Im u_k ≤ 0``. For ``Im z > 0`` the true
+        ``Im G ≤ 0``, ``Im(zG) = Im δ ≤ 0`` and ``Im u_k ≤ 0``. For ``Im z > 0`` the true
         ``ψ = zG − 1`` of a law on ``[0, ∞)`` has ``Im ψ ≤ 0``, and ``ψ_k`` maps the lower
         half-plane to itself, so any solution of ``ψ_k(u_k) = κ_k ψ`` has ``Im u_k ≤ 0``;
         Newton on the log system also converges to solutions with the wrong signs (other
         branches of the logarithms), or drifts to ``ψ → 0``."""
-        g = v / z
+        g = (self._zero_mass + delta) / z
         ok = (np.isfinite(resid) & (resid < _NEWTON_TOLERANCE) & np.isfinite(g)
-              & (v.imag <= _SIGN_SLACK * np.abs(v)) & (g.imag <= _SIGN_SLACK * np.abs(g)))
+              & (delta.imag <= _SIGN_SLACK * np.abs(delta)) & (g.imag <= _SIGN_SLACK * np.abs(g)))
         for u in us:
             ok &= np.isfinite(u) & (u.imag <= _SIGN_SLACK * np.abs(u))
         return ok
@@ -363,8 +388,8 @@ class FreeProductLaw(SolvedLaw):
         """Newton continuation down ``z = x + iε`` from ``ε = 4 x₊`` to ``max(self._eps(x),
         floor)`` with step control in ``s = log ε``.
 
-        Each step predicts ``log v`` and ``log u_k`` by their last slope in ``s`` (at the start,
-        the far-field ``v ≈ 1 + m₁/z``, ``u_k ∝ 1/z``), runs ``_NEWTON_ITERATIONS`` Newton
+        Each step predicts ``log δ`` and ``log u_k`` by their last slope in ``s`` (at the start,
+        the far-field ``δ ≈ 1 − a₀ + m₁/z``, ``u_k ∝ 1/z``), runs ``_NEWTON_ITERATIONS`` Newton
         iterations, and is accepted when the result is admissible (:meth:`_admissible`) and
         within ``_MAX_CORRECTION`` (in log) of the prediction: the system has several
         admissible roots (e.g. ``L + 1`` for a product of ``L`` Marchenko–Pastur laws), and
@@ -376,20 +401,20 @@ class FreeProductLaw(SolvedLaw):
         end = np.log(np.minimum(np.maximum(self._eps(x), floor), top))
         s = np.full(x.shape, np.log(top))
         z = x + 1j * top
-        v, us = self._start(z)
+        delta, us = self._start(z)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for _ in range(2 * _NEWTON_ITERATIONS):  # from the moment series, far from the axis
-                v, us, resid = self._newton(z, v, us)
-            ok = self._admissible(z, v, us, resid)
+                delta, us, resid = self._newton(z, delta, us)
+            ok = self._admissible(z, delta, us, resid)
             dlogz = 1j * top / z  # d log z / ds
-            slopes = [-self.mean / (z * v) * dlogz] + [-dlogz for _ in us]
+            slopes = [-self.mean / (z * delta) * dlogz] + [-dlogz for _ in us]
             step = np.full(x.shape, -np.log(2.0))
             active = ok & (s > end)
             while np.any(active):
                 idx = np.flatnonzero(active)
                 s_try = np.maximum(s[idx] + step[idx], end[idx])
                 z = x[idx] + 1j * np.exp(s_try)
-                state = [v, *us]
+                state = [delta, *us]
                 pred = [a[idx] * np.exp(b[idx] * (s_try - s[idx])) for a, b in zip(state, slopes, strict=True)]
                 trial = list(pred)
                 for _ in range(_NEWTON_ITERATIONS):
@@ -406,7 +431,17 @@ class FreeProductLaw(SolvedLaw):
                 step[idx[~good]] *= 0.25
                 ok[idx[~good]] &= np.abs(step[idx[~good]]) >= _MIN_LOG_STEP
                 active = ok & (s > end)
-        return v / (x + 1j * np.exp(s)), ok
+            # polish: steps are accepted at a residual of 1e−8, and next to an atom (where the
+            # atom's term dominates G) that leaves visible noise in the continuous density
+            z = x + 1j * np.exp(s)
+            state = [delta, *us]
+            for _ in range(2):
+                new_delta, new_us, resid = self._newton(z, state[0], state[1:])
+                better = ok & self._admissible(z, new_delta, new_us, resid)
+                for a, b in zip(state, [new_delta, *new_us], strict=True):
+                    a[better] = b[better]
+            delta = state[0]
+        return (self._zero_mass + delta) / z, ok
 
     def _cauchy_on_axis(self, x: Array) -> Array:
         g, ok = self._track(x)
@@ -426,26 +461,27 @@ class FreeProductLaw(SolvedLaw):
         ``(1/min node, ∞)`` (where it increases from −∞ to −1), in log scale."""
         us = []
         upper = bool(np.all(psi > 0))
-        for nodes, weights, _, kappa, _ in self._implicit:
-            pole = 1.0 / (nodes.max() if upper else nodes.min())
+        for imp in self._implicit:
+            pole = 1.0 / (imp.nodes.max() if upper else imp.nodes.min())
             lo, hi = np.full_like(psi, -60.0), np.full_like(psi, 60.0 if not upper else 0.0)
             for _ in range(80):
                 mid = 0.5 * (lo + hi)
                 u = pole * (1.0 - np.exp(mid)) if upper else pole * (1.0 + np.exp(mid))
                 with np.errstate(divide="ignore"):  # u may round onto the pole: 1 + ψ_k = ±inf
-                    above = self._implicit_psi(nodes, weights, u)[0] > 1.0 + kappa * psi
+                    above = self._implicit_psi(imp, u)[0] + imp.zero > 1.0 + imp.kappa * psi
                 larger = above if upper else ~above  # ψ_k(u) increases with u
                 lo, hi = np.where(larger, mid, lo), np.where(larger, hi, mid)
             mid = 0.5 * (lo + hi)
             us.append(pole * (1.0 - np.exp(mid)) if upper else pole * (1.0 + np.exp(mid)))
         us_c = [u.astype(complex) for u in us]
-        log_s = self._log_s_total(1.0 + psi.astype(complex), us_c)[0].real  # log |S|
+        delta = (1.0 - self._zero_mass) + psi.astype(complex)
+        log_s = self._log_s_total(delta, us_c)[0].real  # log |S|
         return log_s + np.log(np.abs(psi)) - np.log(np.abs(1 + psi))
 
     def _lower_edge(self) -> float:
         """Lower edge ``1 / min_{ψ<−1} χ(ψ)`` when the product has no mass near 0 (every factor
         a point mass or node law with positive nodes); 0 otherwise."""
-        if self._explicit or any(nodes.min() <= 0 for nodes, *_ in self._implicit):
+        if self._explicit or any(imp.zero > 0 for imp in self._implicit):
             return 0.0
         psi = -1.0 - np.geomspace(1e-10, 1e10, 801)
         vals = self._log_chi_real(psi)
@@ -471,7 +507,11 @@ class FreeProductLaw(SolvedLaw):
     def _support_bounds(self) -> tuple[float, float]:
         return self._lower, self._upper * (1.0 + 1e-9)
 
-    def _exact_upper_edge(self) -> float:
+    def _exact_upper_edge(self) -> float | None:
+        """``1 / max χ``, the upper edge of the whole support: that of the continuous part
+        unless an atom sits there (then None: the edge is located by the probe)."""
+        if np.any(self._atoms[0] >= self._upper * (1.0 - 1e-6)):
+            return None
         return self._upper
 
 

@@ -4,7 +4,11 @@ A :class:`SolvedLaw` subclass provides ``_cauchy_on_axis(x)``: ``G(x + iε)`` fo
 tiny ``ε`` (relative ``1e−10``, see ``SolvedLaw._eps``), computed by continuation
 from far above the axis. The density of the absolutely continuous part is
 ``−Im(G − Σ_a m_a / (z − a)) / π``: the known atoms are subtracted
-analytically, so they are never smeared over the grid.
+analytically, so they are never smeared over the grid; within ``1e−5`` (relative to the
+support's width) of an atom other than one at the lower bound the density is reported as 0:
+there the atom's term dominates ``G`` and the solver's relative accuracy does not resolve
+the continuous part (free products of two-point laws put an atom at the upper edge of
+the whole support, next to a gap).
 
 The support of the continuous part is located by a probe on a grid that is
 geometric near the lower bound (where densities of Jacobian spectra diverge)
@@ -30,8 +34,9 @@ from netsor.matrixlaws.laws import SpectralLaw, finite_array
 Array = np.ndarray
 EPS_REL = 1e-10
 _GEOMETRIC_FLOOR = 1e-30
-_DENSITY_FLOOR = 1e-7
+_DENSITY_FLOOR = 1e-5
 _MASS_TOLERANCE = 1e-2
+_ATOM_GUARD = 1e-5
 
 
 def hybrid_grid(lo: float, hi: float, size: int) -> tuple[Array, Array]:
@@ -105,7 +110,10 @@ class SolvedLaw(SpectralLaw):
         rho = -g.imag / np.pi
         if not np.all(np.isfinite(rho)):
             raise NumericalError("the Cauchy transform solver returned non-finite values")
-        return np.maximum(rho, 0.0)
+        lo, hi = self._support_bounds()
+        inner = loc[loc > lo]
+        guard = np.any(np.abs(x[:, None] - inner) <= _ATOM_GUARD * (hi - lo), axis=1)
+        return np.where(guard, 0.0, np.maximum(rho, 0.0))
 
     def density(self, x: Array) -> Array:
         """Density of the absolutely continuous part (same shape as ``x``)."""
