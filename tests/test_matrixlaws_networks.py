@@ -1,5 +1,7 @@
 """Free predictions against finite networks, CLI, FIP check."""
 
+from itertools import combinations
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -40,11 +42,37 @@ def test_moments_within_three_standard_errors(case):
     assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "orthogonal"])
-def test_w1_at_width_300(kind):
-    law = jacobian_spectrum("tanh", 4, 1.05, 0.05, kind)
-    ev = empirical_jacobian_spectrum("tanh", 4, 1.05, 0.05, kind, width=300, samples=8, seed=11)
-    assert esd(ev).w1(law) <= 0.02 * law.mean
+def _w1_noise_floor(ev):
+    """Measured W1 noise of the spectrum pooled over networks (rows of ``ev``, an even number).
+
+    For a split of the networks into halves A, B with fluctuations ``ε_A``, ``ε_B`` of their
+    cdfs about the finite-width expectation, the pooled cdf fluctuates by ``(ε_A + ε_B)/2``
+    and ``W1(A, B) = ‖ε_A − ε_B‖₁``; for independent, symmetric fluctuations the two have the
+    same law, so ``E W1(pooled, expectation) = E W1(A, B)/2``. Averaged over (at most 20 seeded
+    random) splits that keep network 0 in A; W1 of equal-size samples is the mean gap of the
+    sorted eigenvalues.
+    """
+    n = ev.shape[0]
+    splits = list(combinations(range(1, n), n // 2 - 1))
+    chosen = np.random.default_rng(0).permutation(len(splits))[:20]
+    gaps = []
+    for half in (splits[i] for i in chosen):
+        a = np.sort(ev[[0, *half]].ravel())
+        b = np.sort(np.delete(ev, [0, *half], axis=0).ravel())
+        gaps.append(np.mean(np.abs(a - b)))
+    return 0.5 * float(np.mean(gaps))
+
+
+@pytest.mark.parametrize("case,samples", [(("tanh", 4, 1.05, 0.05, "gaussian"), 8),
+                                          (("tanh", 4, 1.05, 0.05, "orthogonal"), 8),
+                                          (("relu", 4, np.sqrt(2.0), 0.1, "orthogonal"), 16)])
+def test_w1_at_width_300(case, samples):
+    """W1 ≤ (measured noise floor) + 0.02·mean: the per-network overall scale fluctuates by
+    O(√depth/√width) (the fraction of active ReLU units, ~10 % per network here), which a few
+    networks do not average out."""
+    law = jacobian_spectrum(*case)
+    ev = empirical_jacobian_spectrum(*case, width=300, samples=samples, seed=11)
+    assert esd(ev).w1(law) <= _w1_noise_floor(ev) + 0.02 * law.mean
 
 
 def test_sampled_laws_are_close():
