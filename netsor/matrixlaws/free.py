@@ -13,7 +13,10 @@ Free multiplicative convolution of laws on ``[0, ∞)`` is solved for
 whose S-transform is explicit (Marchenko–Pastur, Fuss–Catalan, a point mass, a
 two-point law with an atom at 0) enters in closed form; any other factor ``k``
 brings one unknown ``u_k`` with ``ψ_k(u_k) = κ_k ψ`` (``ψ_k`` from its quadrature
-nodes), so that ``S_k(κ_k ψ) = u_k (1 + κ_k ψ)/(κ_k ψ)``. The system (arrow-shaped
+nodes), so that ``S_k(κ_k ψ) = u_k (1 + κ_k ψ)/(κ_k ψ)``. The unknown is not ``1 + ψ = zG``
+but ``δ = zG − a₀`` (``a₀`` the product's mass at 0, the limit of ``zG`` at ``z = 0``): near 0
+the continuous density lives in ``δ``, which ``zG`` would round away (products of two-point
+laws such as ReLU's ``D²`` with orthogonal weights, where ``δ ~ z^{1/L}``). The system (arrow-shaped
 Jacobian, solved in O(K)) is taken in logarithmic form and followed by Newton
 continuation down vertical lines ``z = x + iε`` from ``ε = 4·x₊`` to ``1e−10·x``,
 vectorised over the grid, with step control in ``log ε``: a step is kept only when a few
