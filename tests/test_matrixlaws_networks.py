@@ -90,31 +90,22 @@ def test_cli_commands(tmp_path):
     assert res.exit_code != 0 and "unknown activation" in res.output
 
 
-_RELU_SCALE = pytest.mark.xfail(
-    strict=False,
-    reason="W1 of the pooled spectra is dominated by the network-to-network fluctuation of the overall "
-           "scale (per-network std of m1 ≈ 5.6 % at depth 8, width 2000): W1/mean 0.036 with m1..m4 "
-           "within 1.6 SE")
-
-
-def _validation_case(act, depth, sw, sb, kind):
-    marks = []
-    if act == "relu" and kind == "gaussian" and depth >= 8:
-        marks.append(_RELU_SCALE)
-    return pytest.param(act, depth, sw, sb, kind, marks=marks)
-
-
-VALIDATION = [_validation_case(act, depth, sw, sb, kind) for depth in (4, 8, 16)
+VALIDATION = [(act, depth, sw, sb, kind) for depth in (4, 8, 16)
               for kind in ("gaussian", "orthogonal")
               for act, sw, sb in (("tanh", 1.05, 0.05), ("relu", np.sqrt(2.0), 0.0), ("hard_tanh", 1.05, 0.05))]
-VALIDATION.append(pytest.param("erf", 8, 0.9, 0.05, "gaussian"))
+VALIDATION += [("erf", 8, 0.9, 0.05, "gaussian"), ("relu", 8, np.sqrt(2.0), 0.1, "orthogonal")]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("act,depth,sw,sb,kind", VALIDATION)
 def test_large_width_w1_and_moments(act, depth, sw, sb, kind):
     """Width 2000, 6 networks: W1 ≤ (measured noise floor) + 0.02·mean and m1..m4 within 3 SE
-    (acceptance criteria; the floor is that of :func:`_w1_noise_floor`)."""
+    (acceptance criteria; the floor is that of :func:`_w1_noise_floor`).
+
+    The floor is not negligible for deep ReLU: the per-network overall scale fluctuates by
+    4–14 % (depth 8–16), so W1 of 6 pooled networks is ~0.03·mean from noise alone. Measured
+    for ReLU, depth 8, Gaussian: 0.036 with these 6 networks, 0.032 ± 0.011 over random
+    6-network subsets of 16, 0.0155 for all 16 pooled (m1..m4 within 1.4 SE)."""
     case = (act, depth, sw, sb, kind)
     law = jacobian_spectrum(*case)
     law.cdf(0.0)
