@@ -212,3 +212,18 @@ def test_bernoulli_products_mass_and_moments(act, sw, sb, depth):
     moments = cont[1:] + np.array([np.sum(mass * loc**j) for j in range(1, 5)])
     assert np.allclose(moments, law.moments(4), rtol=1e-6, atol=0)
     assert law.smoothed_points == 0 and abs(law.mass_defect) < 1e-3
+
+
+@pytest.mark.parametrize("act,sw,sb", [("relu", np.sqrt(2.0), 0.0), ("hard_tanh", 1.05, 0.05)])
+@pytest.mark.parametrize("depth", [3, 7, 16])
+def test_bernoulli_product_moments_by_lagrange_inversion(act, sw, sb, depth):
+    """``⊠^L Bernoulli(p)``: ``χ(z) = z(1 + z)^{L−1}/(p + z)^L``, so by Lagrange inversion
+    ``m_k = (1/k)[z^{k−1}] (p + z)^{Lk} (1 + z)^{−(L−1)k}`` (independent of the S-series code);
+    orthogonal weights scale the law by ``σ_w^{2L}``."""
+    law = jacobian_spectrum(act, depth, sw, sb, weights="orthogonal")
+    p = 1.0 - law.atoms[1][0]  # Bernoulli parameter of φ'² (the product keeps the atom at 0)
+    n = depth - 1
+    exact = [sum(comb(depth * k, j) * p ** (depth * k - j) * (-1) ** (k - 1 - j)
+                 * comb(n * k + k - 2 - j, k - 1 - j) for j in range(k)) / k * sw ** (2 * depth * k)
+             for k in range(1, 7)]
+    assert np.allclose(law.moments(6), exact, rtol=1e-10, atol=0)
