@@ -96,20 +96,27 @@ VALIDATION = [(act, depth, sw, sb, kind) for depth in (4, 8, 16)
 VALIDATION += [("erf", 8, 0.9, 0.05, "gaussian"), ("relu", 8, np.sqrt(2.0), 0.1, "orthogonal")]
 
 
+def _validation_networks(act, depth):
+    """Networks per case: the per-network overall scale of ReLU Jacobians fluctuates by
+    4–6 % (depth 8) and 10–14 % (depth 16) at width 2000 (the fraction of active units), so W1
+    of 6 pooled networks is ~0.03·mean from noise alone. Measured for ReLU, depth 16,
+    Gaussian, over 48 networks: W1/mean 0.024 ± 0.013 for 6 pooled networks (2 of 8 disjoint
+    groups above floor + 0.02), 0.016 ± 0.009 for 24, 0.0074 for all 48 (m1..m4 within
+    1.7 SE)."""
+    if act == "relu" and depth >= 8:
+        return 24 if depth >= 16 else 12
+    return 6
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("act,depth,sw,sb,kind", VALIDATION)
 def test_large_width_w1_and_moments(act, depth, sw, sb, kind):
-    """Width 2000, 6 networks: W1 ≤ (measured noise floor) + 0.02·mean and m1..m4 within 3 SE
-    (acceptance criteria; the floor is that of :func:`_w1_noise_floor`).
-
-    The floor is not negligible for deep ReLU: the per-network overall scale fluctuates by
-    4–14 % (depth 8–16), so W1 of 6 pooled networks is ~0.03·mean from noise alone. Measured
-    for ReLU, depth 8, Gaussian: 0.036 with these 6 networks, 0.032 ± 0.011 over random
-    6-network subsets of 16, 0.0155 for all 16 pooled (m1..m4 within 1.4 SE)."""
+    """Width 2000: W1 ≤ (measured noise floor) + 0.02·mean and m1..m4 within 3 SE (acceptance
+    criteria; floor of :func:`_w1_noise_floor`, networks of :func:`_validation_networks`)."""
     case = (act, depth, sw, sb, kind)
     law = jacobian_spectrum(*case)
     law.cdf(0.0)
-    ev = empirical_jacobian_spectrum(*case, width=2000, samples=6, seed=11)
+    ev = empirical_jacobian_spectrum(*case, width=2000, samples=_validation_networks(act, depth), seed=11)
     assert esd(ev).w1(law) <= _w1_noise_floor(ev) + 0.02 * law.mean
     mean, se = moment_table(ev, 4)
     assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
