@@ -34,7 +34,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor import gaussian
-from netsor.errors import NumericalError, UnsupportedError
+from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.expr import Apply, Term
 from netsor.inputs import check_inputs, check_same_layout, data_view
 from netsor.nonlin import identity
@@ -466,6 +466,7 @@ class Limit:
         self.threads = threads or min(os.cpu_count() or 1, 8)
         self._diag: dict[str, _Side] = {}
         self.max_stderr = 0.0
+        self.closed_form = True  # the last kernel used closed forms only (see nngp(psd="auto"))
         self.memo = gaussian.CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
 
     # ---- per-point runs
@@ -498,11 +499,9 @@ class Limit:
         per_entry = 8 * (peak + 4) * self.threads
         # Tiles of a few hundred points stay in cache, use every thread and, for a symmetric
         # kernel, skip the lower triangle; the budget can only make them smaller.
-        elementary = all(
-            gaussian.is_elementary(self.analysis.terms[k[1]].act, self.analysis.terms[k[2]].act)
-            for k in plan.order
-            if k[0] == "term" and all(isinstance(self.analysis.terms[t], Apply) for t in k[1:]))
-        size = max(16, min(TILE_MAX if elementary else SERIES_TILE_MAX, int(np.sqrt(self.memory_budget / per_entry))))
+        self.closed_form = self._closed_form(plan)
+        size = max(16, min(TILE_MAX if self.closed_form else SERIES_TILE_MAX,
+                           int(np.sqrt(self.memory_budget / per_entry))))
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
@@ -520,6 +519,16 @@ class Limit:
         else:
             errs = [work(t) for t in tiles]
         self.max_stderr = max([self.max_stderr, *errs])
+
+    def _closed_form(self, plan: _Plan) -> bool:
+        """True when every pair expectation of the plan is a closed form (or Stein's identity)."""
+        terms = self.analysis.terms
+        for k in plan.order:
+            if k[0] == "term":
+                t1, t2 = terms[k[1]], terms[k[2]]
+                if not (isinstance(t1, Apply) and isinstance(t2, Apply) and gaussian.is_elementary(t1.act, t2.act)):
+                    return False
+        return True
 
     def _pair_matrix(self, pairs: list[tuple[Vector, Vector]]) -> list[Array]:
         roots = [("mom", u, v) for u, v in pairs]
@@ -555,14 +564,24 @@ class Limit:
         return _finite_or_raise(self._side("left", {key}).values[key].copy(), "var")
 
     @_one_blas_thread
-    def nngp(self, psd: str = "clip") -> Array:
+    def nngp(self, psd: str = "auto") -> Array:
         """Covariance of the outputs, shape (B1·R, B2·R), indexed ``b·R + r``.
 
         ``K[(i,r),(j,s)] = σ_v² E[Z^{h_r}(x_i) Z^{h_s}(x2_j)] + bias²`` for outputs
         of the same readout, 0 across readouts (independent readout vectors).
-        ``psd``: "clip" (clip tiny negative eigenvalues, raise beyond tolerance),
-        "check" (raise beyond tolerance, no clipping) or "skip".
+
+        ``psd`` (kernels of one input set only):
+
+        * ``"clip"``: verify PSD (Cholesky, eigen-decomposition if that fails); clip
+          negative eigenvalues above ``-PSD_TOLERANCE·λ_max``, raise below;
+        * ``"check"``: verify, raise below the tolerance, no clipping;
+        * ``"auto"`` (default): ``"clip"`` when some expectation was approximated (series,
+          quadrature, QMC); nothing when every expectation was a closed form, whose kernel is
+          PSD by construction up to rounding (which no clipping in floating point improves);
+        * ``"skip"``.
         """
+        if psd not in ("auto", "clip", "check", "skip"):
+            raise HyperParameterError(f"psd must be 'auto', 'clip', 'check' or 'skip', got {psd!r}")
         outputs = self.program.outputs
         if not outputs:
             from netsor.errors import ProgramError
@@ -586,6 +605,8 @@ class Limit:
 
         self._grid(unique_roots, fill, symmetric)
         K = _finite_or_raise(K.reshape(n1 * R, n2 * R), "nngp")
+        if psd == "auto":
+            psd = "skip" if self.closed_form else "clip"
         if self.symmetric and psd != "skip":
             K = ensure_psd(K, clip=(psd == "clip"))
         return K
@@ -649,7 +670,7 @@ def limit(program: Program, X: Any, X2: Any = None, **kwargs: Any) -> Limit:
 
 
 def nngp(program: Program, X: Any, X2: Any = None, *, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-         threads: int | None = None, psd: str = "clip") -> Array:
+         threads: int | None = None, psd: str = "auto") -> Array:
     """NNGP kernel: the covariance of the outputs of ``program`` in the infinite-width limit.
 
     Parameters
@@ -661,7 +682,7 @@ def nngp(program: Program, X: Any, X2: Any = None, *, memory_budget: int = DEFAU
     memory_budget : int
         Bytes of working memory beyond the result (computed in tiles that fit).
     threads : int, optional
-    psd : {"clip", "check", "skip"}
+    psd : {"auto", "clip", "check", "skip"}
         PSD handling of ``nngp(program, X)`` (see :meth:`Limit.nngp`).
 
     Returns
