@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import finish
 
 import netsor
 
@@ -99,7 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=7, help="timed calls after a warm-up (default 7)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="netsor tile threads (default: its own)")
-    p.add_argument("--psd", choices=["clip", "check", "skip"], default="clip")
+    p.add_argument("--psd", choices=["auto", "clip", "check", "skip"], default="auto",
+                   help="PSD handling of the kernel (netsor default: auto)")
     p.add_argument("--nt-python", default=None,
                    help=f"python of the Neural Tangents venv (default {DEFAULT_NT_PYTHON} if it exists)")
     p.add_argument("--no-nt", action="store_true", help="skip the Neural Tangents comparison")
@@ -214,13 +216,7 @@ def main(argv=None) -> int:
               f"finite sample {ok}")
         del KL
 
-    fig["loadavg_end"] = os.getloadavg()
-    print(f"  load average (1, 5, 15 min) at start {fig['loadavg_start']}, at end {fig['loadavg_end']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(fig, f, indent=2)
-        print(f"  figures written to {args.json}")
-    return 0
+    return finish(fig, args.json)
 
 
 if __name__ == "__main__":

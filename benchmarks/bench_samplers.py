@@ -26,7 +26,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -35,6 +34,7 @@ import sys
 import time
 
 import numpy as np
+from common import finish
 
 import netsor
 
@@ -131,13 +131,7 @@ def main(argv=None) -> int:
         print(f"  matrix-free width {width:5d}, S = {args.mf_samples}: median {t:.2f} s = "
               f"{args.mf_samples / t:,.0f} networks / s")
 
-    fig["loadavg_end"] = os.getloadavg()
-    print(f"  load average (1, 5, 15 min) at start {fig['loadavg_start']}, at end {fig['loadavg_end']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(fig, f, indent=2)
-        print(f"  figures written to {args.json}")
-    return 0
+    return finish(fig, args.json)
 
 
 if __name__ == "__main__":

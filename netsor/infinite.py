@@ -466,7 +466,7 @@ class Limit:
         self.threads = threads or min(os.cpu_count() or 1, 8)
         self._diag: dict[str, _Side] = {}
         self.max_stderr = 0.0
-        self.closed_form = True  # the last kernel used closed forms only (see nngp(psd="auto"))
+        self.verified_accuracy = True  # the last kernel had only bounded-error expectations (nngp psd)
         self.memo = gaussian.CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
 
     # ---- per-point runs
@@ -499,8 +499,9 @@ class Limit:
         per_entry = 8 * (peak + 4) * self.threads
         # Tiles of a few hundred points stay in cache, use every thread and, for a symmetric
         # kernel, skip the lower triangle; the budget can only make them smaller.
-        self.closed_form = self._closed_form(plan)
-        size = max(16, min(TILE_MAX if self.closed_form else SERIES_TILE_MAX,
+        closed_form = self._closed_form(plan)
+        self.verified_accuracy = self._one_argument_terms(plan)
+        size = max(16, min(TILE_MAX if closed_form else SERIES_TILE_MAX,
                            int(np.sqrt(self.memory_budget / per_entry))))
 
         def work(tile: tuple[slice, slice]) -> float:
@@ -529,6 +530,14 @@ class Limit:
                 if not (isinstance(t1, Apply) and isinstance(t2, Apply) and gaussian.is_elementary(t1.act, t2.act)):
                     return False
         return True
+
+    def _one_argument_terms(self, plan: _Plan) -> bool:
+        """True when every expectation is a closed form, the Mehler series (tail bound 1e-12) or the
+        panelled quadrature (~1e-13): all far inside PSD_TOLERANCE. Joint multi-argument terms use
+        tensor Gauss–Hermite or QMC, whose error is not bounded that tightly."""
+        terms = self.analysis.terms
+        return all(isinstance(terms[k[1]], Apply) and isinstance(terms[k[2]], Apply)
+                   for k in plan.order if k[0] == "term")
 
     def _pair_matrix(self, pairs: list[tuple[Vector, Vector]]) -> list[Array]:
         roots = [("mom", u, v) for u, v in pairs]
@@ -575,9 +584,11 @@ class Limit:
         * ``"clip"``: verify PSD (Cholesky, eigen-decomposition if that fails); clip
           negative eigenvalues above ``-PSD_TOLERANCE·λ_max``, raise below;
         * ``"check"``: verify, raise below the tolerance, no clipping;
-        * ``"auto"`` (default): ``"clip"`` when some expectation was approximated (series,
-          quadrature, QMC); nothing when every expectation was a closed form, whose kernel is
-          PSD by construction up to rounding (which no clipping in floating point improves);
+        * ``"auto"`` (default): ``"clip"`` when some expectation came from multi-dimensional
+          quadrature or QMC (joint terms of several G-vectors); nothing when every expectation
+          is a closed form or a one-argument rule with an error bound near 1e-12, whose kernel
+          is PSD up to errors far below the tolerance (and no clipping in floating point
+          improves on rounding);
         * ``"skip"``.
         """
         if psd not in ("auto", "clip", "check", "skip"):
@@ -606,7 +617,7 @@ class Limit:
         self._grid(unique_roots, fill, symmetric)
         K = _finite_or_raise(K.reshape(n1 * R, n2 * R), "nngp")
         if psd == "auto":
-            psd = "skip" if self.closed_form else "clip"
+            psd = "skip" if self.verified_accuracy else "clip"
         if self.symmetric and psd != "skip":
             K = ensure_psd(K, clip=(psd == "clip"))
         return K

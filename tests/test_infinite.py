@@ -255,3 +255,23 @@ def test_closed_forms_against_monte_carlo(name):
         prod = act.fn(z[:, 0]) * act.fn(z[:, 1])
         se = prod.std() / np.sqrt(prod.size)
         assert abs(prod.mean() - act.kernel(np.array(a), np.array(b), np.array(c))) < 4 * se, (name, a, b, c)
+
+
+def test_psd_verification():
+    from netsor.infinite import ensure_psd
+
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    lam = np.array([-1e-12, 0.1, 0.5, 1.0, 2.0, 3.0])
+    K = (Q * lam) @ Q.T
+    clipped = ensure_psd(K)
+    assert np.linalg.eigvalsh(clipped).min() > -1e-14
+    np.testing.assert_allclose(clipped, K, atol=1e-11)
+    with pytest.raises(netsor.NumericalError, match="not PSD"):
+        ensure_psd((Q * np.array([-1e-3, 0.1, 0.5, 1.0, 2.0, 3.0])) @ Q.T)
+    X = inputs(1)
+    p = netsor.zoo.mlp(3, "relu", 1.4, 0.1)
+    for psd in ("auto", "clip", "check", "skip"):
+        np.testing.assert_allclose(netsor.nngp(p, X, psd=psd), netsor.nngp(p, X, psd="skip"), rtol=1e-12)
+    with pytest.raises(netsor.HyperParameterError):
+        netsor.nngp(p, X, psd="maybe")
