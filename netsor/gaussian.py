@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special, stats
+from scipy.linalg.blas import dger as _dger
 
 from netsor.nonlin import Activation
 
@@ -192,7 +193,7 @@ _TAIL_FLOOR = 1e-14
 #: Truncation orders tried, in increasing cost; a table of order 63 serves the first ones,
 #: one of order 255 (built only when needed) the others.
 _ORDERS = (5, 7, 11, 15, 19, 23, 31, 39, 47, 63, 95, 127, 191, 255)
-_SMALL_TABLE, _LARGE_TABLE = 63, 255
+_SMALL_TABLE, _LARGE_TABLE = 31, 255
 #: Pairs per block of the series evaluation (the block's work arrays stay in cache).
 _BLOCK = 1 << 16
 #: Variances from which the Hermite coefficients are computed on two threads.
@@ -351,14 +352,24 @@ def _rows(x: Array, sl: slice) -> Array:
 
 
 def _horner(alpha: Array, beta: Array, x: Array, active: Array, top: int, out: Array) -> None:
-    """``out = Σ α_k β_k x^{(k − top mod 2)/2}`` over active ``k ≡ top (mod 2)``, ``k ≤ top``."""
+    """``out = Σ α_k β_k x^{(k − top mod 2)/2}`` over active ``k ≡ top (mod 2)``, ``k ≤ top``.
+
+    When the coefficients are a column (rows, 1) times a row (1, cols) — the layout of a tile —
+    each step adds the outer product with one BLAS rank-1 update (``dger``) instead of forming it.
+    """
+    outer = (alpha.ndim == 3 and alpha.shape[2] == 1 and beta.shape[1] == 1
+             and out.ndim == 2 and out.flags.c_contiguous)
     np.multiply(alpha[top], beta[top], out=out)
-    tmp = np.empty(out.shape)
+    tmp = None if outer else np.empty(out.shape)
     for k in range(top - 2, -1, -2):
         np.multiply(out, x, out=out)
         if active[k]:
-            np.multiply(alpha[k], beta[k], out=tmp)
-            np.add(out, tmp, out=out)
+            if outer:
+                # out.T is Fortran-ordered, so dger updates out in place: out += α_k β_kᵀ.
+                _dger(1.0, beta[k, 0], alpha[k, :, 0], a=out.T, overwrite_a=True)
+            else:
+                np.multiply(alpha[k], beta[k], out=tmp)
+                np.add(out, tmp, out=out)
 
 
 def _mehler(ta: _HermiteTable, tb: _HermiteTable, ia: Array, ib: Array, sa: Array, sb: Array,

@@ -59,7 +59,7 @@ PSD_TOLERANCE = 1e-9
 TILE_MAX = 256
 #: Largest tile side when some term needs the Mehler series, whose per-call setup (coefficient
 #: tables, order selection) is amortised over more pairs.
-SERIES_TILE_MAX = 1024
+SERIES_TILE_MAX = 512
 #: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
 PSD_CHECK_MAX = 5000
 
