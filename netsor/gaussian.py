@@ -289,27 +289,38 @@ class CoefficientMemo:
 
 
 class _MemoTable:
-    """Columns ``α(var)`` (order+1,) and ``E φ²(var)`` stored contiguously, indexed by variance value."""
+    """Columns ``α(var)`` (order+1,) and ``E φ²(var)`` stored contiguously, found by variance value
+    (a sorted key array, so a lookup is one vectorised ``searchsorted``)."""
 
     def __init__(self, order: int) -> None:
-        self.column: dict[float, int] = {}
+        # (sorted variances, their columns in alpha / m2), replaced as one object so that a
+        # reader on another thread never pairs new keys with old columns
+        self.index: tuple[Array, Array] = (np.empty(0), np.empty(0, dtype=np.intp))
         self.alpha = np.empty((order + 1, 0))
         self.m2 = np.empty(0)
         self.lock = threading.Lock()
 
+    def _find(self, var: Array) -> tuple[Array, Array]:
+        keys, cols = self.index
+        pos = np.minimum(np.searchsorted(keys, var), max(keys.size - 1, 0))
+        found = keys[pos] == var if keys.size else np.zeros(var.shape, dtype=bool)
+        return found, np.where(found, cols[pos] if keys.size else 0, -1)
+
     def lookup(self, act: Activation, var: Array, order: int) -> tuple[Array, Array]:
-        values = var.tolist()
-        missing = [i for i, v in enumerate(values) if v not in self.column]
-        if missing:
-            alpha, m2 = _hermite_coefficients(act, var[missing], order)
+        found, cols = self._find(var)
+        if not found.all():
+            new = np.unique(var[~found])
+            alpha, m2 = _hermite_coefficients(act, new, order)
             with self.lock:
                 start = self.m2.size
                 self.alpha = np.concatenate([self.alpha, alpha], axis=1)
                 self.m2 = np.concatenate([self.m2, m2])
-                for j, i in enumerate(missing):
-                    self.column.setdefault(values[i], start + j)
-        cols = np.fromiter((self.column[v] for v in values), dtype=np.intp, count=len(values))
-        alpha, m2 = self.alpha, self.m2  # read once: another thread may replace them (never shrink)
+                keys = np.concatenate([self.index[0], new])
+                cols = np.concatenate([self.index[1], start + np.arange(new.size)])
+                order_ = np.argsort(keys, kind="stable")
+                self.index = (keys[order_], cols[order_])
+            found, cols = self._find(var)
+        alpha, m2 = self.alpha, self.m2  # never shrink, so these hold every column found above
         return alpha[:, cols], m2[cols]
 
 
