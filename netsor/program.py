@@ -368,7 +368,7 @@ class Program:
         if not vectors:
             raise ProgramError("readout needs at least one vector")
         for v in vectors:
-            self._check_vector(v, "readout")
+            self._check_own(v)
             if v.kind == "data":
                 raise ProgramError("the data point cannot be read out; read out a hidden vector")
         if len({v.dim for v in vectors}) != 1:
@@ -405,9 +405,6 @@ class Program:
                 f"vector {v.name} belongs to another program; build every line of a program "
                 "from that program's own vectors"
             )
-
-    def _check_vector(self, v: Any, what: str) -> None:
-        self._check_own(v)
 
     def _matmul(self, W: Matrix, h: Any, transposed: bool) -> Vector:
         if not isinstance(h, Vector):
