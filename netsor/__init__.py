@@ -1,15 +1,6 @@
 """netsor — tensor programs at finite width, at infinite width, and coupled."""
 
-from netsor.errors import (
-    DimensionError,
-    HyperParameterError,
-    InputError,
-    NetsorError,
-    NumericalError,
-    ProgramError,
-    UnsupportedError,
-)
-from netsor.nonlin import (
+from netsor.activations import (
     Activation,
     abs_,
     activation,
@@ -30,12 +21,21 @@ from netsor.nonlin import (
     swish,
     tanh,
 )
+from netsor.errors import (
+    DimensionError,
+    HyperParameterError,
+    InputError,
+    NetsorError,
+    NumericalError,
+    ProgramError,
+    UnsupportedError,
+)
 
 __version__ = "0.1.0"
 
 from netsor import matrixlaws, zoo
 from netsor.builder import nonlin  # noqa: E402  (the function shadows the module name on purpose)
-from netsor.coupled import CoupledRun, coupled  # noqa: E402
-from netsor.finite import FiniteRun, run_finite, sample  # noqa: E402
-from netsor.infinite import Limit, limit, nngp  # noqa: E402
-from netsor.program import Dim, Matrix, Program, Vector  # noqa: E402
+from netsor.interpret.coupled import CoupledRun, coupled  # noqa: E402
+from netsor.interpret.finite import FiniteRun, run_finite, sample  # noqa: E402
+from netsor.interpret.infinite import Limit, limit, nngp  # noqa: E402
+from netsor.ir import Dim, Matrix, Program, Vector  # noqa: E402

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from netsor.activations import Activation
 from netsor.errors import DimensionError, ProgramError
-from netsor.expr import Affine, Custom
-from netsor.nonlin import Activation
-from netsor.program import LinCombLine, NonLinLine, Program, Vector
+from netsor.ir import LinCombLine, NonLinLine, Program, Vector
+from netsor.ir.expr import Affine, Custom
 
 
 def is_symbolic(x: Any) -> bool:

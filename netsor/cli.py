@@ -22,10 +22,10 @@ from typing import Any
 import click
 import numpy as np
 
-from netsor.convergence import METRICS
 from netsor.errors import NetsorError
+from netsor.ir.program import Program
 from netsor.matrixlaws.cli import laws_command, spectrum_command
-from netsor.program import Program
+from netsor.stats.convergence import METRICS
 from netsor.zoo import ARCHITECTURES
 
 _COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps"}
@@ -103,7 +103,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
            sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
            memory_budget: float) -> None:
     """Infinite-width NNGP kernel of ARCH on the inputs; prints a summary."""
-    from netsor.infinite import nngp
+    from netsor.interpret.infinite import nngp
 
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
     X = load_inputs(inputs, random, program, seed)
@@ -134,8 +134,8 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
            sigma_v: float, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
            method: str, out: str | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
-    from netsor.finite import sample as draw
-    from netsor.infinite import nngp
+    from netsor.interpret.finite import sample as draw
+    from netsor.interpret.infinite import nngp
 
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
     X = load_inputs(inputs, random, program, seed)
@@ -171,7 +171,7 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
 
     Interrupted runs resume: finished cells are kept in JSON lines beside --json.
     """
-    from netsor.convergence import Study, plot_summary
+    from netsor.stats.convergence import Study, plot_summary
 
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
     X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed)

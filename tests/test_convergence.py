@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 import netsor
 from netsor.cli import cli
-from netsor.convergence import Study
 from netsor.report.reproduce import Settings, reproduce
+from netsor.stats.convergence import Study
 
 
 def test_study_rates_match_theory(tmp_path):

@@ -18,7 +18,8 @@ import ot
 import pytest
 from scipy import integrate, optimize, stats
 
-from netsor.distances import (
+from netsor.errors import HyperParameterError, InputError, NetsorError, NumericalError
+from netsor.stats.distances import (
     bures_w2,
     debias,
     gaussian_samples,
@@ -35,7 +36,6 @@ from netsor.distances import (
     w1_to_gaussian,
     w2_pot,
 )
-from netsor.errors import HyperParameterError, InputError, NetsorError, NumericalError
 
 K3 = np.array([[1.0, 0.5, 0.2], [0.5, 1.2, 0.3], [0.2, 0.3, 0.8]])
 TAILS = {

@@ -11,7 +11,7 @@ import pytest
 from programs import weight_sharing
 
 import netsor
-from netsor.finite import _block_size, _chunk_networks, resolve_widths
+from netsor.interpret.finite import _block_size, _chunk_networks, resolve_widths
 
 Z_MAX = 4.0
 

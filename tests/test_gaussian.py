@@ -11,8 +11,9 @@ import pytest
 from scipy import integrate
 
 from netsor import gaussian as g
+from netsor.gaussian import engine
 
-nl = importlib.import_module("netsor.nonlin")
+nl = importlib.import_module("netsor.activations.registry")
 
 CLOSED = ["relu", "step", "erf", "abs", "leaky_relu", "exp", "sin", "cos", "gaussian", "identity"]
 
@@ -116,7 +117,7 @@ def test_fast_path_matches_nested_rule(phi, psi):
     c = rho * np.sqrt(a * b)
     got = g.pair_expectation(phi, psi, a, b, c)
     A, B, C = (np.broadcast_to(t, c.shape).ravel() for t in (a, b, c))
-    want = g._nested_pair(phi, psi, A, B, C).reshape(c.shape)
+    want = engine._nested_pair(phi, psi, A, B, C).reshape(c.shape)
     assert relative_error(phi, psi, got, want, a, b) < 1e-11
     # Same-shape flat arrays and scalars give the same numbers.
     flat = g.pair_expectation(phi, psi, A, B, C)
@@ -131,7 +132,7 @@ def test_nngp_layer_shapes_and_diagonal():
     k = x @ x.T / 100
     q = np.diag(k).copy()
     got = g.pair_expectation(nl.tanh, nl.tanh, q[:, None], q[None, :], k)
-    ref = g._nested_pair(nl.tanh, nl.tanh, *(np.broadcast_to(t, k.shape).ravel()
+    ref = engine._nested_pair(nl.tanh, nl.tanh, *(np.broadcast_to(t, k.shape).ravel()
                                              for t in (q[:, None], q[None, :], k)))
     np.testing.assert_allclose(got.ravel(), ref, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.diag(got), second_moment(nl.tanh, q), rtol=1e-13)

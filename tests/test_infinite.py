@@ -258,7 +258,7 @@ def test_closed_forms_against_monte_carlo(name):
 
 
 def test_psd_verification():
-    from netsor.infinite import ensure_psd
+    from netsor.interpret.infinite import ensure_psd
 
     rng = np.random.default_rng(0)
     Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))

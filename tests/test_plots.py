@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from netsor.errors import InputError
-from netsor.rates import fit_loglog
 from netsor.report import loglog_plot
+from netsor.stats.rates import fit_loglog
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

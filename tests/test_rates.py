@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from netsor.errors import HyperParameterError, InputError, NetsorError
-from netsor.rates import (
+from netsor.stats.rates import (
     cell_key,
     cell_seed,
     fit_loglog,

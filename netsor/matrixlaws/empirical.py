@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import linalg
 
+from netsor.activations import Activation, activation
 from netsor.errors import HyperParameterError
 from netsor.matrixlaws.jacobian import _depth, _weights_kind, _widths, layer_variances
 from netsor.matrixlaws.laws import as_generator, positive
-from netsor.nonlin import Activation, activation
 
 Array = np.ndarray
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from netsor.nonlin import Activation
+from netsor.activations import Activation
 
 Array = np.ndarray
 _KINKS = {"relu": (0.0,), "leaky_relu": (0.0,), "elu": (0.0,), "abs": (0.0,), "step": (0.0,),

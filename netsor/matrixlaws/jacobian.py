@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import optimize
 
+from netsor.activations import Activation, activation
 from netsor.errors import HyperParameterError, UnsupportedError
 from netsor.matrixlaws.free import Factor, FreeProductLaw
 from netsor.matrixlaws.gauss import gauss_rule, gaussian_expectation, gaussian_panels, kinks
@@ -35,7 +36,6 @@ from netsor.matrixlaws.laws import (
     SpectralLaw,
     positive,
 )
-from netsor.nonlin import Activation, activation
 
 Array = np.ndarray
 WEIGHT_KINDS = ("gaussian", "orthogonal")

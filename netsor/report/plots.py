@@ -13,8 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from netsor.distances import _finite_array
 from netsor.errors import InputError
+from netsor.stats.distances import _finite_array
 
 
 class _Line(Protocol):
@@ -50,7 +50,7 @@ def loglog_plot(
     ----------
     widths : array, shape ``(W,)``
     values : array, shape ``(W,)``
-        Positive centre values (e.g. :attr:`netsor.rates.LogLogFit.center`).
+        Positive centre values (e.g. :attr:`netsor.stats.rates.LogLogFit.center`).
     ci : array, shape ``(W, 2)``
         Lower and upper interval ends, drawn as error bars.
     floor : array, shape ``(W,)``, or None
@@ -58,7 +58,7 @@ def loglog_plot(
     floor_band : array, shape ``(W, 2)``, or None
         Interval of the floor, drawn as a shaded band.
     fit : object with ``slope`` and ``intercept``, or None
-        E.g. a :class:`netsor.rates.LogLogFit`; drawn as ``exp(intercept)·width^slope``
+        E.g. a :class:`netsor.stats.rates.LogLogFit`; drawn as ``exp(intercept)·width^slope``
         and its slope (with ``slope_ci`` if present) given in the legend.
     path : path
         Output PNG (parent directory created if missing).

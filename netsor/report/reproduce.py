@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from netsor import zoo
-from netsor.convergence import Study, Summary, plot_summary, summarize
-from netsor.program import Program
-from netsor.rates import fit_loglog, run_sweep
+from netsor.ir.program import Program
+from netsor.stats.convergence import Study, Summary, plot_summary, summarize
+from netsor.stats.rates import fit_loglog, run_sweep
 
 #: Slopes reported in the paper's Section 5 (sliced W1 vs width); the theorem's rate is −0.5.
 PAPER_SLOPES = {"deep-mlp": -0.916, "resnet": -0.797}

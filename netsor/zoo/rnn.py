@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from netsor.nonlin import Activation
-from netsor.nonlin import activation as get_activation
-from netsor.program import Program, check_count
+from netsor.activations import Activation
+from netsor.activations import activation as get_activation
+from netsor.ir.program import Program
+from netsor.validate import check_count
 
 
 def rnn(steps: int, activation: str | Activation = "tanh", sigma_w: float = 1.0, sigma_u: float = 1.0,

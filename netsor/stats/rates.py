@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from netsor.distances import Seed, _finite_array, debias
 from netsor.errors import HyperParameterError, InputError
+from netsor.stats.distances import Seed, _finite_array, debias
 
 Array = np.ndarray
 
@@ -198,7 +198,7 @@ class FloorAwareFit:
         Widths where the raw distance is / is not significantly above the floor
         (one-sided test at the fit's level).
     rule : str
-        Debiasing rule (:func:`netsor.distances.debias`).
+        Debiasing rule (:func:`netsor.stats.distances.debias`).
     """
 
     raw: LogLogFit
@@ -235,7 +235,7 @@ def fit_with_floor(
     floor : array, shape ``(R_f, W)``, ``R_f ≥ 2``
         Replicates of the noise floor at each width.
     rule, level, num_boot, seed
-        As in :func:`netsor.distances.debias` and :func:`fit_loglog`.
+        As in :func:`netsor.stats.distances.debias` and :func:`fit_loglog`.
     """
     w, r = _sweep_arrays(widths, raw)
     _, f = _sweep_arrays(widths, floor)

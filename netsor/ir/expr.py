@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from netsor.nonlin import Activation, identity
+from netsor.activations import Activation, identity
 
 if TYPE_CHECKING:
-    from netsor.program import Line, Vector
+    from netsor.ir.variables import Vector
 
 Array = np.ndarray
 
@@ -149,21 +149,3 @@ class Affine:
         if self.const != 0.0 or not parts:
             parts.append(f"{self.const:g}")
         return " + ".join(parts)
-
-
-def describe_line(line: Line) -> str:
-    """One human-readable row for :meth:`netsor.Program.pretty`."""
-    from netsor.program import BiasLine, DataLine, LinCombLine, MatMulLine, NonLinLine
-
-    out = line.out
-    head = f"{out.name}:{out.kind}({out.dim.name}) = "
-    if isinstance(line, DataLine):
-        return head + ("data" if line.step is None else f"data[step {line.step}]")
-    if isinstance(line, BiasLine):
-        return head + f"bias N(0, {line.sigma:g}²)"
-    if isinstance(line, MatMulLine):
-        return head + f"{line.matrix.name}{'ᵀ' if line.transposed else ''} @ {line.arg.name}"
-    if isinstance(line, LinCombLine):
-        return head + " + ".join(f"{c:g}*{a.name}" for c, a in zip(line.coeffs, line.args, strict=True))
-    assert isinstance(line, NonLinLine)
-    return head + line.expr.describe()

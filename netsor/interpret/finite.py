@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
-from netsor.inputs import check_inputs, data_view
-from netsor.program import (
+from netsor.ir import (
     BiasLine,
     DataLine,
     Dim,
@@ -36,8 +35,8 @@ from netsor.program import (
     NonLinLine,
     Program,
     Vector,
-    check_count,
 )
+from netsor.validate import check_count, check_inputs
 
 Array = np.ndarray
 
@@ -182,6 +181,11 @@ class _Executor:
         if self.plan.matrix_last_use[W] > self.plan.lines.index(line):
             self.history[W] = extend_history(self.history.get(W), h, g)
         return g
+
+
+def data_view(X: Array, step: int | None) -> Array:
+    """The (B, d) slice of the data read by a DataLine with this ``step``."""
+    return X if step is None else X[:, step, :]
 
 
 def evaluate_deterministic(line: Any, values: Mapping[Vector, Array], X: Array, S: int) -> Array:

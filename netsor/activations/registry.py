@@ -179,10 +179,11 @@ class Activation:
         return ("~custom", id(self))
 
     def __call__(self, x: Any) -> Any:
-        from netsor.builder import apply_nonlin, is_symbolic
-
-        if is_symbolic(x):
-            return apply_nonlin(self, x)
+        # A symbolic vector of a program applies the activation itself (adds a NonLin line):
+        # duck typing keeps the registry free of any import of the IR.
+        apply = getattr(x, "__netsor_apply__", None)
+        if apply is not None:
+            return apply(self)
         return self.fn(np.asarray(x, dtype=float))
 
     def __repr__(self) -> str:
@@ -330,7 +331,7 @@ def activation(spec: str | Activation | Callable[[Array], Array], **params: Any)
         return _FIXED[name]
     raise HyperParameterError(
         f"unknown activation {spec!r}; choose one of {', '.join(available())}, "
-        "or pass a vectorised callable (netsor.nonlin.custom)"
+        "or pass a vectorised callable (netsor.activations.custom)"
     )
 
 

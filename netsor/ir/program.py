@@ -1,227 +1,24 @@
-"""The Netsor IR: dimensions, matrices, vectors, lines and programs.
+"""A Netsor program: an append-only, straight-line sequence of typed lines (DESIGN §1).
 
-A :class:`Program` is an append-only, straight-line sequence of typed lines.
-Every line is validated when it is added and never changes afterwards; the
-interpreters (:mod:`netsor.infinite`, :mod:`netsor.finite`,
-:mod:`netsor.coupled`) read ``program.lines`` and know nothing of
-architectures. The IR itself knows nothing of execution.
+Every line is validated when it is added and never changes afterwards. The interpreters
+(:mod:`netsor.interpret`) read ``program.lines`` and know nothing of architectures; the
+program knows nothing of execution.
 
-Variables (DESIGN §1):
-
-* :class:`Matrix` (type A) ``W : out_dim × in_dim`` with entries ``N(0, σ²/n_in)``;
-* :class:`Vector` of kind ``"G"`` (Gaussian coordinates in the limit), ``"H"``
-  (image of a nonlinearity) or ``"data"`` (the symbolic data point, in
-  ``program.data_dim``; only input matrices may multiply it).
-
-A program is written for *one* symbolic data point; executed on a batch of
-``B`` inputs, every vector has one copy per input and all copies share the
-matrices (this is also how weight sharing over time works).
-
-Lines: :class:`DataLine`, :class:`BiasLine` (initial vectors),
-:class:`MatMulLine` (``g := W h``, or ``g := Wᵀ h`` when ``transposed``),
-:class:`LinCombLine` (``g := Σ aᵢ gⁱ``, a G-vector) and :class:`NonLinLine`
-(``h := φ(g¹, …, gᵏ)``). :class:`Readout` declares outputs
-``yᵣ = vᵀ hᵣ / √n + b_v``.
+A program is written for *one* symbolic data point; executed on a batch of ``B`` inputs,
+every vector has one copy per input and all copies share the matrices (this is also how
+weight sharing over time works). :class:`Readout` declares outputs ``yᵣ = vᵀ hᵣ / √n + b_v``.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from netsor.errors import DimensionError, HyperParameterError, ProgramError
-
-if TYPE_CHECKING:
-    from netsor.expr import Affine
-
-_program_ids = itertools.count()
-
-
-def check_variance(value: Any, what: str) -> float:
-    """Return ``value`` as a float standard deviation, or raise if negative / non-finite."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise HyperParameterError(f"{what} must be a real number, got {value!r}") from None
-    if not math.isfinite(x) or x < 0:
-        raise HyperParameterError(
-            f"{what} must be a finite standard deviation >= 0, got {value!r}; "
-            "pass sigma (not sigma²) as a non-negative number"
-        )
-    return x
-
-
-def check_count(value: Any, what: str, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum`` (depths, widths, sample counts, seeds); bools are refused."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-@dataclass(frozen=True, eq=False)
-class Dim:
-    """A width dimension. At finite width it has a size; in the limit it is infinite."""
-
-    name: str
-    program: Program
-    is_data: bool = False
-
-    def __repr__(self) -> str:
-        return f"Dim({self.name!r})"
-
-
-@dataclass(frozen=True, eq=False)
-class Matrix:
-    """A random matrix ``W : out_dim × in_dim`` with iid ``N(0, sigma²/n_in)`` entries."""
-
-    index: int
-    out_dim: Dim
-    in_dim: Dim
-    sigma: float
-    name: str
-    program: Program
-
-    def __matmul__(self, other: Any) -> Vector:
-        return self.program._matmul(self, other, transposed=False)
-
-    @property
-    def T(self) -> TransposedMatrix:  # noqa: N802 - numpy spelling
-        """``Wᵀ``: a MatMul by it is a transposed MatMul line (Netsor⊤)."""
-        return TransposedMatrix(self)
-
-    @property
-    def is_input(self) -> bool:
-        """True for matrices that multiply the data point (``in_dim`` is the data dim)."""
-        return self.in_dim.is_data
-
-    def __repr__(self) -> str:
-        return f"{self.name}: {self.out_dim.name}×{self.in_dim.name}, σ={self.sigma:g}"
-
-
-@dataclass(frozen=True, eq=False)
-class TransposedMatrix:
-    """``Wᵀ`` of a :class:`Matrix` (only used to build transposed MatMul lines)."""
-
-    matrix: Matrix
-
-    def __matmul__(self, other: Any) -> Vector:
-        return self.matrix.program._matmul(self.matrix, other, transposed=True)
-
-
-@dataclass(frozen=True, eq=False)
-class Vector:
-    """A symbolic vector of a program: kind ``"G"``, ``"H"`` or ``"data"``.
-
-    Arithmetic builds lines: ``W @ h`` (MatMul), ``a + b``, ``a - b``, ``s * a``
-    (LinComb when all operands are G-vectors, NonLin otherwise), ``a * b``
-    (NonLin), and activations ``netsor.relu(a)`` (NonLin).
-    """
-
-    index: int
-    dim: Dim
-    kind: str
-    name: str
-    program: Program
-
-    def __repr__(self) -> str:
-        return f"{self.name}:{self.kind}({self.dim.name})"
-
-    # Arithmetic is implemented in netsor.builder (imported lazily: builder imports this module).
-    def _binary(self, other: Any, op: str, reflected: bool = False) -> Vector:
-        from netsor.builder import binary_op
-
-        return binary_op(self, other, op, reflected)
-
-    def __add__(self, other: Any) -> Vector:
-        return self._binary(other, "+")
-
-    def __radd__(self, other: Any) -> Vector:
-        return self._binary(other, "+", reflected=True)
-
-    def __sub__(self, other: Any) -> Vector:
-        return self._binary(other, "-")
-
-    def __rsub__(self, other: Any) -> Vector:
-        return self._binary(other, "-", reflected=True)
-
-    def __mul__(self, other: Any) -> Vector:
-        return self._binary(other, "*")
-
-    def __rmul__(self, other: Any) -> Vector:
-        return self._binary(other, "*", reflected=True)
-
-    def __truediv__(self, other: Any) -> Vector:
-        return self._binary(other, "/")
-
-    def __neg__(self) -> Vector:
-        return self._binary(-1.0, "*")
-
-    def __pos__(self) -> Vector:
-        return self
-
-    def __matmul__(self, other: Any) -> Any:
-        raise ProgramError("write W @ h (matrix on the left); a vector cannot multiply a matrix")
-
-    def __bool__(self) -> bool:
-        raise ProgramError(
-            "a symbolic vector has no truth value; inside a custom nonlinearity use numpy "
-            "operations such as np.where, and pass it with netsor.nonlin(fn, *vectors)"
-        )
-
-    __hash__ = object.__hash__
-
-
-@dataclass(frozen=True, eq=False)
-class DataLine:
-    """``x := data point`` (``X[:, step, :]`` when ``step`` is set), a vector in the data dim."""
-
-    out: Vector
-    step: int | None
-
-
-@dataclass(frozen=True, eq=False)
-class BiasLine:
-    """An initial G-vector with iid ``N(0, sigma²)`` coordinates, the same for every input."""
-
-    out: Vector
-    sigma: float
-
-
-@dataclass(frozen=True, eq=False)
-class MatMulLine:
-    """``out := W @ arg`` (``Wᵀ @ arg`` when ``transposed``)."""
-
-    out: Vector
-    matrix: Matrix
-    arg: Vector
-    transposed: bool = False
-
-
-@dataclass(frozen=True, eq=False)
-class LinCombLine:
-    """``out := Σ coeffs[i] · args[i]`` over G-vectors (the result is a G-vector)."""
-
-    out: Vector
-    coeffs: tuple[float, ...]
-    args: tuple[Vector, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class NonLinLine:
-    """``out := expr(args)`` coordinatewise; ``expr`` is a :class:`netsor.expr.Affine`."""
-
-    out: Vector
-    expr: Affine
-
-    @property
-    def args(self) -> tuple[Vector, ...]:
-        return self.expr.args
-
-
-Line = DataLine | BiasLine | MatMulLine | LinCombLine | NonLinLine
+from netsor.errors import DimensionError, ProgramError
+from netsor.ir.lines import BiasLine, DataLine, Line, MatMulLine
+from netsor.ir.variables import Dim, Matrix, Vector
+from netsor.validate import check_sigma
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,7 +49,6 @@ class Program:
 
     def __init__(self, name: str = "program") -> None:
         self.name = name
-        self.id = next(_program_ids)
         self._dims: list[Dim] = []
         self._matrices: list[Matrix] = []
         self._lines: list[Line] = []
@@ -323,7 +119,7 @@ class Program:
         self._check_dim(in_dim, "in_dim")
         if out_dim.is_data:
             raise DimensionError("a matrix cannot map into the data dimension; use a hidden dim")
-        sigma = check_variance(sigma, "matrix sigma")
+        sigma = check_sigma(sigma, "matrix sigma")
         m = Matrix(len(self._matrices), out_dim, in_dim, sigma, name or f"W{len(self._matrices)}", self)
         self._matrices.append(m)
         return m
@@ -345,7 +141,7 @@ class Program:
         self._check_dim(dim, "dim")
         if dim.is_data:
             raise DimensionError("a bias lives in a hidden dimension, not the data dimension")
-        sigma = check_variance(sigma, "bias sigma")
+        sigma = check_sigma(sigma, "bias sigma")
         return self._add(BiasLine(self._new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
 
     def input(self, dim: Dim, sigma: float = 1.0, bias: float = 0.0, step: int | None = None) -> Vector:
@@ -355,7 +151,7 @@ class Program:
         """
         U = self.matrix(dim, self._data_dim, sigma, name=f"U{len(self._matrices)}")
         g = U @ self.data(step)
-        if check_variance(bias, "input bias") > 0:
+        if check_sigma(bias, "input bias") > 0:
             g = g + self.bias(dim, bias)
         return g
 
@@ -376,8 +172,8 @@ class Program:
                 "vectors of one readout share one readout vector v, so they must live in the same "
                 f"dimension; got {sorted({v.dim.name for v in vectors})}; use one readout per dim"
             )
-        sigma = check_variance(sigma, "readout sigma")
-        bias = check_variance(bias, "readout bias")
+        sigma = check_sigma(sigma, "readout sigma")
+        bias = check_sigma(bias, "readout bias")
         start = self.num_outputs
         self._readouts.append(Readout(len(self._readouts), tuple(vectors), sigma, bias))
         return tuple(range(start, start + len(vectors)))
@@ -428,7 +224,7 @@ class Program:
 
     def pretty(self) -> str:
         """A human-readable listing of the program, one line per line."""
-        from netsor.expr import describe_line
+        from netsor.ir.printing import describe_line
 
         rows = [f"program {self.name}"]
         rows += [f"  {m!r}" for m in self._matrices]

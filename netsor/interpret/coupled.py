@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
-from netsor.finite import (
+from netsor.interpret.finite import (
     _block_size,
     _Chunk,
     _chunk_networks,
@@ -45,9 +45,9 @@ from netsor.finite import (
     readout_outputs,
     resolve_widths,
 )
-from netsor.infinite import Limit
-from netsor.inputs import check_inputs
-from netsor.program import BiasLine, MatMulLine, Program, Vector, check_count
+from netsor.interpret.infinite import Limit
+from netsor.ir import BiasLine, MatMulLine, Program, Vector
+from netsor.validate import check_count, check_inputs
 
 Array = np.ndarray
 

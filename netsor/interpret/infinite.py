@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,11 +35,10 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor import gaussian
+from netsor.activations import identity
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
-from netsor.expr import Apply, Term
-from netsor.inputs import check_inputs, check_same_layout, data_view
-from netsor.nonlin import identity
-from netsor.program import (
+from netsor.interpret.finite import data_view
+from netsor.ir import (
     BiasLine,
     LinCombLine,
     MatMulLine,
@@ -46,6 +46,8 @@ from netsor.program import (
     Program,
     Vector,
 )
+from netsor.ir.expr import Apply, Term
+from netsor.validate import check_inputs, check_same_layout
 
 Array = np.ndarray
 Key = tuple[Hashable, ...]
@@ -102,14 +104,14 @@ class _Analysis:
         return self.program.line_of(v)
 
 
-_ANALYSES: dict[int, _Analysis] = {}
+_ANALYSES: weakref.WeakKeyDictionary[Program, _Analysis] = weakref.WeakKeyDictionary()
 
 
 def analysis_of(program: Program) -> _Analysis:
-    """The (cached) analysis of a program; recomputed when lines were added since."""
-    a = _ANALYSES.get(program.id)
+    """The analysis of a program, cached while the program lives; recomputed when lines were added."""
+    a = _ANALYSES.get(program)
     if a is None or a.num_lines != len(program.lines):
-        a = _ANALYSES[program.id] = _Analysis(program)
+        a = _ANALYSES[program] = _Analysis(program)
     return a
 
 

@@ -34,14 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from netsor import distances as dist
-from netsor.coupled import coupled
 from netsor.errors import HyperParameterError
-from netsor.finite import run_finite
-from netsor.infinite import nngp
-from netsor.inputs import check_inputs
-from netsor.program import Program, check_count
-from netsor.rates import LogLogFit, cell_seed, fit_loglog, fit_with_floor, run_sweep
+from netsor.interpret.coupled import coupled
+from netsor.interpret.finite import run_finite
+from netsor.interpret.infinite import nngp
+from netsor.ir.program import Program
+from netsor.stats import distances as dist
+from netsor.stats.rates import LogLogFit, cell_seed, fit_loglog, fit_with_floor, run_sweep
+from netsor.validate import check_count, check_inputs
 
 Array = np.ndarray
 

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import special, stats
 from scipy.linalg.blas import dger as _dger
 
-from netsor.nonlin import Activation
+from netsor.activations import Activation
 
 Array = np.ndarray
 
@@ -277,7 +277,7 @@ class CoefficientMemo:
     """Hermite coefficients already computed, per (activation, order) and variance value.
 
     A kernel is computed tile by tile and every tile meets the same per-point variances
-    again; one memo per kernel computation (see :class:`netsor.infinite.Limit`) computes
+    again; one memo per kernel computation (see :class:`netsor.interpret.infinite.Limit`) computes
     them once per point instead of once per tile. Safe to share between threads.
     """
 

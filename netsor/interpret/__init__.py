@@ -1,0 +1,1 @@
+"""Interpreters of Netsor programs: finite width, infinite width and coupled."""

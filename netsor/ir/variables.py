@@ -1,0 +1,139 @@
+"""Variables of a Netsor program: dimensions, matrices and vectors (DESIGN §1).
+
+* :class:`Dim` — a width dimension (infinite in the limit);
+* :class:`Matrix` (type A) ``W : out_dim × in_dim`` with iid ``N(0, σ²/n_in)`` entries;
+* :class:`Vector` of kind ``"G"`` (Gaussian coordinates in the limit), ``"H"`` (image of a
+  nonlinearity) or ``"data"`` (the symbolic data point, in ``program.data_dim``).
+
+Arithmetic on vectors (``W @ h``, ``a + b``, ``netsor.relu(a)``) adds lines to the vector's
+program; it is implemented in :mod:`netsor.builder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from netsor.errors import ProgramError
+
+if TYPE_CHECKING:
+    from netsor.ir.program import Program
+
+
+@dataclass(frozen=True, eq=False)
+class Dim:
+    """A width dimension. At finite width it has a size; in the limit it is infinite."""
+
+    name: str
+    program: Program
+    is_data: bool = False
+
+    def __repr__(self) -> str:
+        return f"Dim({self.name!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Matrix:
+    """A random matrix ``W : out_dim × in_dim`` with iid ``N(0, sigma²/n_in)`` entries."""
+
+    index: int
+    out_dim: Dim
+    in_dim: Dim
+    sigma: float
+    name: str
+    program: Program
+
+    def __matmul__(self, other: Any) -> Vector:
+        return self.program._matmul(self, other, transposed=False)
+
+    @property
+    def T(self) -> TransposedMatrix:  # noqa: N802 - numpy spelling
+        """``Wᵀ``: a MatMul by it is a transposed MatMul line (Netsor⊤)."""
+        return TransposedMatrix(self)
+
+    @property
+    def is_input(self) -> bool:
+        """True for matrices that multiply the data point (``in_dim`` is the data dim)."""
+        return self.in_dim.is_data
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.out_dim.name}×{self.in_dim.name}, σ={self.sigma:g}"
+
+
+@dataclass(frozen=True, eq=False)
+class TransposedMatrix:
+    """``Wᵀ`` of a :class:`Matrix` (only used to build transposed MatMul lines)."""
+
+    matrix: Matrix
+
+    def __matmul__(self, other: Any) -> Vector:
+        return self.matrix.program._matmul(self.matrix, other, transposed=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Vector:
+    """A symbolic vector of a program: kind ``"G"``, ``"H"`` or ``"data"``.
+
+    Arithmetic builds lines: ``W @ h`` (MatMul), ``a + b``, ``a - b``, ``s * a``
+    (LinComb when all operands are G-vectors, NonLin otherwise), ``a * b``
+    (NonLin), and activations ``netsor.relu(a)`` (NonLin).
+    """
+
+    index: int
+    dim: Dim
+    kind: str
+    name: str
+    program: Program
+
+    def __repr__(self) -> str:
+        return f"{self.name}:{self.kind}({self.dim.name})"
+
+    # Arithmetic is implemented in netsor.builder (imported lazily: builder imports this module).
+    def _binary(self, other: Any, op: str, reflected: bool = False) -> Vector:
+        from netsor.builder import binary_op
+
+        return binary_op(self, other, op, reflected)
+
+    def __netsor_apply__(self, act: Any) -> Vector:
+        """``act(self)``: called by :class:`netsor.activations.Activation` on symbolic vectors."""
+        from netsor.builder import apply_nonlin
+
+        return apply_nonlin(act, self)
+
+    def __add__(self, other: Any) -> Vector:
+        return self._binary(other, "+")
+
+    def __radd__(self, other: Any) -> Vector:
+        return self._binary(other, "+", reflected=True)
+
+    def __sub__(self, other: Any) -> Vector:
+        return self._binary(other, "-")
+
+    def __rsub__(self, other: Any) -> Vector:
+        return self._binary(other, "-", reflected=True)
+
+    def __mul__(self, other: Any) -> Vector:
+        return self._binary(other, "*")
+
+    def __rmul__(self, other: Any) -> Vector:
+        return self._binary(other, "*", reflected=True)
+
+    def __truediv__(self, other: Any) -> Vector:
+        return self._binary(other, "/")
+
+    def __neg__(self) -> Vector:
+        return self._binary(-1.0, "*")
+
+    def __pos__(self) -> Vector:
+        return self
+
+    def __matmul__(self, other: Any) -> Any:
+        raise ProgramError("write W @ h (matrix on the left); a vector cannot multiply a matrix")
+
+    def __bool__(self) -> bool:
+        raise ProgramError(
+            "a symbolic vector has no truth value; inside a custom nonlinearity use numpy "
+            "operations such as np.where, and pass it with netsor.nonlin(fn, *vectors)"
+        )
+
+    __hash__ = object.__hash__

@@ -1,0 +1,1 @@
+"""Statistics of convergence: distances to the limit, rates, sweeps."""

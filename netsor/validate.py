@@ -1,0 +1,171 @@
+"""One place for every check of user-supplied values: numbers, counts, seeds, budgets, data arrays.
+
+Every function returns the value in canonical form (``float``, ``int``, ``SeedSequence``,
+float64 array) or raises a :class:`~netsor.errors.NetsorError` subclass whose message says
+what to change. The rest of the library calls these instead of writing its own checks.
+
+Seed policy
+-----------
+Wherever a ``seed`` is accepted it may be an ``int >= 0``, a :class:`numpy.random.SeedSequence`
+or a :class:`numpy.random.Generator`. :func:`seed_sequence` turns any of them into a
+``SeedSequence`` from which all streams of a computation are spawned. A ``SeedSequence`` is
+never spawned from in place (its ``spawn`` counter would make a second call with the same
+object give different numbers): it is copied first, so the same seed object always gives the
+same results. A ``Generator`` is consumed: one 128-bit draw seeds the computation, so two
+calls with one generator give different (independent) results, as numpy users expect.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from netsor.errors import HyperParameterError, InputError
+
+if TYPE_CHECKING:
+    from netsor.ir.program import Program
+
+Seed = int | np.random.SeedSequence | np.random.Generator
+
+#: Largest number of float64 entries a single requested array may have (2**40 bytes).
+MAX_ARRAY_ENTRIES = 2**37
+
+
+def _is_real_number(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf")
+
+
+def check_real(value: Any, what: str, *, minimum: float | None = None, maximum: float | None = None,
+               strict: bool = False) -> float:
+    """``value`` as a finite float in ``[minimum, maximum]`` (``(minimum, …`` when ``strict``).
+
+    Booleans, strings and complex numbers are refused: ``sigma=True`` or ``sigma="1"`` is a
+    mistake more often than a 1.
+    """
+    if not _is_real_number(value):
+        raise HyperParameterError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
+    x = float(value)
+    if not math.isfinite(x):
+        raise HyperParameterError(f"{what} must be finite, got {x!r}")
+    if minimum is not None and (x < minimum or (strict and x == minimum)):
+        raise HyperParameterError(f"{what} must be {'>' if strict else '>='} {minimum:g}, got {x!r}")
+    if maximum is not None and x > maximum:
+        raise HyperParameterError(f"{what} must be <= {maximum:g}, got {x!r}")
+    return x
+
+
+def check_sigma(value: Any, what: str) -> float:
+    """A standard deviation: a finite real ``>= 0`` (pass σ, not σ²)."""
+    if _is_real_number(value) and math.isfinite(float(value)) and float(value) < 0:
+        raise HyperParameterError(
+            f"{what} must be a standard deviation >= 0, got {float(value)!r}; pass sigma (not sigma²) "
+            "as a non-negative number")
+    return check_real(value, what, minimum=0.0)
+
+
+def check_count(value: Any, what: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (depths, widths, sample counts); bools refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
+        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise HyperParameterError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise HyperParameterError(f"{what} must be an integer <= {maximum}, got {value!r}")
+    return int(value)
+
+
+def check_choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise HyperParameterError(f"{what} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_memory_budget(value: Any, what: str = "memory_budget") -> int:
+    """A working-memory budget in bytes: an integer of at least 1 MiB."""
+    if _is_real_number(value) and float(value).is_integer():
+        value = int(value)
+    return check_count(value, f"{what} (bytes)", minimum=2**20)
+
+
+def check_threads(value: Any) -> int | None:
+    """``None`` (the library's default) or a positive integer number of worker threads."""
+    return None if value is None else check_count(value, "threads", minimum=1, maximum=1024)
+
+
+def check_size(entries: int, what: str) -> None:
+    """Refuse arrays that could never fit in memory (``MAX_ARRAY_ENTRIES`` float64 values)."""
+    if entries > MAX_ARRAY_ENTRIES:
+        raise HyperParameterError(
+            f"{what} would hold {entries:.3g} float64 values ({entries * 8 / 2**40:.3g} TiB); "
+            "reduce the width, the number of samples or of inputs")
+
+
+def seed_sequence(seed: Any) -> np.random.SeedSequence:
+    """The ``SeedSequence`` of a seed under the seed policy (module docstring)."""
+    if isinstance(seed, np.random.SeedSequence):
+        # a copy, so that spawning from it never advances the caller's object
+        return np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key, pool_size=seed.pool_size)
+    if isinstance(seed, np.random.Generator):
+        return np.random.SeedSequence(int.from_bytes(seed.bytes(16), "little"))
+    return np.random.SeedSequence(check_count(seed, "seed", minimum=0))
+
+
+def generator(seed: Any) -> np.random.Generator:
+    """A ``Generator`` under the seed policy (a ``Generator`` passed in is used as it is)."""
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed_sequence(seed))
+
+
+def real_array(x: Any, what: str, *, ndim: int | None = None, min_ndim: int = 0) -> np.ndarray:
+    """``x`` as a finite float64 array; complex, string, object and boolean arrays are refused."""
+    try:
+        raw = np.asarray(x)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a numeric array, got {type(x).__name__}") from None
+    if raw.dtype.kind not in "iuf":
+        kind = {"c": "complex", "U": "string", "S": "bytes", "O": "object", "b": "boolean"}.get(
+            raw.dtype.kind, str(raw.dtype))
+        raise InputError(f"{what} must hold real numbers, got a {kind} array; convert it to float first")
+    arr = raw.astype(float, copy=False)
+    if ndim is not None and arr.ndim != ndim:
+        raise InputError(f"{what} must have {ndim} axes, got shape {arr.shape}")
+    if arr.ndim < min_ndim:
+        raise InputError(f"{what} must have at least {min_ndim} axes, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.sum(~np.isfinite(arr)))
+        raise InputError(f"{what} has {bad} NaN/Inf entries; clean or impute the data first")
+    return arr
+
+
+def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
+    """Data for ``program``: a float64 array of shape (B, d), or (B, T, d) for programs with steps.
+
+    Raises :class:`InputError` for wrong shapes, empty batches and non-finite or non-real entries.
+    """
+    arr = real_array(X, what)
+    steps = program.steps
+    if steps is None:
+        if arr.ndim == 1:
+            raise InputError(f"{what} must have shape (B, d); for one input use {what}[None, :]")
+        if arr.ndim != 2:
+            raise InputError(f"{what} must have shape (B, d), got shape {arr.shape}")
+    else:
+        if arr.ndim != 3:
+            raise InputError(
+                f"this program reads time steps, so {what} must have shape (B, T, d) with "
+                f"T >= {steps}; got shape {arr.shape}")
+        if arr.shape[1] < steps:
+            raise InputError(f"{what} has {arr.shape[1]} steps but the program reads step {steps - 1}")
+    if arr.shape[0] == 0 or arr.shape[-1] == 0:
+        raise InputError(f"{what} is empty (shape {arr.shape}); pass at least one input of dimension >= 1")
+    return arr
+
+
+def check_same_layout(X1: np.ndarray, X2: np.ndarray) -> None:
+    """Two input sets of one program must agree in every axis but the batch axis."""
+    if X1.shape[1:] != X2.shape[1:]:
+        raise InputError(f"X and X2 must agree in all but the batch axis: shapes {X1.shape} and {X2.shape}")
