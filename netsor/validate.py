@@ -169,3 +169,28 @@ def check_same_layout(X1: np.ndarray, X2: np.ndarray) -> None:
     """Two input sets of one program must agree in every axis but the batch axis."""
     if X1.shape[1:] != X2.shape[1:]:
         raise InputError(f"X and X2 must agree in all but the batch axis: shapes {X1.shape} and {X2.shape}")
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or ``None`` where the OS does not say."""
+    import os
+
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def check_fits_in_memory(entries: int, what: str) -> None:
+    """Refuse an array of ``entries`` float64 values larger than this machine's physical memory.
+
+    Checked before the work starts, so that an impossible request (a width of 10¹², 10¹³
+    samples) is a :class:`HyperParameterError` instead of a crash or hours of swapping.
+    """
+    check_size(entries, what)
+    total = physical_memory()
+    if total is not None and entries * 8 > total:
+        raise HyperParameterError(
+            f"{what} would need {entries * 8 / 2**30:.3g} GiB, more than this machine's "
+            f"{total / 2**30:.3g} GiB of memory; reduce the width, the number of samples or of inputs")
