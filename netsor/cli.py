@@ -6,13 +6,20 @@
 ``netsor reproduce``     the quantitative-limits report (the main job);
 ``netsor spectrum``, ``netsor laws``: neural matrix laws.
 
-Every user error ends with a one-line message and exit status 2; no traceback.
+Every option is checked with :mod:`netsor.validate` before any work starts. Every user
+error (a bad option, an unreadable or unwritable file, a request that cannot fit in
+memory) ends with one line ``error: ...`` on stderr and exit status 2; no traceback.
+
+Names: metrics and architectures are written with hyphens on the command line
+(``--metric rb-sw1``, ``--arch deep-mlp``) and with underscores in Python and in the
+JSON / CSV files (``"rb_sw1"``, ``"deep_mlp"``), as click does for option names.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -22,61 +29,106 @@ from typing import Any
 import click
 import numpy as np
 
-from netsor.errors import NetsorError
+from netsor.errors import HyperParameterError, InputError, NetsorError
 from netsor.ir.program import Program
 from netsor.matrixlaws.cli import laws_command, spectrum_command
-from netsor.stats.convergence import METRICS
+from netsor.stats.convergence import CELL_FORMAT, METRICS
+from netsor.validate import (
+    check_choice,
+    check_count,
+    check_fits_in_memory,
+    check_inputs,
+    check_memory_budget,
+    check_real,
+    check_sigma,
+)
 from netsor.zoo import ARCHITECTURES
 
 _COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps"}
+#: Largest --depth accepted (a program line per layer; deeper programs take minutes to build).
+MAX_DEPTH = 10_000
+#: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.
+CLI_METRICS = {m.replace("_", "-"): m for m in METRICS}
+#: Command-line spelling of the architecture keys of :mod:`netsor.report.reproduce`.
+CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resnet": "resnet"}
 
 
-
-def build_architecture(arch: str, depth: int, activation: str, sigma_w: float, sigma_b: float,
+def build_architecture(arch: str, depth: int, *, activation: str, sigma_w: float, sigma_b: float,
                        sigma_u: float = 1.0, sigma_v: float = 1.0) -> Program:
     """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps)."""
-    if arch not in ARCHITECTURES:
-        raise NetsorError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
-    kwargs: dict[str, Any] = {_COUNT_PARAMETER[arch]: depth, "activation": activation,
-                              "sigma_w": sigma_w, "sigma_b": sigma_b}
+    check_choice(arch, "architecture", tuple(ARCHITECTURES))
+    kwargs: dict[str, Any] = {_COUNT_PARAMETER[arch]: check_count(depth, "--depth", maximum=MAX_DEPTH),
+                              "activation": activation, "sigma_w": check_sigma(sigma_w, "--sigma-w"),
+                              "sigma_b": check_sigma(sigma_b, "--sigma-b")}
     if arch == "rnn":
-        kwargs.update(sigma_u=sigma_u, sigma_v=sigma_v)
+        kwargs.update(sigma_u=check_sigma(sigma_u, "--sigma-u"), sigma_v=check_sigma(sigma_v, "--sigma-v"))
     return ARCHITECTURES[arch](**kwargs)
 
 
-def load_inputs(inputs: str | None, random: str | None, program: Program, seed: int) -> np.ndarray:
-    """``--inputs FILE.npy`` or ``--random B,d`` (shape (B, T, d) for programs with steps)."""
+def load_inputs(inputs: str | None, random: str | None, program: Program, *, seed: int) -> np.ndarray:
+    """``--inputs FILE.npy`` or ``--random B,d`` (shape (B, T, d) for programs with steps), checked."""
     if (inputs is None) == (random is None):
-        raise NetsorError("give exactly one of --inputs FILE.npy or --random B,d")
+        raise InputError("give exactly one of --inputs FILE.npy or --random B,d")
     if inputs is not None:
         try:
-            return np.load(inputs, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise NetsorError(f"cannot read {inputs} as a .npy array: {exc}") from None
-    try:
-        B, d = (int(t) for t in random.split(","))
-    except ValueError:
-        raise NetsorError(f"--random expects B,d (two integers), got {random!r}") from None
-    if B < 1 or d < 1:
-        raise NetsorError(f"--random B,d needs B >= 1 and d >= 1, got {random!r}")
+            X = np.load(inputs, allow_pickle=False)
+        except OSError as exc:
+            raise InputError(f"cannot read --inputs {inputs}: {exc.strerror or exc}") from None
+        except (ValueError, EOFError):
+            raise InputError(f"--inputs {inputs} is not a .npy file of numbers; "
+                             "save the inputs with numpy.save(path, X)") from None
+        if not isinstance(X, np.ndarray):
+            X.close()
+            raise InputError(f"--inputs {inputs} is an .npz archive; save one array with numpy.save")
+        return check_inputs(program, X, "--inputs")
+    parts = random.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise InputError(f"--random expects B,d (two positive integers), got {random!r}")
+    B = check_count(int(parts[0]), "--random B (number of inputs)")
+    d = check_count(int(parts[1]), "--random d (input dimension)")
     shape = (B, d) if program.steps is None else (B, program.steps, d)
+    check_fits_in_memory(math.prod(shape), "the --random inputs")
     return np.random.default_rng(seed).standard_normal(shape)
+
+
+def output_path(path: str, what: str) -> Path:
+    """A file to write: its parent directory is created if missing; a directory is refused."""
+    out = Path(path)
+    if out.is_dir():
+        raise InputError(f"{what} {path} is a directory; give a file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the directory of {what} {path}: {exc.strerror}") from None
+    return out
+
+
+def save_array(path: Path, array: np.ndarray, what: str) -> None:
+    """``numpy.save`` to exactly ``path`` (no ``.npy`` appended), as a one-line error if it fails."""
+    try:
+        with path.open("wb") as fh:
+            np.save(fh, array)
+    except OSError as exc:
+        raise InputError(f"cannot write {what} {path}: {exc.strerror}") from None
 
 
 def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The shared hyper-parameter options of commands taking an ARCH argument."""
     options = [
         click.argument("arch", type=click.Choice(sorted(ARCHITECTURES))),
-        click.option("--depth", "-L", default=3, show_default=True,
-                     help="Hidden layers (mlp), residual blocks (resnet) or time steps (rnn)."),
+        click.option("--depth", "-L", default=3, show_default=True, type=int,
+                     help=f"Hidden layers (mlp), residual blocks (resnet) or time steps (rnn); 1 to {MAX_DEPTH}."),
         click.option("--activation", "-a", default=None, help="Activation (default relu; tanh for rnn)."),
-        click.option("--sigma-w", default=1.0, show_default=True, help="Weight std: W ~ N(0, σw²/fan_in)."),
-        click.option("--sigma-b", default=0.0, show_default=True, help="Bias std: b ~ N(0, σb²)."),
-        click.option("--sigma-u", default=1.0, show_default=True, help="rnn: input weight std."),
-        click.option("--sigma-v", default=1.0, show_default=True, help="rnn: readout std."),
-        click.option("--inputs", type=click.Path(exists=True, dir_okay=False), help="Inputs as .npy (B, d)."),
+        click.option("--sigma-w", default=1.0, show_default=True, type=float,
+                     help="Weight std: W ~ N(0, σw²/fan_in)."),
+        click.option("--sigma-b", default=0.0, show_default=True, type=float, help="Bias std: b ~ N(0, σb²)."),
+        click.option("--sigma-u", default=1.0, show_default=True, type=float, help="rnn: input weight std."),
+        click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
+        click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
+                     help="Inputs as .npy, shape (B, d) or (B, T, d) for rnn."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
-        click.option("--seed", default=0, show_default=True, help="Seed for random inputs and networks."),
+        click.option("--seed", default=0, show_default=True, type=int,
+                     help="Seed (integer >= 0) for random inputs and networks."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -86,7 +138,17 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
              sigma_u: float, sigma_v: float) -> Program:
     act = activation or ("tanh" if arch == "rnn" else "relu")
-    return build_architecture(arch, depth, act, sigma_w, sigma_b, sigma_u, sigma_v)
+    return build_architecture(arch, depth, activation=act, sigma_w=sigma_w, sigma_b=sigma_b,
+                              sigma_u=sigma_u, sigma_v=sigma_v)
+
+
+def _seed(seed: int) -> int:
+    return check_count(seed, "--seed", minimum=0)
+
+
+def _check_network_size(width: int, X: np.ndarray, what: str) -> None:
+    """A finite network of ``width`` on the inputs holds at least width·B floats per hidden layer."""
+    check_fits_in_memory(width * X.shape[0], f"one network of {what} on {X.shape[0]} inputs")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,18 +159,26 @@ def cli() -> None:
 
 @cli.command()
 @architecture_options
-@click.option("--out", type=click.Path(dir_okay=False), help="Save the kernel as .npy.")
-@click.option("--memory-budget", default=2.0, show_default=True, help="Working memory in GiB.")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Save the kernel as .npy (missing directories are created).")
+@click.option("--memory-budget", default=2.0, show_default=True, type=float,
+              help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
            sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
            memory_budget: float) -> None:
     """Infinite-width NNGP kernel of ARCH on the inputs; prints a summary."""
     from netsor.interpret.infinite import nngp
 
+    seed = _seed(seed)
+    gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
+    budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
-    X = load_inputs(inputs, random, program, seed)
+    X = load_inputs(inputs, random, program, seed=seed)
+    out_path = output_path(out, "--out") if out else None
+    size = X.shape[0] * program.num_outputs
+    check_fits_in_memory(size * size, f"the kernel of {X.shape[0]} inputs")
     start = time.perf_counter()
-    K = nngp(program, X, memory_budget=int(memory_budget * 2**30))
+    K = nngp(program, X, memory_budget=budget)
     elapsed = time.perf_counter() - start
     eig = np.linalg.eigvalsh(K) if K.shape[0] <= 4000 else None
     click.echo(program.name)
@@ -119,17 +189,39 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")
     with np.printoptions(precision=6, suppress=False, linewidth=120):
         click.echo(K[:6, :6])
-    if out:
-        np.save(out, K)
-        click.echo(f"saved {out}")
+    if out_path is not None:
+        save_array(out_path, K, "--out")
+        click.echo(f"saved {out_path}")
+
+
+def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
+    """One line comparing the empirical output covariance of ``Y`` (S, D) with the limit ``K``.
+
+    The z-score of an entry is ``|C − K|`` over the standard error of ``C`` (from the
+    fourth moments); with fewer than 2 networks no comparison is possible.
+    """
+    S = Y.shape[0]
+    if S < 2:
+        return (f"covariance comparison needs at least 2 networks, got {S}: "
+                "rerun with --samples 2 or more (a few hundred for a meaningful z-score)")
+    C = Y.T @ Y / S
+    se = np.sqrt(np.maximum(np.einsum("si,sj->ij", Y**2, Y**2) / S - C**2, 0.0) / S)
+    gap = np.abs(C - K)
+    ok = se > 0
+    line = f"empirical vs limit covariance: max |C - K| = {gap.max():.4g}"
+    if not ok.any():
+        return line + " (no z-score: the outputs do not vary across networks)"
+    return line + f", max z-score = {(gap[ok] / se[ok]).max():.2f} (over {int(ok.sum())} entries)"
 
 
 @cli.command()
 @architecture_options
-@click.option("--width", "-n", default=256, show_default=True, help="Hidden width of the networks.")
-@click.option("--samples", "-S", default=1000, show_default=True, help="Number of independent networks.")
+@click.option("--width", "-n", default=256, show_default=True, type=int, help="Hidden width of the networks.")
+@click.option("--samples", "-S", default=1000, show_default=True, type=int,
+              help="Number of independent networks (>= 2 for the covariance check).")
 @click.option("--method", type=click.Choice(["auto", "dense", "matrix-free"]), default="auto", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), help="Save the outputs (S, B·R) as .npy.")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Save the outputs (S, B·R) as .npy (missing directories are created).")
 def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
            sigma_v: float, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
            method: str, out: str | None) -> None:
@@ -137,31 +229,49 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     from netsor.interpret.finite import sample as draw
     from netsor.interpret.infinite import nngp
 
+    seed = _seed(seed)
+    width = check_count(width, "--width")
+    samples = check_count(samples, "--samples")
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
-    X = load_inputs(inputs, random, program, seed)
+    X = load_inputs(inputs, random, program, seed=seed)
+    out_path = output_path(out, "--out") if out else None
+    _check_network_size(width, X, f"--width {width}")
+    # The outputs, their squares and the fourth-moment table of the covariance check.
+    D = X.shape[0] * program.num_outputs
+    check_fits_in_memory(3 * samples * D, f"the outputs of {samples} networks")
     start = time.perf_counter()
     Y = draw(program, X, width=width, samples=samples, seed=seed, method=method)
     elapsed = time.perf_counter() - start
     K = nngp(program, X)
-    C = Y.T @ Y / samples
-    se = np.sqrt((np.einsum("si,sj->ij", Y**2, Y**2) / samples - C**2) / samples)
-    z = np.abs(C - K) / np.maximum(se, 1e-300)
     click.echo(program.name)
     click.echo(f"{samples} networks of width {width} on {X.shape[0]} inputs in {elapsed:.3f} s -> outputs {Y.shape}")
-    click.echo(f"empirical vs limit covariance: max |C - K| = {np.abs(C - K).max():.4g}, "
-               f"max z-score = {z.max():.2f} (over {C.size} entries)")
-    if out:
-        np.save(out, Y)
-        click.echo(f"saved {out}")
+    click.echo(covariance_check(Y, K))
+    if out_path is not None:
+        save_array(out_path, Y, "--out")
+        click.echo(f"saved {out_path}")
+
+
+def parse_widths(text: str) -> list[int]:
+    """``--widths`` as at least two distinct integers >= 1, sorted."""
+    from netsor.stats.convergence import check_widths
+
+    parts = [t.strip() for t in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise HyperParameterError(f"--widths expects comma-separated positive integers, got {text!r}")
+    return check_widths([int(p) for p in parts], "--widths")
 
 
 @cli.command()
 @architecture_options
-@click.option("--widths", default="32,64,128,256,512,1024", show_default=True, help="Comma-separated widths.")
-@click.option("--samples", "-S", default=2000, show_default=True, help="Networks per (width, replicate) cell.")
-@click.option("--replicates", "-R", default=4, show_default=True, help="Independent replicates per width.")
-@click.option("--metric", type=click.Choice(METRICS), default="rb-sw1", show_default=True)
-@click.option("--directions", default=64, show_default=True, help="Slicing directions (sliced metrics).")
+@click.option("--widths", default="32,64,128,256,512,1024", show_default=True,
+              help="Comma-separated widths (at least two distinct).")
+@click.option("--samples", "-S", default=2000, show_default=True, type=int,
+              help="Networks per (width, replicate) cell (>= 2).")
+@click.option("--replicates", "-R", default=4, show_default=True, type=int,
+              help="Independent replicates per width (>= 2); intervals are Student-t over them.")
+@click.option("--metric", type=click.Choice(sorted(CLI_METRICS)), default="rb-sw1", show_default=True,
+              help="Written with underscores in the JSON (rb-sw1 -> rb_sw1, kernel-lln -> kernel_lln).")
+@click.option("--directions", default=64, show_default=True, type=int, help="Slicing directions (sliced metrics).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default="converge.json", show_default=True,
               help="Results as JSON; a CSV, a log-log PNG and the resumable cell store go beside it.")
 def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
@@ -173,25 +283,35 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     """
     from netsor.stats.convergence import Study, plot_summary
 
+    seed = _seed(seed)
+    samples = check_count(samples, "--samples", minimum=2)
+    replicates = check_count(replicates, "--replicates", minimum=2)
+    directions = check_count(directions, "--directions")
+    width_list = parse_widths(widths)
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
-    X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed)
-    try:
-        width_list = [int(w) for w in widths.split(",") if w.strip()]
-    except ValueError:
-        raise NetsorError(f"--widths expects comma-separated integers, got {widths!r}") from None
-    study = Study(program, X, metric, samples, replicates, seed, directions, arch)
-    out = Path(json_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed=seed)
+    out = output_path(json_out, "--json")
+    _check_network_size(width_list[-1], X, f"--widths {width_list[-1]}")
+    D = X.shape[0] * program.num_outputs
+    check_fits_in_memory(samples * D * D, f"the conditional kernels of {samples} networks")
+    check_fits_in_memory(directions * D, f"{directions} directions")
+    study = Study(program, X, metric=CLI_METRICS[metric], samples=samples, replicates=replicates, seed=seed,
+                  directions=directions, name=arch)
     # The cell store is tied to everything a cell depends on (widths and replicates may grow).
-    fingerprint = hashlib.sha1(repr((program.name, samples, seed, directions)).encode() + X.tobytes()).hexdigest()[:10]
+    key = repr((CELL_FORMAT, program.name, samples, seed, directions)).encode() + X.tobytes()
+    fingerprint = hashlib.sha1(key).hexdigest()[:10]
     summary = study.run(width_list, out.with_name(f"{out.stem}-cells-{fingerprint}.jsonl"))
     click.echo(summary.table())
     payload = summary.to_json()
-    write_json(out, payload)
-    with out.with_suffix(".csv").open("w") as fh:
-        fh.write("width,distance,ci_low,ci_high,floor\n")
-        for row in payload["rows"]:
-            fh.write(f"{row['width']},{row['distance']},{row['ci'][0]},{row['ci'][1]},{row['floor']}\n")
+    try:
+        out.write_text(json.dumps(payload, indent=2))
+        with out.with_suffix(".csv").open("w") as fh:
+            fh.write("width,distance,ci_low,ci_high,floor,stderr\n")
+            for row in payload["rows"]:
+                fh.write(f"{row['width']},{row['distance']},{row['ci'][0]},{row['ci'][1]},"
+                         f"{row.get('floor', '')},{row.get('stderr', '')}\n")
+    except OSError as exc:
+        raise InputError(f"cannot write the results beside --json {out}: {exc.strerror}") from None
     png = plot_summary(summary, out.with_suffix(".png"))
     click.echo(f"wrote {out}, {out.with_suffix('.csv')}, {png}")
 
@@ -199,64 +319,61 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
 @cli.command()
 @click.option("--out", "-o", default="netsor-report", show_default=True, type=click.Path(file_okay=False),
               help="Report directory (re-running resumes from the cells stored there).")
-@click.option("--quick", is_flag=True, help="Smaller widths, fewer networks: about a minute.")
-@click.option("--arch", "archs", multiple=True, type=click.Choice(["mlp", "deep-mlp", "rnn", "resnet"]),
+@click.option("--quick", is_flag=True, help="Smaller widths, fewer networks: well under a minute.")
+@click.option("--arch", "archs", multiple=True, type=click.Choice(sorted(CLI_REPRODUCE_ARCHS)),
               help="Only these architectures (repeatable; default all four).")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed (integer >= 0).")
 def reproduce(out: str, quick: bool, archs: tuple[str, ...], seed: int) -> None:
     """Reproduce the numerical section of the quantitative-limits paper (the main job).
 
     For MLP, deep MLP, RNN and ResNet: sliced-W1, coupling and kernel-LLN curves versus width, slopes
-    with 95 % CIs next to the paper's, in OUT/report.md with PNGs, JSON and CSV.
+    with 95 % Student-t intervals over the replicates next to the paper's, in OUT/report.md with PNGs,
+    JSON and CSV.
     """
     from dataclasses import replace
 
-    from netsor.report.reproduce import Settings
+    from netsor.report.reproduce import Settings, slope_text
     from netsor.report.reproduce import reproduce as run
 
-    settings = replace(Settings.quick() if quick else Settings(), seed=seed)
-    report = run(out, settings, architectures=archs or None)
+    settings = replace(Settings.quick() if quick else Settings(), seed=_seed(seed))
+    directory = Path(out)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create --out {out}: {exc.strerror}") from None
+    report = run(directory, settings, architectures=tuple(CLI_REPRODUCE_ARCHS[a] for a in archs) or None)
+    click.echo(f"intervals: {report['interval']}")
     click.echo(f"{'architecture':<12} {'sliced W1 slope':>26} {'paper':>8} {'coupling slope':>26} "
                f"{'kernel-LLN slope':>26}")
     for key, e in report["architectures"].items():
         paper = f"{e['paper_slope']:.3f}" if e["paper_slope"] is not None else "-"
-        cells = [_slope_text(e[m]) for m in ("sliced_w1", "coupling", "kernel_lln")]
+        cells = [slope_text(e[m]) for m in ("rb_sw1", "coupling", "kernel_lln")]
         click.echo(f"{key:<12} {cells[0]:>26} {paper:>8} {cells[1]:>26} {cells[2]:>26}")
-    click.echo(f"theorem rate -0.5; report: {Path(out) / 'report.md'} ({report['elapsed_s']:.0f} s)")
+    click.echo(f"theorem rate -0.5; report: {directory / 'report.md'} ({report['elapsed_s']:.0f} s)")
 
 
-def _slope_text(entry: dict[str, Any]) -> str:
-    lo, hi = entry["slope_ci"]
-    return f"{entry['slope']:.3f} [{lo:.3f}, {hi:.3f}]"
+def _fail(message: str) -> None:
+    """One line on stderr, exit status 2."""
+    click.echo("error: " + " ".join(message.split()), err=True)
+    sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user errors print one line and exit with status 2."""
+    """Console entry point: user errors print one line ``error: ...`` and exit with status 2."""
     try:
-        cli.main(args=argv, standalone_mode=False)
+        code = cli.main(args=argv, prog_name="netsor", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # bad option values, unknown options, missing files
+        _fail(exc.format_message())
     except NetsorError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        _fail(str(exc))
+    except MemoryError:
+        _fail("not enough memory for this request; reduce --width, --samples or the number of inputs")
+    if isinstance(code, int) and code != 0:
+        sys.exit(code)
 
 
 cli.add_command(spectrum_command)
 cli.add_command(laws_command)
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic | np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(type(obj).__name__)
-
-
-def write_json(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` as indented JSON (numpy values converted)."""
-    Path(path).write_text(json.dumps(payload, indent=2, default=_json_default))

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from netsor.errors import InputError
-from netsor.stats.distances import _finite_array
+from netsor.validate import check_count, real_array
 
 
 class _Line(Protocol):
@@ -23,7 +23,7 @@ class _Line(Protocol):
 
 
 def _per_width(x: Any, name: str, num: int, shape: tuple[int, ...] = ()) -> np.ndarray:
-    arr = _finite_array(x, name)
+    arr = real_array(x, name)
     if arr.shape != (num, *shape):
         raise InputError(f"{name} must have shape {(num, *shape)}, got {arr.shape}.")
     return arr
@@ -33,12 +33,13 @@ def loglog_plot(
     widths: Any,
     values: Any,
     ci: Any,
-    floor: Any,
-    floor_band: Any,
-    fit: _Line | None,
     path: str | os.PathLike,
-    title: str = "",
     *,
+    floor: Any = None,
+    floor_band: Any = None,
+    fit: _Line | None = None,
+    title: str = "",
+    interval: str | None = None,
     reference_slopes: Sequence[float] = (-0.5, -1.0),
     xlabel: str = "width",
     ylabel: str = "distance",
@@ -53,6 +54,8 @@ def loglog_plot(
         Positive centre values (e.g. :attr:`netsor.stats.rates.LogLogFit.center`).
     ci : array, shape ``(W, 2)``
         Lower and upper interval ends, drawn as error bars.
+    path : path
+        Output PNG (parent directory created if missing).
     floor : array, shape ``(W,)``, or None
         Noise floor, drawn as a dashed line.
     floor_band : array, shape ``(W, 2)``, or None
@@ -60,9 +63,10 @@ def loglog_plot(
     fit : object with ``slope`` and ``intercept``, or None
         E.g. a :class:`netsor.stats.rates.LogLogFit`; drawn as ``exp(intercept)·width^slope``
         and its slope (with ``slope_ci`` if present) given in the legend.
-    path : path
-        Output PNG (parent directory created if missing).
     title, xlabel, ylabel : str
+    interval : str, optional
+        How ``ci`` (and the fit's interval) was computed, e.g. "95 % Student-t interval over
+        4 replicates"; shown in the legend.
     reference_slopes : sequence of float
         Reference lines ``∝ width^s`` drawn through the first data point.
     dpi : int
@@ -72,9 +76,10 @@ def loglog_plot(
     pathlib.Path
         The written file.
     """
-    w = _finite_array(widths, "widths", ndim=1)
+    w = real_array(widths, "widths", ndim=1)
+    dpi = check_count(dpi, "dpi")
     v = _per_width(values, "values", len(w))
-    interval = _per_width(ci, "ci", len(w), (2,))
+    ends = _per_width(ci, "ci", len(w), (2,))
     if len(w) == 0 or np.any(w <= 0) or np.any(v <= 0):
         raise InputError("widths and values must be non-empty and positive on log axes.")
     fig = Figure(figsize=(6.0, 4.5))
@@ -82,11 +87,12 @@ def loglog_plot(
     ax = fig.add_subplot()
     if floor_band is not None:
         band = _per_width(floor_band, "floor_band", len(w), (2,))
-        ax.fill_between(w, band[:, 0], band[:, 1], color="0.8", label="noise floor band")
+        ax.fill_between(w, band[:, 0], band[:, 1], color="0.8", label="noise floor, range over replicates")
     if floor is not None:
         ax.plot(w, _per_width(floor, "floor", len(w)), ls="--", color="0.4", label="noise floor")
-    err = np.abs(np.stack([v - interval[:, 0], interval[:, 1] - v]))
-    ax.errorbar(w, v, yerr=err, fmt="o", color="C0", capsize=3, label="distance")
+    err = np.abs(np.stack([v - ends[:, 0], ends[:, 1] - v]))
+    ax.errorbar(w, v, yerr=err, fmt="o", color="C0", capsize=3,
+                label=f"{ylabel} ({interval})" if interval else ylabel)
     grid = np.geomspace(w.min(), w.max(), 50)
     if fit is not None:
         label = f"fit: slope {fit.slope:.3f}"

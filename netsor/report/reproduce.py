@@ -4,10 +4,15 @@ tensor programs" — MLP, deep MLP, time-unrolled RNN and ResNet.
 For each architecture: the Rao–Blackwellised sliced-W1 distance between the
 finite-width output law and the GP versus width (with its noise floor), the
 coupling-cost curve and the kernel-LLN curve, each with a log-log slope and a
-bootstrap 95 % CI over independent replicates. Writes a self-contained
-directory: ``report.md``, one PNG per curve, ``results.json``, ``results.csv``
-and the resumable cell store ``cells-<config>.jsonl`` (an interrupted run
-picks up where it stopped; finished cells are never recomputed).
+95 % Student-t interval over the independent replicates (R − 1 degrees of
+freedom, :mod:`netsor.stats.rates`). Writes a self-contained directory:
+``report.md``, one PNG per curve (``<architecture>-<metric>.png``),
+``results.json``, ``results.csv`` and the resumable cell store
+``cells-<config>.jsonl`` (an interrupted run picks up where it stopped; finished
+cells are never recomputed).
+
+Keys follow :mod:`netsor.stats.convergence`: snake_case architecture keys
+(``deep_mlp``) and metric names (``rb_sw1``, ``coupling``, ``kernel_lln``).
 """
 
 from __future__ import annotations
@@ -15,22 +20,29 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from netsor import zoo
+from netsor.errors import HyperParameterError
 from netsor.ir.program import Program
-from netsor.stats.convergence import Study, Summary, plot_summary, summarize
-from netsor.stats.rates import fit_loglog, run_sweep
+from netsor.stats.convergence import CELL_FORMAT, Study, Summary, plot_summary, summarize, summarize_series
+from netsor.stats.rates import jsonable, run_sweep
+from netsor.validate import check_choice, check_count
 
 #: Slopes reported in the paper's Section 5 (sliced W1 vs width); the theorem's rate is −0.5.
-PAPER_SLOPES = {"deep-mlp": -0.916, "resnet": -0.797}
+PAPER_SLOPES = {"deep_mlp": -0.916, "resnet": -0.797}
 THEOREM_RATE = -0.5
+#: The three series of every architecture, in report order.
+SERIES = ("rb_sw1", "coupling", "kernel_lln")
+SERIES_TITLES = {"rb_sw1": "Rao–Blackwellised sliced W1", "coupling": "coupling distance",
+                 "kernel_lln": "kernel LLN E|K̂ − K|"}
 
 
 @dataclass(frozen=True)
@@ -42,17 +54,22 @@ class Architecture:
 
 
 ARCHITECTURES = (
-    Architecture("mlp", "MLP (1 hidden layer, ReLU, σw²=2)", lambda: zoo.mlp(1, "relu", 2**0.5, 0.0)),
-    Architecture("deep-mlp", "deep MLP (6 hidden layers, ReLU, σw²=2)", lambda: zoo.mlp(6, "relu", 2**0.5, 0.0)),
+    Architecture("mlp", "MLP (1 hidden layer, ReLU, σw²=2)",
+                 lambda: zoo.mlp(1, activation="relu", sigma_w=2**0.5, sigma_b=0.0)),
+    Architecture("deep_mlp", "deep MLP (6 hidden layers, ReLU, σw²=2)",
+                 lambda: zoo.mlp(6, activation="relu", sigma_w=2**0.5, sigma_b=0.0)),
     Architecture("rnn", "RNN (4 steps, tanh, σw=σu=1, σb=0.1)",
-                 lambda: zoo.rnn(4, "tanh", 1.0, 1.0, 0.1, 1.0), steps=4),
-    Architecture("resnet", "ResNet (4 blocks, ReLU, σw=1)", lambda: zoo.resnet(4, "relu", 1.0, 0.0)),
+                 lambda: zoo.rnn(4, activation="tanh", sigma_w=1.0, sigma_u=1.0, sigma_b=0.1, sigma_v=1.0),
+                 steps=4),
+    Architecture("resnet", "ResNet (4 blocks, ReLU, σw=1)",
+                 lambda: zoo.resnet(4, activation="relu", sigma_w=1.0, sigma_b=0.0)),
 )
+ARCHITECTURE_KEYS = tuple(a.key for a in ARCHITECTURES)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What a run measures; ``quick`` is the ≤ 1-minute smoke version."""
+    """What a run measures; ``quick`` is the short smoke version."""
 
     widths: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
     samples: int = 2000
@@ -63,13 +80,22 @@ class Settings:
     directions: int = 64
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        for what in ("samples", "coupling_samples", "replicates"):
+            check_count(getattr(self, what), what, minimum=2)
+        for what in ("inputs", "dim", "directions"):
+            check_count(getattr(self, what), what)
+        check_count(self.seed, "seed", minimum=0)
+        if len({check_count(w, "every width") for w in self.widths}) < 2:
+            raise HyperParameterError(f"widths must hold at least two distinct widths, got {self.widths}")
+
     @classmethod
     def quick(cls) -> Settings:
         return cls(widths=(16, 32, 64, 128, 256), samples=600, coupling_samples=60, replicates=3, directions=32)
 
     def fingerprint(self) -> str:
         """Identifies everything a cell's value depends on (widths and replicates can grow)."""
-        key = (self.samples, self.coupling_samples, self.inputs, self.dim, self.directions, self.seed)
+        key = (CELL_FORMAT, self.samples, self.coupling_samples, self.inputs, self.dim, self.directions, self.seed)
         return hashlib.sha1(repr(key).encode()).hexdigest()[:10]
 
 
@@ -79,42 +105,47 @@ def _inputs(arch: Architecture, s: Settings) -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-def reproduce(out: str | Path = "netsor-report", settings: Settings | None = None, progress: bool = True,
+def reproduce(out: str | Path = "netsor-report", settings: Settings | None = None, *, progress: bool = True,
               architectures: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Run (or resume) the study and write the report directory; returns the results as a dict."""
+    """Run (or resume) the study and write the report directory; returns the results as a dict.
+
+    ``architectures``: keys of :data:`ARCHITECTURES` (default all four).
+    """
     s = settings or Settings()
+    keys = ARCHITECTURE_KEYS if architectures is None else \
+        tuple(check_choice(a, "architecture", ARCHITECTURE_KEYS) for a in architectures)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    chosen = [a for a in ARCHITECTURES if architectures is None or a.key in architectures]
+    chosen = [a for a in ARCHITECTURES if a.key in keys]
     studies: dict[tuple[str, str], Study] = {}
     for arch in chosen:
         program, X = arch.build(), _inputs(arch, s)
-        studies[(arch.key, "rb-sw1")] = Study(program, X, "rb-sw1", s.samples, s.replicates, s.seed,
-                                              s.directions, arch.key)
-        studies[(arch.key, "coupling")] = Study(program, X, "coupling", s.coupling_samples, s.replicates,
-                                                s.seed, s.directions, arch.key)
+        studies[(arch.key, "rb_sw1")] = Study(program, X, metric="rb_sw1", samples=s.samples,
+                                              replicates=s.replicates, seed=s.seed, directions=s.directions,
+                                              name=arch.key)
+        studies[(arch.key, "coupling")] = Study(program, X, metric="coupling", samples=s.coupling_samples,
+                                                replicates=s.replicates, seed=s.seed, directions=s.directions,
+                                                name=arch.key)
     cells = [c for st in studies.values() for c in st.cells(s.widths)]
     start = time.perf_counter()
     results = run_sweep(cells, lambda c: studies[(c[0], c[1])].measure(c), out / f"cells-{s.fingerprint()}.jsonl",
                         progress=progress)
     elapsed = time.perf_counter() - start
-    summaries = {k: summarize(st, list(s.widths), results) for k, st in studies.items()}
+    summaries = {}
+    for arch in chosen:
+        rb = summarize(studies[(arch.key, "rb_sw1")], list(s.widths), results)
+        summaries[(arch.key, "rb_sw1")] = rb
+        summaries[(arch.key, "coupling")] = summarize(studies[(arch.key, "coupling")], list(s.widths), results)
+        summaries[(arch.key, "kernel_lln")] = summarize_series(
+            arch.key, "kernel_lln", rb.widths, rb.extra["kernel_lln"], stderr=rb.extra["kernel_lln_stderr"],
+            samples=rb.samples, level=rb.level)
     report = _assemble(chosen, summaries, s, elapsed)
     _write(out, chosen, summaries, report)
     return report
 
 
-def _lln_summary(rb: Summary, seed: int) -> dict[str, Any]:
-    """Kernel-LLN curve from the same networks as the sliced-W1 cells."""
-    values = rb.extra["kernel_lln"]
-    fit = fit_loglog(rb.widths, values, seed=seed)
-    return {"slope": float(fit.slope), "slope_ci": [float(fit.slope_ci[0]), float(fit.slope_ci[1])],
-            "rows": [{"width": w, "distance": float(v)} for w, v in zip(rb.widths, values.mean(axis=0), strict=True)],
-            "fit": fit}
-
-
 def _variance_reduction(rb: Summary) -> float:
-    """How many times more networks the plain sliced W1 needs for the CI of the RB one.
+    """How many times more networks the plain sliced W1 needs for the interval of the RB one.
 
     Ratio of the across-replicate variances of the two estimators computed on the same
     networks, pooled over widths (median).
@@ -128,21 +159,23 @@ def _assemble(chosen: list[Architecture], summaries: dict[tuple[str, str], Summa
               elapsed: float) -> dict[str, Any]:
     rows = {}
     for arch in chosen:
-        rb, cp = summaries[(arch.key, "rb-sw1")], summaries[(arch.key, "coupling")]
-        lln = _lln_summary(rb, s.seed)
+        rb = summaries[(arch.key, "rb_sw1")]
         rows[arch.key] = {
             "title": arch.title,
-            "program": rb.name,
-            "sliced_w1": rb.to_json(),
-            "coupling": cp.to_json(),
-            "kernel_lln": {k: v for k, v in lln.items() if k != "fit"},
+            "program": summaries[(arch.key, "rb_sw1")].name,
+            **{metric: summaries[(arch.key, metric)].to_json() for metric in SERIES},
             "paper_slope": PAPER_SLOPES.get(arch.key),
             "rb_variance_reduction": _variance_reduction(rb),
         }
-    return {"settings": s.__dict__, "theorem_rate": THEOREM_RATE, "elapsed_s": elapsed, "architectures": rows}
+    return {"settings": asdict(s), "theorem_rate": THEOREM_RATE, "elapsed_s": elapsed,
+            "interval": summaries[(chosen[0].key, "rb_sw1")].interval if chosen else None,
+            "architectures": rows}
 
 
-def _ci(entry: dict[str, Any]) -> str:
+def slope_text(entry: dict[str, Any]) -> str:
+    """``"-0.925 [-0.952, -0.901]"`` from a series' JSON (``"—"`` when it has no slope)."""
+    if entry["slope"] is None or math.isnan(entry["slope"]):
+        return "—"
     lo, hi = entry["slope_ci"]
     return f"{entry['slope']:.3f} [{lo:.3f}, {hi:.3f}]"
 
@@ -150,67 +183,61 @@ def _ci(entry: dict[str, Any]) -> str:
 def _write(out: Path, chosen: list[Architecture], summaries: dict[tuple[str, str], Summary],
            report: dict[str, Any]) -> None:
     for arch in chosen:
-        rb, cp = summaries[(arch.key, "rb-sw1")], summaries[(arch.key, "coupling")]
-        plot_summary(rb, out / f"{arch.key}-sliced-w1.png", f"{arch.title}: Rao–Blackwellised sliced W1")
-        plot_summary(cp, out / f"{arch.key}-coupling.png", f"{arch.title}: coupling distance")
-        _plot_lln(rb, _lln_summary(rb, report["settings"]["seed"])["fit"], out / f"{arch.key}-kernel-lln.png", arch)
-    (out / "results.json").write_text(json.dumps(report, indent=2))
+        for metric in SERIES:
+            plot_summary(summaries[(arch.key, metric)], out / f"{arch.key}-{metric}.png",
+                         f"{arch.title}: {SERIES_TITLES[metric]}")
+    (out / "results.json").write_text(json.dumps(jsonable(report), indent=2))
     with (out / "results.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["architecture", "metric", "width", "distance", "ci_low", "ci_high", "floor"])
+        w.writerow(["architecture", "metric", "width", "distance", "ci_low", "ci_high", "floor", "stderr"])
         for key, entry in report["architectures"].items():
-            for metric in ("sliced_w1", "coupling"):
+            for metric in SERIES:
                 for r in entry[metric]["rows"]:
-                    w.writerow([key, metric, r["width"], r["distance"], *r["ci"], r["floor"]])
-            for r in entry["kernel_lln"]["rows"]:
-                w.writerow([key, "kernel_lln", r["width"], r["distance"], "", "", ""])
+                    w.writerow([key, metric, r["width"], r["distance"], *r["ci"], r.get("floor", ""),
+                                r.get("stderr", "")])
     (out / "report.md").write_text(_markdown(report))
-
-
-def _plot_lln(rb: Summary, fit: Any, path: Path, arch: Architecture) -> None:
-    """Kernel-LLN curve; the dashed "floor" is the standard error of the estimate."""
-    from netsor.report.plots import loglog_plot
-
-    values = rb.extra["kernel_lln"]
-    center = values.mean(axis=0)
-    se = values.std(axis=0, ddof=1) / np.sqrt(values.shape[0])
-    loglog_plot(rb.widths, center, np.stack([center - 2 * se, center + 2 * se], axis=1), se, None, fit, path,
-                f"{arch.title}: kernel LLN E|K̂ − K|", ylabel="E|K̂ − K|")
 
 
 def _markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
+    R = s["replicates"]
     lines = [
         "# Quantitative GP limits of tensor programs — reproduction",
         "",
         f"Widths {list(s['widths'])}; {s['samples']} networks per cell for the sliced W1 and the kernel LLN, "
-        f"{s['coupling_samples']} for the coupling; {s['replicates']} independent replicates per width; "
+        f"{s['coupling_samples']} for the coupling; {R} independent replicates per width; "
         f"{s['inputs']} inputs of dimension {s['dim']}; {s['directions']} slicing directions uniform on the "
         f"sphere of all outputs jointly, fixed across widths. Run time {report['elapsed_s']:.0f} s "
         "(cells already on disk are not recomputed).",
         "",
-        "Slopes of log(distance) against log(width), 95 % bootstrap CI over replicates. The sliced W1 is the "
-        "Rao–Blackwellised estimator (the outputs given the last layer are exactly N(0, K̂)), floor-corrected "
-        "as sqrt(d² − floor²); widths where it is not significantly above its noise floor are left out of "
-        "the fit. The coupling distance is (E|y_fin − y_lim|²)^½ of the same-noise dual execution, an upper "
-        "bound on W2. The theorem's rate is −0.5.",
+        f"Every interval is a {report['interval']} ({R - 1} degrees of freedom): per width, "
+        f"mean ± t·sd/√{R}; for a slope, the slope of log(mean distance) against log(width) ± t times the "
+        "standard error of the per-replicate linearised slopes (delta method; all widths of a replicate "
+        "together, so correlation across widths is kept). "
+        "The sliced W1 is the Rao–Blackwellised estimator (the outputs given the last layer are exactly "
+        "N(0, K̂)), floor-corrected as sqrt(d² − floor²) with the floor's own noise carried into the "
+        "intervals; widths where it is not significantly above its noise floor (one-sided paired t-test) are "
+        "left out of the fit. The coupling distance is (E|y_fin − y_lim|²)^½ of the same-noise dual "
+        "execution, an upper bound on W2; it and the kernel LLN have no noise floor (the `stderr` column of "
+        "results.csv is the standard error within one cell). The theorem's rate is −0.5.",
         "",
         "| architecture | sliced W1 slope | paper | coupling slope | kernel-LLN slope | RB variance reduction |",
         "|---|---|---|---|---|---|",
     ]
     for e in report["architectures"].values():
         paper = f"{e['paper_slope']:.3f}" if e["paper_slope"] is not None else "—"
-        lines.append(f"| {e['title']} | {_ci(e['sliced_w1'])} | {paper} | {_ci(e['coupling'])} | "
-                     f"{_ci(e['kernel_lln'])} | {e['rb_variance_reduction']:.1f}× |")
+        lines.append(f"| {e['title']} | {slope_text(e['rb_sw1'])} | {paper} | {slope_text(e['coupling'])} | "
+                     f"{slope_text(e['kernel_lln'])} | {e['rb_variance_reduction']:.1f}× |")
     lines += ["", "RB variance reduction: the plain (sample-based) sliced W1 of the same networks has this many "
-              "times the variance, i.e. needs this many times more networks for the same CI.", ""]
+              "times the variance, i.e. needs this many times more networks for the same interval.", ""]
     for key, e in report["architectures"].items():
         lines += [f"## {e['title']}", "", f"Program: `{e['program']}`", "",
-                  "| width | sliced W1 (floor-corrected) | 95 % CI | noise floor | coupling | kernel LLN |",
-                  "|---|---|---|---|---|---|"]
-        for r, c, k in zip(e["sliced_w1"]["rows"], e["coupling"]["rows"], e["kernel_lln"]["rows"], strict=True):
+                  "| width | sliced W1 (floor-corrected) | interval | noise floor | coupling | interval | "
+                  "kernel LLN | interval |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r, c, k in zip(e["rb_sw1"]["rows"], e["coupling"]["rows"], e["kernel_lln"]["rows"], strict=True):
             lines.append(f"| {r['width']} | {r['distance']:.4g} | [{r['ci'][0]:.3g}, {r['ci'][1]:.3g}] | "
-                         f"{r['floor']:.3g} | {c['distance']:.4g} | {k['distance']:.4g} |")
-        lines += ["", f"![sliced W1]({key}-sliced-w1.png) ![coupling]({key}-coupling.png) "
-                  f"![kernel LLN]({key}-kernel-lln.png)", ""]
+                         f"{r['floor']:.3g} | {c['distance']:.4g} | [{c['ci'][0]:.3g}, {c['ci'][1]:.3g}] | "
+                         f"{k['distance']:.4g} | [{k['ci'][0]:.3g}, {k['ci'][1]:.3g}] |")
+        lines += ["", " ".join(f"![{SERIES_TITLES[m]}]({key}-{m}.png)" for m in SERIES), ""]
     return "\n".join(lines)

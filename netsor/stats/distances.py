@@ -52,10 +52,12 @@ import ot
 from scipy import special, stats
 
 from netsor.errors import HyperParameterError, InputError, NumericalError
+from netsor.validate import Seed, check_choice, check_count, check_real, generator, real_array, seed_sequence
 
 Array = np.ndarray
-Seed = int | np.random.Generator | np.random.SeedSequence | None
 
+#: Rules of :func:`debias`.
+DEBIAS_RULES = ("quadrature", "subtract")
 #: Largest sample size accepted by :func:`w2_pot` (its cost matrix is ``n × m``).
 W2_POT_MAX_SAMPLES = 5000
 
@@ -66,24 +68,9 @@ _CHUNK_ELEMENTS = 1 << 22  # elements of the largest temporary array built per c
 # --------------------------------------------------------------------------- validation
 
 
-def _finite_array(x: Any, name: str, *, min_ndim: int = 0, ndim: int | None = None) -> Array:
-    """``x`` as a float64 array, checked finite and of the right number of axes."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be an array of real numbers ({exc}).") from exc
-    if ndim is not None and arr.ndim != ndim:
-        raise InputError(f"{name} must have {ndim} axes, got shape {arr.shape}.")
-    if arr.ndim < min_ndim:
-        raise InputError(f"{name} must have at least {min_ndim} axes, got shape {arr.shape}.")
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} contains NaN or Inf entries; remove or fix them.")
-    return arr
-
-
 def _samples(y: Any, name: str, *, min_samples: int = 1) -> Array:
     """Samples as ``(S, D)``; a 1-D array is ``S`` scalar samples (``D = 1``)."""
-    arr = _finite_array(y, name, min_ndim=1)
+    arr = real_array(y, name, min_ndim=1)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -95,7 +82,7 @@ def _samples(y: Any, name: str, *, min_samples: int = 1) -> Array:
 
 def _kernel(k: Any, name: str) -> Array:
     """A symmetric ``(D, D)`` matrix."""
-    arr = _finite_array(k, name, ndim=2)
+    arr = real_array(k, name, ndim=2)
     if arr.shape[0] != arr.shape[1]:
         raise InputError(f"{name} must be square (D, D), got {arr.shape}.")
     if not np.allclose(arr, arr.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(arr).max(initial=0))):
@@ -105,14 +92,14 @@ def _kernel(k: Any, name: str) -> Array:
 
 def _kernels(khat: Any, dim: int) -> Array:
     """Conditional kernels as ``(S, D, D)``."""
-    arr = _finite_array(khat, "Khat", ndim=3)
+    arr = real_array(khat, "Khat", ndim=3)
     if arr.shape[1:] != (dim, dim):
         raise InputError(f"Khat must have shape (S, {dim}, {dim}) to match K, got {arr.shape}.")
     return arr
 
 
 def _directions(directions: Any, dim: int) -> Array:
-    arr = _finite_array(directions, "directions", ndim=2)
+    arr = real_array(directions, "directions", ndim=2)
     if arr.shape[1] != dim or arr.shape[0] < 1:
         raise InputError(
             f"directions must have shape (num, {dim}) to match the data, got {arr.shape}."
@@ -141,10 +128,6 @@ def _projected_scales(k: Array, directions: Array) -> Array:
     return np.sqrt(np.clip(var, 0.0, None))
 
 
-def _rng(seed: Seed) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
 def _float_or_array(x: Array) -> float | Array:
     return float(x) if np.ndim(x) == 0 else x
 
@@ -168,8 +151,8 @@ def w1_1d(x: Any, y: Any) -> float | Array:
         ``∫_0^1 |Q_x(u) − Q_y(u)| du`` with ``Q`` the empirical quantile functions
         (exact: both are constant between the breakpoints ``i/n`` and ``j/m``).
     """
-    xs = np.sort(_finite_array(x, "x", min_ndim=1), axis=-1)
-    ys = np.sort(_finite_array(y, "y", min_ndim=1), axis=-1)
+    xs = np.sort(real_array(x, "x", min_ndim=1), axis=-1)
+    ys = np.sort(real_array(y, "y", min_ndim=1), axis=-1)
     n, m = xs.shape[-1], ys.shape[-1]
     if n == 0 or m == 0:
         raise InputError("w1_1d needs at least one sample on each side.")
@@ -206,8 +189,8 @@ def w1_to_gaussian(x: Any, sigma: Any) -> float | Array:
     -------
     float or array of shape ``x.shape[:-1]``
     """
-    xs = np.sort(_finite_array(x, "x", min_ndim=1), axis=-1)
-    sig = _finite_array(sigma, "sigma")
+    xs = np.sort(real_array(x, "x", min_ndim=1), axis=-1)
+    sig = real_array(sigma, "sigma")
     if np.any(sig <= 0):
         raise HyperParameterError(
             "sigma must be > 0; a zero projected variance means a degenerate limit direction."
@@ -289,14 +272,16 @@ def w1_scale_mixture_to_gaussian(
     w1 : float or array of shape ``scales.shape[:-1]``
     floor : same, only if ``with_floor``
     """
-    sc = _finite_array(scales, "scales", min_ndim=1)
-    sig = _finite_array(sigma, "sigma")
+    sc = real_array(scales, "scales", min_ndim=1)
+    sig = real_array(sigma, "sigma")
     if np.any(sc < 0) or np.any(sig <= 0):
         raise HyperParameterError(
             "scales must be >= 0 and sigma > 0 (they are standard deviations)."
         )
-    if num_grid < 3 or num_grid % 2 == 0:
+    num_grid = check_count(num_grid, "num_grid", minimum=3)
+    if num_grid % 2 == 0:
         raise HyperParameterError(f"num_grid must be odd and >= 3, got {num_grid}.")
+    upper = check_real(upper, "upper", minimum=0.0, strict=True)
     num = sc.shape[-1]
     if num < (2 if with_floor else 1):
         raise InputError(f"need at least {2 if with_floor else 1} mixture components, got {num}.")
@@ -335,14 +320,14 @@ def w1_scale_mixture_to_gaussian(
 # --------------------------------------------------------------------------- sliced W1
 
 
-def random_directions(dim: int, num: int, seed: Seed = None) -> Array:
+def random_directions(dim: int, num: int, *, seed: Seed = 0) -> Array:
     """``num`` directions uniform on the unit sphere of ``R^dim``, shape ``(num, dim)``.
 
-    Draw them once and reuse them at every width (common random numbers).
+    Draw them once and reuse them at every width (common random numbers). ``seed``
+    follows the project's seed policy (:mod:`netsor.validate`).
     """
-    if int(dim) != dim or dim < 1 or int(num) != num or num < 1:
-        raise HyperParameterError(f"dim and num must be positive integers, got {dim}, {num}.")
-    g = _rng(seed).standard_normal((int(num), int(dim)))
+    dim, num = check_count(dim, "dim"), check_count(num, "num")
+    g = generator(seed).standard_normal((num, dim))
     return g / np.linalg.norm(g, axis=1, keepdims=True)
 
 
@@ -465,13 +450,6 @@ def median_bandwidth(K: Any) -> float:
     return float(np.sqrt(scale * stats.chi2.ppf(0.5, nu)))
 
 
-def _bandwidth(bandwidth: Any) -> float:
-    ell = float(bandwidth)
-    if not np.isfinite(ell) or ell <= 0:
-        raise HyperParameterError(f"bandwidth must be a positive number, got {bandwidth}.")
-    return ell
-
-
 def _rbf_sum(x: Array, y: Array, ell: float) -> float:
     """``Σ_{i,j} exp(−‖x_i − y_j‖² / (2ℓ²))``, in blocks of rows of ``x``."""
     yy = (y * y).sum(axis=1)
@@ -500,7 +478,7 @@ def mmd2_unbiased(Y1: Any, Y2: Any, *, bandwidth: float) -> float:
     x, y = _samples(Y1, "Y1", min_samples=2), _samples(Y2, "Y2", min_samples=2)
     if x.shape[1] != y.shape[1]:
         raise InputError(f"Y1 and Y2 have different dimensions ({x.shape[1]}, {y.shape[1]}).")
-    ell = _bandwidth(bandwidth)
+    ell = check_real(bandwidth, "bandwidth", minimum=0.0, strict=True)
     n, m = len(x), len(y)
     kxx = (_rbf_sum(x, x, ell) - n) / (n * (n - 1))
     kyy = (_rbf_sum(y, y, ell) - m) / (m * (m - 1))
@@ -542,7 +520,8 @@ def rb_mmd2(
     num = len(kh)
     if num < 2:
         raise InputError("rb_mmd2 needs at least 2 conditional kernels (pairs s != s').")
-    ell = median_bandwidth(k) if bandwidth is None else _bandwidth(bandwidth)
+    max_pairs = check_count(max_pairs, "max_pairs")
+    ell = median_bandwidth(k) if bandwidth is None else check_real(bandwidth, "bandwidth", minimum=0.0, strict=True)
     half = (num - 1) // 2  # shifts giving S distinct unordered pairs each
     shifts = min(half, max(1, int(max_pairs) // num))
     pair_sum, pair_count = 0.0, 0
@@ -575,6 +554,7 @@ def w2_pot(Y1: Any, Y2: Any, *, max_samples: int = W2_POT_MAX_SAMPLES) -> float:
     x, y = _samples(Y1, "Y1"), _samples(Y2, "Y2")
     if x.shape[1] != y.shape[1]:
         raise InputError(f"Y1 and Y2 have different dimensions ({x.shape[1]}, {y.shape[1]}).")
+    max_samples = check_count(max_samples, "max_samples")
     if max(len(x), len(y)) > max_samples:
         raise InputError(
             f"w2_pot is exact but O(n³): {max(len(x), len(y))} samples exceed max_samples="
@@ -613,12 +593,14 @@ def bures_w2(K1: Any, K2: Any) -> float:
 # --------------------------------------------------------------------------- floors
 
 
-def gaussian_samples(K: Any, num: int, seed: Seed = None) -> Array:
-    """``num`` draws from ``N(0, K)``, shape ``(num, D)``; ``K`` may be singular PSD."""
-    if int(num) != num or num < 1:
-        raise HyperParameterError(f"num must be a positive integer, got {num}.")
+def gaussian_samples(K: Any, num: int, *, seed: Seed = 0) -> Array:
+    """``num`` draws from ``N(0, K)``, shape ``(num, D)``; ``K`` may be singular PSD.
+
+    ``seed`` follows the project's seed policy (:mod:`netsor.validate`).
+    """
+    num = check_count(num, "num")
     root = _psd_sqrt(_kernel(K, "K"), "K")
-    return _rng(seed).standard_normal((int(num), root.shape[0])) @ root
+    return generator(seed).standard_normal((num, root.shape[0])) @ root
 
 
 @dataclass(frozen=True)
@@ -664,17 +646,17 @@ def noise_floor(
     num_reps : int
         Independent replicates (``≥ 2``).
     seed : int, Generator or SeedSequence
-        Replicate ``i`` uses the ``i``-th child of this seed.
+        Replicate ``i`` uses the ``i``-th child of this seed (the seed policy of
+        :mod:`netsor.validate`: the same seed object always gives the same floor).
 
     Examples
     --------
     >>> floor = noise_floor(lambda Y: sliced_w1_to_gaussian(Y, K, dirs),
-    ...                     lambda rng: gaussian_samples(K, len(Y_finite), rng))
+    ...                     lambda rng: gaussian_samples(K, len(Y_finite), seed=rng))
     >>> debias(sliced_w1_to_gaussian(Y_finite, K, dirs), floor.mean)
     """
-    if int(num_reps) != num_reps or num_reps < 2:
-        raise HyperParameterError(f"num_reps must be an integer >= 2, got {num_reps}.")
-    children = _rng(seed).bit_generator.seed_seq.spawn(int(num_reps))
+    num_reps = check_count(num_reps, "num_reps", minimum=2)
+    children = seed_sequence(seed).spawn(num_reps)
     values = np.array([float(estimator(sampler(np.random.default_rng(c)))) for c in children])
     return Floor(mean=float(values.mean()), std=float(values.std(ddof=1)), values=values)
 
@@ -689,11 +671,23 @@ def debias(distance: Any, floor: Any, *, rule: str = "quadrature") -> float | Ar
         ``"quadrature"``: ``sqrt(max(d² − f², 0))`` (default; see the module docstring);
         ``"subtract"``: ``max(d − f, 0)``.
     """
-    d, f = _finite_array(distance, "distance"), _finite_array(floor, "floor")
-    if rule == "quadrature":
+    d, f = real_array(distance, "distance"), real_array(floor, "floor")
+    if check_choice(rule, "rule", DEBIAS_RULES) == "quadrature":
         out = np.sqrt(np.maximum(d * d - f * f, 0.0))
-    elif rule == "subtract":
-        out = np.maximum(d - f, 0.0)
     else:
-        raise HyperParameterError(f"rule must be 'quadrature' or 'subtract', got {rule!r}.")
+        out = np.maximum(d - f, 0.0)
     return _float_or_array(out)
+
+
+def debias_floor_derivative(distance: Any, floor: Any, *, rule: str = "quadrature") -> float | Array:
+    """``∂ debias(d, f) / ∂f`` (elementwise): ``−f / debias(d, f)`` for ``"quadrature"``,
+    ``−1`` for ``"subtract"``, and 0 where the debiased value is clipped at 0.
+
+    Used to carry a floor's own noise into the interval of a debiased quantity
+    (:func:`netsor.stats.rates.fit_with_floor`).
+    """
+    d, f = real_array(distance, "distance"), real_array(floor, "floor")
+    deb = np.asarray(debias(d, f, rule=rule))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = -f / deb if rule == "quadrature" else -np.ones_like(deb)
+    return _float_or_array(np.where(deb > 0, slope, 0.0))

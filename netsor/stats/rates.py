@@ -1,4 +1,4 @@
-"""Width sweeps: geometric widths, log-log slope fits with bootstrap confidence
+"""Width sweeps: geometric widths, log-log slope fits with Student-t confidence
 intervals, floor-aware fits, the kernel LLN error, and a resumable sweep runner.
 
 Conventions
@@ -6,9 +6,26 @@ Conventions
 A sweep measures a positive quantity (a distance, a kernel error) at widths
 ``widths`` of shape ``(W,)`` in ``R`` independent replicates: ``values`` has shape
 ``(R, W)``. The fitted model is ``log(value) = intercept + slope · log(width)`` on
-the per-width centre (mean or median over replicates). Confidence intervals come
-from resampling *replicates* (rows of ``values``, all widths together, so any
-correlation across widths — e.g. common random directions — is kept).
+the per-width mean over replicates.
+
+Intervals
+---------
+Every interval here is a Student-t interval over the ``R`` replicates with
+``R − 1`` degrees of freedom (:data:`INTERVAL_METHOD`; :func:`interval_label` says it in
+words). With the 4 replicates of ``netsor reproduce`` the t quantile is 3.18, not the
+normal 1.96: a bootstrap over 4 rows has at most 35 distinct resamples and under-covers,
+and so does ``2·sd/√R`` (coverage 86 % at R = 4).
+
+* Per width: ``mean ± t_{R−1} · sd / √R`` (:func:`mean_interval`).
+* Slope and intercept: the slope of ``log(mean)`` is a smooth function of the replicate
+  rows; to first order (delta method) it is the mean over replicates of the
+  *linearised per-replicate slopes* ``s_r = slope + Σ_j a_j (v_rj − c_j) / c_j``
+  (``c`` the per-width means, ``a`` the least-squares weights of ``log width``), which
+  are independent across replicates. The interval is ``slope ± t_{R−1} · sd(s) / √R``.
+  A replicate's widths enter its ``s_r`` together, so correlation across widths (common
+  random directions, shared networks) is kept; ``s_r`` needs no logarithm of a single
+  replicate, so replicates with a zero value (a debiased distance at the floor) are fine.
+  ``tests/test_rates.py`` checks the coverage by simulation.
 """
 
 from __future__ import annotations
@@ -25,9 +42,18 @@ import numpy as np
 from scipy import stats
 
 from netsor.errors import HyperParameterError, InputError
-from netsor.stats.distances import Seed, _finite_array, debias
+from netsor.stats.distances import debias, debias_floor_derivative
+from netsor.validate import Seed, check_choice, check_count, check_real, real_array, seed_sequence
 
 Array = np.ndarray
+
+#: How every interval of this module is computed.
+INTERVAL_METHOD = "Student-t over independent replicates (R − 1 degrees of freedom)"
+
+
+def interval_label(level: float, replicates: int) -> str:
+    """The interval method in words, e.g. ``"95 % Student-t interval over 4 replicates"``."""
+    return f"{100 * level:g} % Student-t interval over {replicates} replicates"
 
 
 def geometric_widths(lo: int, hi: int, num: int) -> Array:
@@ -40,24 +66,70 @@ def geometric_widths(lo: int, hi: int, num: int) -> Array:
     -------
     array of int64, shape ``(≤ num,)``
     """
-    if int(lo) != lo or int(hi) != hi or lo < 1 or hi < lo:
-        raise HyperParameterError(f"need integers 1 <= lo <= hi, got lo={lo}, hi={hi}.")
-    if int(num) != num or num < 1 or (num == 1 and hi != lo):
-        raise HyperParameterError(f"num must be >= 2 (or 1 with lo == hi), got {num}.")
-    return np.unique(np.round(np.geomspace(lo, hi, int(num))).astype(np.int64))
+    lo = check_count(lo, "lo")
+    hi = check_count(hi, "hi", minimum=lo)
+    num = check_count(num, "num", minimum=1 if hi == lo else 2)
+    return np.unique(np.round(np.geomspace(lo, hi, num)).astype(np.int64))
 
 
-def _two_sided(level: float) -> tuple[float, float]:
-    if not 0.0 < level < 1.0:
-        raise HyperParameterError(f"level must be in (0, 1), got {level}.")
-    return (1.0 - level) / 2.0, (1.0 + level) / 2.0
+def _level(level: Any) -> float:
+    """A confidence level in (0, 1)."""
+    level = check_real(level, "level", minimum=0.0, strict=True)
+    if level >= 1.0:
+        raise HyperParameterError(f"level must be < 1 (a confidence level such as 0.95), got {level!r}")
+    return level
 
 
-def _ols(x: Array, y: Array) -> tuple[Array, Array]:
-    """Least-squares slope and intercept of ``y`` (``(..., W)``) on ``x`` (``(W,)``)."""
-    xc = x - x.mean()
-    slope = (y - y.mean(axis=-1, keepdims=True)) @ xc / (xc @ xc)
-    return slope, y.mean(axis=-1) - slope * x.mean()
+def t_quantile(level: float, replicates: int) -> float:
+    """Two-sided Student-t quantile ``t_{R−1, (1 + level)/2}`` for ``R`` replicates."""
+    return float(stats.t.ppf((1.0 + _level(level)) / 2.0, check_count(replicates, "replicates", minimum=2) - 1))
+
+
+def _replicates(values: Any, what: str = "values") -> Array:
+    v = real_array(values, what, min_ndim=1)
+    v = v[:, None] if v.ndim == 1 else v
+    if v.ndim != 2 or v.shape[0] < 2:
+        raise InputError(f"{what} must have shape (R, W) with R >= 2 independent replicates, got {v.shape}.")
+    return v
+
+
+def mean_interval(values: Any, *, level: float = 0.95) -> tuple[Array, Array]:
+    """Mean over replicates and its Student-t interval, per column.
+
+    Parameters
+    ----------
+    values : array, shape ``(R, W)`` (or ``(R,)``), ``R ≥ 2`` independent replicates
+    level : float
+
+    Returns
+    -------
+    mean : array, shape ``(W,)``
+    interval : array, shape ``(W, 2)``
+        ``mean ± t_{R−1} · sd / √R``.
+    """
+    v = _replicates(values)
+    mean = v.mean(axis=0)
+    half = t_quantile(level, v.shape[0]) * v.std(axis=0, ddof=1) / np.sqrt(v.shape[0])
+    return mean, np.stack([mean - half, mean + half], axis=1)
+
+
+def above(values: Any, baseline: Any, *, level: float = 0.95) -> Array:
+    """Columns where ``mean(values − baseline)`` is above 0 by a one-sided paired t-test.
+
+    ``values`` and ``baseline`` are ``(R, W)`` arrays whose rows are the same replicates
+    (e.g. a distance and the noise floor of the same cell); the test is on the
+    differences of the rows, so it is valid whatever the correlation of the two, with
+    ``R − 1`` degrees of freedom. A scalar or ``(W,)`` baseline is a known constant.
+
+    Returns
+    -------
+    array of bool, shape ``(W,)``
+    """
+    v = _replicates(values)
+    diff = v - real_array(baseline, "baseline")
+    num = v.shape[0]
+    margin = stats.t.ppf(_level(level), num - 1) * diff.std(axis=0, ddof=1) / np.sqrt(num)
+    return diff.mean(axis=0) > margin
 
 
 @dataclass(frozen=True)
@@ -67,117 +139,101 @@ class LogLogFit:
     Attributes
     ----------
     slope, intercept : float
-        Fitted to the per-width centre of the replicates.
+        Fitted to the per-width mean of the replicates.
     slope_ci, intercept_ci : (float, float)
-        Bootstrap percentile intervals (resampling replicates).
+        Student-t intervals over the replicates (delta method, module docstring).
+    slope_se : float
+        Standard error of the slope (before the t quantile).
+    replicate_slopes : array, shape ``(R,)``
+        Linearised per-replicate slopes ``s_r``; their mean is :attr:`slope`.
     widths : array, shape ``(W,)``
         The widths used in the fit.
     center : array, shape ``(W,)``
-        Mean (or median) over replicates at each width.
+        Mean over replicates at each width.
     value_ci : array, shape ``(W, 2)``
-        Interval for the centre at each width: Student t for the mean, bootstrap
-        percentile for the median.
+        Student-t interval of the mean at each width.
     num_replicates : int
-    num_boot_valid : int
-        Bootstrap draws used for the intervals (draws with a non-positive centre at some
-        width cannot be logged and are left out).
     level : float
     """
 
     slope: float
     slope_ci: tuple[float, float]
+    slope_se: float
+    replicate_slopes: Array
     intercept: float
     intercept_ci: tuple[float, float]
     widths: Array
     center: Array
     value_ci: Array
     num_replicates: int
-    num_boot_valid: int
     level: float
+
+    @property
+    def interval(self) -> str:
+        """How the intervals were computed, in words."""
+        return interval_label(self.level, self.num_replicates)
 
     def predict(self, widths: Any) -> Array:
         """The fitted curve ``exp(intercept) · widths^slope``."""
-        return np.exp(self.intercept) * np.asarray(widths, dtype=np.float64) ** self.slope
+        return np.exp(self.intercept) * real_array(widths, "widths") ** self.slope
 
 
 def _sweep_arrays(widths: Any, values: Any) -> tuple[Array, Array]:
-    w = _finite_array(widths, "widths", ndim=1)
-    v = _finite_array(values, "values")
+    w = real_array(widths, "widths", ndim=1)
+    v = real_array(values, "values")
     if v.ndim == 1:
         v = v[None, :]
     if v.ndim != 2 or v.shape[1] != len(w):
         raise InputError(f"values must have shape (R, {len(w)}) to match widths, got {v.shape}.")
     if np.any(w <= 0):
         raise InputError("widths must be positive.")
+    if v.shape[0] < 2:
+        raise InputError(f"intervals need at least 2 independent replicates (rows of values), got {v.shape[0]}.")
     return w, v
 
 
-def fit_loglog(
-    widths: Any,
-    values: Any,
-    *,
-    center: str = "mean",
-    level: float = 0.95,
-    num_boot: int = 2000,
-    seed: Seed = 0,
-) -> LogLogFit:
-    """Fit ``log(value) = intercept + slope · log(width)`` with bootstrap intervals.
+def fit_loglog(widths: Any, values: Any, *, level: float = 0.95) -> LogLogFit:
+    """Fit ``log(mean value) = intercept + slope · log(width)`` with Student-t intervals.
 
     Parameters
     ----------
     widths : array, shape ``(W,)``, ``W ≥ 2`` distinct positive widths
-    values : array, shape ``(R, W)``
-        Independent replicates (rows); every per-width centre must be positive.
-    center : {"mean", "median"}
-        Per-width summary that is fitted.
+    values : array, shape ``(R, W)``, ``R ≥ 2``
+        Independent replicates (rows); every per-width mean must be positive (single
+        values may be zero or negative, e.g. linearised or debiased ones).
     level : float
         Confidence level of all intervals.
-    num_boot : int
-        Bootstrap draws (replicate rows resampled with replacement).
-    seed : int, Generator or SeedSequence
     """
     w, v = _sweep_arrays(widths, values)
     if len(np.unique(w)) < 2:
         raise InputError("a slope needs at least 2 distinct widths.")
-    if center not in ("mean", "median"):
-        raise HyperParameterError(f"center must be 'mean' or 'median', got {center!r}.")
-    if int(num_boot) != num_boot or num_boot < 100:
-        raise HyperParameterError(f"num_boot must be an integer >= 100, got {num_boot}.")
-    summary = np.mean if center == "mean" else np.median
-    c = summary(v, axis=0)
+    c = v.mean(axis=0)
     if np.any(c <= 0):
         bad = w[c <= 0].tolist()
-        raise InputError(
-            f"the {center} is not positive at widths {bad}; drop them (see fit_with_floor)."
-        )
-    lo_q, hi_q = _two_sided(level)
-    num_rep = v.shape[0]
+        raise InputError(f"the mean is not positive at widths {bad}; drop them (see fit_with_floor).")
+    num = v.shape[0]
     x = np.log(w)
-    slope, intercept = _ols(x, np.log(c))
-    idx = np.random.default_rng(seed).integers(0, num_rep, size=(int(num_boot), num_rep))
-    boot = summary(v[idx], axis=1)  # (num_boot, W)
-    valid = np.all(boot > 0, axis=1)
-    if valid.sum() < num_boot / 2:
-        raise InputError(
-            "most bootstrap resamples have a non-positive centre at some width: the values "
-            "are not distinguishable from zero there; drop those widths (see fit_with_floor)."
-        )
-    b_slope, b_intercept = _ols(x, np.log(boot[valid]))
-    if center == "mean" and num_rep >= 2:
-        half = stats.t.ppf(hi_q, num_rep - 1) * v.std(axis=0, ddof=1) / np.sqrt(num_rep)
-        value_ci = np.stack([c - half, c + half], axis=1)
-    else:
-        value_ci = np.quantile(boot, [lo_q, hi_q], axis=0).T
+    xc = x - x.mean()
+    a = xc / (xc @ xc)  # slope = a · log c
+    b = 1.0 / len(x) - x.mean() * a  # intercept = b · log c
+    slope, intercept = float(a @ np.log(c)), float(b @ np.log(c))
+    rel = (v - c) / c  # first-order change of log c_j contributed by replicate r, times R
+    reps_slope, reps_intercept = slope + rel @ a, intercept + rel @ b
+    t = t_quantile(level, num)
+    se_slope = float(reps_slope.std(ddof=1) / np.sqrt(num))
+    se_intercept = float(reps_intercept.std(ddof=1) / np.sqrt(num))
+    _, value_ci = mean_interval(v, level=level)
     return LogLogFit(
-        slope=float(slope),
-        slope_ci=tuple(float(q) for q in np.quantile(b_slope, [lo_q, hi_q])),
-        intercept=float(intercept),
-        intercept_ci=tuple(float(q) for q in np.quantile(b_intercept, [lo_q, hi_q])),
+        slope=slope,
+        slope_ci=(slope - t * se_slope, slope + t * se_slope),
+        slope_se=se_slope,
+        replicate_slopes=reps_slope,
+        intercept=intercept,
+        intercept_ci=(intercept - t * se_intercept, intercept + t * se_intercept),
         widths=w,
         center=c,
         value_ci=value_ci,
-        num_replicates=num_rep,
-        num_boot_valid=int(valid.sum()),
+        num_replicates=num,
         level=level,
     )
 
@@ -193,10 +249,13 @@ class FloorAwareFit:
     debiased : LogLogFit or None
         Fit of the debiased distances at the kept widths (None if fewer than 2 kept).
     debiased_values : array, shape ``(R, W)``
-        Per-replicate debiased distances at all widths.
+        Per-replicate debiased distances at all widths, with each replicate's floor
+        noise folded in to first order: ``debias(raw_r, f̄) + ∂debias/∂f · (f_r − f̄)``
+        (``f̄`` the mean floor). Their mean is ``mean_r debias(raw_r, f̄)`` and their
+        spread includes the uncertainty of the floor.
     kept_widths, dropped_widths : arrays of widths
         Widths where the raw distance is / is not significantly above the floor
-        (one-sided test at the fit's level).
+        (:func:`above`, one-sided at the fit's level).
     rule : str
         Debiasing rule (:func:`netsor.stats.distances.debias`).
     """
@@ -210,6 +269,21 @@ class FloorAwareFit:
     rule: str
 
 
+def debiased_replicates(raw: Any, floor: Any, *, rule: str = "quadrature") -> Array:
+    """Per-replicate debiased values with the floor's noise folded in (see :class:`FloorAwareFit`).
+
+    ``raw`` and ``floor`` are ``(R, W)`` arrays whose rows are the same replicates.
+    """
+    r, f = _replicates(raw, "raw"), _replicates(floor, "floor")
+    if r.shape != f.shape:
+        raise InputError(f"raw and floor must have the same shape (R, W) (row r = replicate r), "
+                         f"got {r.shape} and {f.shape}.")
+    f_mean = f.mean(axis=0)
+    deb = np.asarray(debias(r, f_mean, rule=rule))
+    slope = np.asarray(debias_floor_derivative(r, f_mean, rule=rule)).mean(axis=0)
+    return deb + slope * (f - f_mean)
+
+
 def fit_with_floor(
     widths: Any,
     raw: Any,
@@ -217,40 +291,31 @@ def fit_with_floor(
     *,
     rule: str = "quadrature",
     level: float = 0.95,
-    num_boot: int = 2000,
-    seed: Seed = 0,
 ) -> FloorAwareFit:
     """Fit raw distances, their noise floor and the debiased distances.
 
-    A width is kept for the debiased fit when ``mean(raw) − mean(floor)`` is above zero
-    by more than its one-sided ``level`` Welch margin (replicates treated as
-    independent; for a floor computed from the same samples, as the Rao–Blackwellised
-    one is, the test is then conservative). Per-replicate debiased values are
-    ``debias(raw[r], mean(floor), rule)``.
+    A width is kept for the debiased fit when the raw distance is above the floor by a
+    one-sided paired t-test at ``level`` (:func:`above`). The debiased values are
+    :func:`debiased_replicates`, so the debiased slope's interval includes the noise of
+    the floor as well as that of the distance.
 
     Parameters
     ----------
     widths : array, shape ``(W,)``
-    raw : array, shape ``(R, W)``
-    floor : array, shape ``(R_f, W)``, ``R_f ≥ 2``
-        Replicates of the noise floor at each width.
-    rule, level, num_boot, seed
+    raw : array, shape ``(R, W)``, ``R ≥ 2``
+    floor : array, shape ``(R, W)``
+        The noise floor of each cell: row ``r`` belongs to the same replicate as ``raw[r]``.
+    rule, level
         As in :func:`netsor.stats.distances.debias` and :func:`fit_loglog`.
     """
     w, r = _sweep_arrays(widths, raw)
-    _, f = _sweep_arrays(widths, floor)
-    if r.shape[0] < 2 or f.shape[0] < 2:
-        raise InputError("fit_with_floor needs at least 2 replicates of raw and of floor.")
-    _two_sided(level)
-    f_mean = f.mean(axis=0)
-    se = np.sqrt(r.var(axis=0, ddof=1) / r.shape[0] + f.var(axis=0, ddof=1) / f.shape[0])
-    keep = r.mean(axis=0) - f_mean > stats.norm.ppf(level) * se
-    deb = np.asarray(debias(r, f_mean[None, :], rule=rule))
-    fit = {"level": level, "num_boot": num_boot, "seed": seed}
+    deb = debiased_replicates(r, floor, rule=rule)
+    f = real_array(floor, "floor")
+    keep = above(r, f, level=level)
     return FloorAwareFit(
-        raw=fit_loglog(w, r, **fit),
-        floor=fit_loglog(w, f, **fit),
-        debiased=fit_loglog(w[keep], deb[:, keep], **fit) if keep.sum() >= 2 else None,
+        raw=fit_loglog(w, r, level=level),
+        floor=fit_loglog(w, f, level=level),
+        debiased=fit_loglog(w[keep], deb[:, keep], level=level) if keep.sum() >= 2 else None,
         debiased_values=deb,
         kept_widths=w[keep],
         dropped_widths=w[~keep],
@@ -276,29 +341,30 @@ def kernel_lln_error(Khat: Any, K: Any, *, norm: str = "abs") -> float:
     -------
     float
     """
-    kh = _finite_array(Khat, "Khat", min_ndim=1)
-    k = _finite_array(K, "K")
+    kh = real_array(Khat, "Khat", min_ndim=1)
+    k = real_array(K, "K")
     if kh.shape[1:] != k.shape:
         raise InputError(f"Khat must have shape (S, *{k.shape}), got {kh.shape}.")
     diff = (kh - k).reshape(len(kh), -1)
-    if norm == "abs":
+    if check_choice(norm, "norm", ("abs", "fro")) == "abs":
         return float(np.abs(diff).mean())
-    if norm == "fro":
-        return float(np.sqrt((diff * diff).mean(axis=1)).mean())
-    raise HyperParameterError(f"norm must be 'abs' or 'fro', got {norm!r}.")
+    return float(np.sqrt((diff * diff).mean(axis=1)).mean())
 
 
 # --------------------------------------------------------------------------- sweep runner
 
 
-def _to_json(obj: Any) -> Any:
-    """A JSON-ready copy: tuples become lists, numpy scalars/arrays become Python ones."""
+def jsonable(obj: Any) -> Any:
+    """A JSON-ready copy: tuples become lists, numpy scalars/arrays become Python ones,
+    paths become strings."""
     if isinstance(obj, np.ndarray | np.generic):
         return obj.tolist()
     if isinstance(obj, tuple | list):
-        return [_to_json(o) for o in obj]
+        return [jsonable(o) for o in obj]
     if isinstance(obj, dict):
-        return {str(k): _to_json(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
     if obj is None or isinstance(obj, str | bool | int | float):
         return obj
     raise InputError(
@@ -309,17 +375,21 @@ def _to_json(obj: Any) -> Any:
 
 def cell_key(cell: Hashable) -> str:
     """Canonical string of a cell (stable across runs and Python processes)."""
-    return json.dumps(_to_json(cell), sort_keys=True, separators=(",", ":"))
+    return json.dumps(jsonable(cell), sort_keys=True, separators=(",", ":"))
 
 
-def cell_seed(cell: Hashable, seed: int = 0) -> np.random.SeedSequence:
+def cell_seed(cell: Hashable, *, seed: Seed = 0) -> np.random.SeedSequence:
     """A SeedSequence determined by ``cell`` and ``seed`` only (not by run order).
 
-    Use ``numpy.random.default_rng(cell_seed(cell, seed))`` inside a sweep function so
+    ``seed`` follows the project's seed policy (:mod:`netsor.validate`); the cell's
+    canonical key is hashed into the spawn key of the seed's sequence. Use
+    ``numpy.random.default_rng(cell_seed(cell, seed=seed))`` inside a sweep function so
     that a resumed or reordered sweep draws exactly the same numbers per cell.
     """
+    root = seed_sequence(seed)
     digest = hashlib.sha256(cell_key(cell).encode()).digest()
-    return np.random.SeedSequence([int(seed), *np.frombuffer(digest[:16], dtype=np.uint32)])
+    words = tuple(int(w) for w in np.frombuffer(digest[:16], dtype=np.uint32))
+    return np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, *words), pool_size=root.pool_size)
 
 
 def load_sweep(store_path: str | os.PathLike) -> dict[str, dict[str, Any]]:
@@ -414,7 +484,7 @@ def run_sweep(
             result = fn(cell)
             if not isinstance(result, dict):
                 raise InputError(f"fn must return a dict, got {type(result).__name__}.")
-            record = _to_json({"cell": cell, "result": result})
+            record = jsonable({"cell": cell, "result": result})
             fh.write(json.dumps(record) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

@@ -1,0 +1,187 @@
+"""The `netsor` command line: results of kernel / sample / converge / reproduce, and every
+user error ending as one line ``error: ...`` on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import netsor
+from netsor.cli import main
+
+
+def run_ok(args: list[str], capsys) -> str:
+    main(args)  # returns normally on success (no SystemExit)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.out
+
+
+def run_error(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def relu_mlp1_kernel(X: np.ndarray, sigma_w: float, sigma_b: float) -> np.ndarray:
+    """Depth-1 ReLU MLP, independently of netsor: g ~ N(0, σw² xᵀx'/d + σb²) and
+    K = σw² E[relu(g) relu(g')] + σb² with the arc-cosine formula."""
+    cov = sigma_w**2 * X @ X.T / X.shape[1] + sigma_b**2
+    norms = np.sqrt(np.diag(cov))
+    cos = np.clip(cov / np.outer(norms, norms), -1.0, 1.0)
+    theta = np.arccos(cos)
+    relu = np.outer(norms, norms) * (np.sin(theta) + (np.pi - theta) * cos) / (2 * np.pi)
+    return sigma_w**2 * relu + sigma_b**2
+
+
+def test_kernel_matches_the_arccos_formula_and_creates_the_out_directory(tmp_path, capsys):
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    np.save(tmp_path / "X.npy", X)
+    out = tmp_path / "new" / "dir" / "K"  # missing directories are created; no ".npy" is appended
+    text = run_ok(["kernel", "mlp", "--depth", "1", "--sigma-w", "1.5", "--sigma-b", "0.2",
+                   "--inputs", str(tmp_path / "X.npy"), "--out", str(out)], capsys)
+    assert f"saved {out}" in text
+    np.testing.assert_allclose(np.load(out), relu_mlp1_kernel(X, 1.5, 0.2), rtol=1e-12, atol=1e-14)
+
+
+def test_sample_compares_covariances_and_saves_outputs(tmp_path, capsys):
+    out = tmp_path / "missing" / "Y.npy"
+    text = run_ok(["sample", "rnn", "--depth", "2", "--random", "3,4", "--width", "64", "--samples", "50",
+                   "--out", str(out)], capsys)
+    assert np.load(out).shape == (50, 3 * 2)  # rnn: one output per step
+    assert "max z-score =" in text and "nan" not in text
+
+
+def test_sample_with_one_network_says_no_covariance_check(capsys):
+    text = run_ok(["sample", "mlp", "--random", "3,3", "--samples", "1"], capsys)
+    assert "needs at least 2 networks" in text and "nan" not in text
+
+
+def test_converge_writes_json_csv_png_with_snake_case_keys(tmp_path, capsys):
+    js = tmp_path / "sub" / "c.json"
+    text = run_ok(["converge", "resnet", "--depth", "2", "--random", "3,4", "--widths", "16,32,64",
+                   "--samples", "100", "-R", "3", "--metric", "kernel-lln", "--json", str(js)], capsys)
+    assert "Student-t interval over 3 replicates" in text
+    data = json.loads(js.read_text())
+    assert data["metric"] == "kernel_lln" and data["interval"] == "95 % Student-t interval over 3 replicates"
+    assert [row["width"] for row in data["rows"]] == [16, 32, 64]
+    assert set(data["rows"][0]) == {"width", "distance", "ci", "raw", "stderr"}  # no noise floor here
+    assert data["slope_ci"][0] < data["slope"] < data["slope_ci"][1]
+    assert js.with_suffix(".csv").read_text().splitlines()[0] == "width,distance,ci_low,ci_high,floor,stderr"
+    assert js.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_help_exits_normally(capsys):
+    assert "converge" in run_ok(["--help"], capsys)
+
+
+@pytest.fixture
+def files(tmp_path):
+    np.save(tmp_path / "good.npy", np.ones((3, 2)))
+    np.save(tmp_path / "flat.npy", np.ones(3))
+    np.save(tmp_path / "nan.npy", np.array([[1.0, np.nan]]))
+    np.savez(tmp_path / "arch.npz", a=np.ones((3, 2)))
+    (tmp_path / "garbage.npy").write_bytes(b"not an array at all")
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "afile").write_text("x")
+    return tmp_path
+
+
+ERRORS = {
+    # --seed
+    "negative seed": ["kernel", "mlp", "--random", "3,3", "--seed", "-1"],
+    "seed not an integer": ["kernel", "mlp", "--random", "3,3", "--seed", "abc"],
+    "reproduce negative seed": ["reproduce", "--seed", "-1", "--out", "{tmp}/r"],
+    # --memory-budget
+    "negative budget": ["kernel", "mlp", "--random", "3,3", "--memory-budget", "-1"],
+    "zero budget": ["kernel", "mlp", "--random", "3,3", "--memory-budget", "0"],
+    "nan budget": ["kernel", "mlp", "--random", "3,3", "--memory-budget", "nan"],
+    "inf budget": ["kernel", "mlp", "--random", "3,3", "--memory-budget", "inf"],
+    # --width / --samples
+    "huge width": ["sample", "mlp", "--random", "3,3", "--width", "1000000000000"],
+    "zero width": ["sample", "mlp", "--random", "3,3", "--width", "0"],
+    "zero samples": ["sample", "mlp", "--random", "3,3", "--samples", "0"],
+    "negative samples": ["sample", "mlp", "--random", "3,3", "--samples", "-5"],
+    "huge samples": ["sample", "mlp", "--random", "3,3", "--samples", "100000000000000"],
+    "converge one sample": ["converge", "mlp", "--samples", "1", "--json", "{tmp}/c.json"],
+    "converge one replicate": ["converge", "mlp", "--replicates", "1", "--json", "{tmp}/c.json"],
+    "converge no directions": ["converge", "mlp", "--directions", "0", "--json", "{tmp}/c.json"],
+    # --widths
+    "one width": ["converge", "mlp", "--widths", "16", "--json", "{tmp}/c.json"],
+    "one distinct width": ["converge", "mlp", "--widths", "16,16", "--json", "{tmp}/c.json"],
+    "width not an integer": ["converge", "mlp", "--widths", "16,a", "--json", "{tmp}/c.json"],
+    "fractional width": ["converge", "mlp", "--widths", "16,2.5", "--json", "{tmp}/c.json"],
+    "zero in widths": ["converge", "mlp", "--widths", "0,16", "--json", "{tmp}/c.json"],
+    "empty widths": ["converge", "mlp", "--widths", "", "--json", "{tmp}/c.json"],
+    "huge converge width": ["converge", "mlp", "--widths", "16,1000000000000", "--json", "{tmp}/c.json"],
+    # --metric
+    "metric with underscore": ["converge", "mlp", "--metric", "kernel_lln", "--json", "{tmp}/c.json"],
+    # --random
+    "random zero inputs": ["kernel", "mlp", "--random", "0,3"],
+    "random one number": ["kernel", "mlp", "--random", "3"],
+    "random three numbers": ["kernel", "mlp", "--random", "3,4,5"],
+    "random negative": ["kernel", "mlp", "--random", "-1,3"],
+    "random huge": ["kernel", "mlp", "--random", "100000000000,100000000"],
+    "random kernel too big": ["kernel", "mlp", "--random", "10000000,2"],
+    "no inputs": ["kernel", "mlp"],
+    "both inputs": ["kernel", "mlp", "--random", "3,2", "--inputs", "{tmp}/good.npy"],
+    # hyper-parameters
+    "nan sigma-w": ["kernel", "mlp", "--random", "3,3", "--sigma-w", "nan"],
+    "inf sigma-w": ["kernel", "mlp", "--random", "3,3", "--sigma-w", "inf"],
+    "negative sigma-w": ["kernel", "mlp", "--random", "3,3", "--sigma-w", "-1"],
+    "nan sigma-b": ["sample", "mlp", "--random", "3,3", "--sigma-b", "nan"],
+    "nan sigma-u": ["kernel", "rnn", "--random", "3,3", "--sigma-u", "nan"],
+    "inf sigma-v": ["kernel", "rnn", "--random", "3,3", "--sigma-v", "inf"],
+    "zero depth": ["kernel", "mlp", "--random", "3,3", "--depth", "0"],
+    "huge depth": ["kernel", "mlp", "--random", "3,3", "--depth", "1000000000"],
+    "unknown activation": ["kernel", "mlp", "--activation", "nope", "--random", "3,3"],
+    "unknown architecture": ["kernel", "transformer9", "--random", "3,3"],
+    "unknown method": ["sample", "mlp", "--random", "3,3", "--method", "sparse"],
+    "unknown option": ["kernel", "mlp", "--random", "3,3", "--nope"],
+    # --inputs
+    "inputs missing": ["kernel", "mlp", "--inputs", "{tmp}/missing.npy"],
+    "inputs garbage": ["kernel", "mlp", "--inputs", "{tmp}/garbage.npy"],
+    "inputs empty file": ["kernel", "mlp", "--inputs", "{tmp}/empty.npy"],
+    "inputs a directory": ["kernel", "mlp", "--inputs", "{tmp}"],
+    "inputs npz": ["kernel", "mlp", "--inputs", "{tmp}/arch.npz"],
+    "inputs 1-D": ["kernel", "mlp", "--inputs", "{tmp}/flat.npy"],
+    "inputs with NaN": ["sample", "mlp", "--inputs", "{tmp}/nan.npy"],
+    "rnn needs steps": ["sample", "rnn", "--inputs", "{tmp}/good.npy"],
+    # outputs
+    "kernel out is a directory": ["kernel", "mlp", "--random", "3,3", "--out", "{tmp}"],
+    "sample out unwritable": ["sample", "mlp", "--random", "3,3", "--out", "/proc/netsor-test/Y.npy"],
+    "json is a directory": ["converge", "mlp", "--json", "{tmp}"],
+    "reproduce out is a file": ["reproduce", "--quick", "--out", "{tmp}/afile"],
+    "reproduce unknown arch": ["reproduce", "--arch", "deep_mlp", "--out", "{tmp}/r"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_user_errors_are_one_line_with_status_2(name, files, capsys):
+    args = [a.replace("{tmp}", str(files)) for a in ERRORS[name]]
+    run_error(args, capsys)
+
+
+def test_error_messages_name_the_option(files, capsys):
+    assert "--seed" in run_error(ERRORS["negative seed"], capsys)
+    assert "--memory-budget" in run_error(ERRORS["nan budget"], capsys)
+    assert "--widths" in run_error([a.replace("{tmp}", str(files)) for a in ERRORS["one width"]], capsys)
+    assert "--samples" in run_error(ERRORS["zero samples"], capsys)
+    assert "--width" in run_error(ERRORS["huge width"], capsys)
+    assert "--sigma-w" in run_error(ERRORS["nan sigma-w"], capsys)
+    assert "--inputs" in run_error([a.replace("{tmp}", str(files)) for a in ERRORS["inputs garbage"]], capsys)
+
+
+def test_nothing_is_computed_before_the_options_are_checked(tmp_path, capsys, monkeypatch):
+    """A bad --out is reported before the (possibly long) computation starts."""
+    calls = []
+    monkeypatch.setattr(netsor.interpret.infinite, "nngp", lambda *a, **k: calls.append(1))
+    run_error(["kernel", "mlp", "--random", "3,3", "--out", str(tmp_path)], capsys)
+    assert calls == []
