@@ -17,6 +17,7 @@ JSON / CSV files (``"rb_sw1"``, ``"deep_mlp"``), as click does for option names.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -32,7 +33,7 @@ import numpy as np
 from netsor.errors import HyperParameterError, InputError, NetsorError
 from netsor.ir.program import Program
 from netsor.matrixlaws.cli import laws_command, spectrum_command
-from netsor.stats.convergence import CELL_FORMAT, METRICS
+from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
 from netsor.validate import (
     check_choice,
     check_count,
@@ -305,11 +306,10 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     payload = summary.to_json()
     try:
         out.write_text(json.dumps(payload, indent=2))
-        with out.with_suffix(".csv").open("w") as fh:
-            fh.write("width,distance,ci_low,ci_high,floor,stderr\n")
-            for row in payload["rows"]:
-                fh.write(f"{row['width']},{row['distance']},{row['ci'][0]},{row['ci'][1]},"
-                         f"{row.get('floor', '')},{row.get('stderr', '')}\n")
+        with out.with_suffix(".csv").open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(CSV_COLUMNS)
+            writer.writerows(summary.csv_rows())
     except OSError as exc:
         raise InputError(f"cannot write the results beside --json {out}: {exc.strerror}") from None
     png = plot_summary(summary, out.with_suffix(".png"))

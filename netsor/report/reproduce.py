@@ -32,7 +32,7 @@ import numpy as np
 from netsor import zoo
 from netsor.errors import HyperParameterError
 from netsor.ir.program import Program
-from netsor.stats.convergence import CELL_FORMAT, Study, Summary, plot_summary, summarize, summarize_series
+from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, Study, Summary, plot_summary, summarize, summarize_series
 from netsor.stats.rates import jsonable, run_sweep
 from netsor.validate import check_choice, check_count
 
@@ -189,12 +189,10 @@ def _write(out: Path, chosen: list[Architecture], summaries: dict[tuple[str, str
     (out / "results.json").write_text(json.dumps(jsonable(report), indent=2))
     with (out / "results.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["architecture", "metric", "width", "distance", "ci_low", "ci_high", "floor", "stderr"])
-        for key, entry in report["architectures"].items():
+        w.writerow(["architecture", "metric", *CSV_COLUMNS])
+        for arch in chosen:
             for metric in SERIES:
-                for r in entry[metric]["rows"]:
-                    w.writerow([key, metric, r["width"], r["distance"], *r["ci"], r.get("floor", ""),
-                                r.get("stderr", "")])
+                w.writerows([arch.key, metric, *row] for row in summaries[(arch.key, metric)].csv_rows())
     (out / "report.md").write_text(_markdown(report))
 
 

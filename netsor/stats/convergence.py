@@ -78,6 +78,8 @@ FLOORED = ("sw1", "rb_sw1")
 WITH_STDERR = ("coupling", "kernel_lln")
 #: Extra series recorded by ``rb_sw1`` cells (the same networks).
 RB_EXTRAS = ("sw1", "sw1_floor", "kernel_lln", "kernel_lln_stderr")
+#: Columns of :meth:`Summary.csv_rows`.
+CSV_COLUMNS = ("width", "distance", "ci_low", "ci_high", "floor", "stderr")
 #: Version of the cell contents; part of every store's name, so stores of older versions are not mixed in.
 CELL_FORMAT = 2
 
@@ -247,6 +249,11 @@ class Summary:
                 row["stderr"] = float(self.stderr[:, j].mean())
             out.append(row)
         return out
+
+    def csv_rows(self) -> list[list[Any]]:
+        """Rows for :data:`CSV_COLUMNS` (empty cells where a series has no floor / stderr)."""
+        return [[r["width"], r["distance"], r["ci"][0], r["ci"][1], r.get("floor", ""), r.get("stderr", "")]
+                for r in self.rows()]
 
     def to_json(self) -> dict[str, Any]:
         fitted = self.fit is not None
