@@ -30,8 +30,9 @@ from typing import Any
 import click
 import numpy as np
 
+import netsor
+from netsor import Program
 from netsor.errors import HyperParameterError, InputError, NetsorError
-from netsor.ir.program import Program
 from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
 from netsor.validate import (
@@ -168,8 +169,6 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
            sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
            memory_budget: float) -> None:
     """Infinite-width NNGP kernel of ARCH on the inputs; prints a summary."""
-    from netsor.interpret.infinite import nngp
-
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
@@ -179,7 +178,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     size = X.shape[0] * program.num_outputs
     check_fits_in_memory(size * size, f"the kernel of {X.shape[0]} inputs")
     start = time.perf_counter()
-    K = nngp(program, X, memory_budget=budget)
+    K = netsor.nngp(program, X, memory_budget=budget)
     elapsed = time.perf_counter() - start
     eig = np.linalg.eigvalsh(K) if K.shape[0] <= 4000 else None
     click.echo(program.name)
@@ -227,9 +226,6 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
            sigma_v: float, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
            method: str, out: str | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
-    from netsor.interpret.finite import sample as draw
-    from netsor.interpret.infinite import nngp
-
     seed = _seed(seed)
     width = check_count(width, "--width")
     samples = check_count(samples, "--samples")
@@ -241,9 +237,9 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     D = X.shape[0] * program.num_outputs
     check_fits_in_memory(3 * samples * D, f"the outputs of {samples} networks")
     start = time.perf_counter()
-    Y = draw(program, X, width=width, samples=samples, seed=seed, method=method)
+    Y = netsor.sample(program, X, width=width, samples=samples, seed=seed, method=method)
     elapsed = time.perf_counter() - start
-    K = nngp(program, X)
+    K = netsor.nngp(program, X)
     click.echo(program.name)
     click.echo(f"{samples} networks of width {width} on {X.shape[0]} inputs in {elapsed:.3f} s -> outputs {Y.shape}")
     click.echo(covariance_check(Y, K))
@@ -341,7 +337,7 @@ def reproduce(out: str, quick: bool, archs: tuple[str, ...], seed: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create --out {out}: {exc.strerror}") from None
-    report = run(directory, settings, architectures=tuple(CLI_REPRODUCE_ARCHS[a] for a in archs) or None)
+    report = run(directory, settings=settings, architectures=tuple(CLI_REPRODUCE_ARCHS[a] for a in archs) or None)
     click.echo(f"intervals: {report['interval']}")
     click.echo(f"{'architecture':<12} {'sliced W1 slope':>26} {'paper':>8} {'coupling slope':>26} "
                f"{'kernel-LLN slope':>26}")

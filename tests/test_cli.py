@@ -182,6 +182,6 @@ def test_error_messages_name_the_option(files, capsys):
 def test_nothing_is_computed_before_the_options_are_checked(tmp_path, capsys, monkeypatch):
     """A bad --out is reported before the (possibly long) computation starts."""
     calls = []
-    monkeypatch.setattr(netsor.interpret.infinite, "nngp", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(netsor, "nngp", lambda *a, **k: calls.append(1))
     run_error(["kernel", "mlp", "--random", "3,3", "--out", str(tmp_path)], capsys)
     assert calls == []

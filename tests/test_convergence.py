@@ -101,7 +101,7 @@ def test_summary_without_a_slope_says_so():
 
 def test_reproduce_writes_a_self_contained_report(tmp_path):
     settings = Settings(widths=(16, 32, 64), samples=200, coupling_samples=30, replicates=2, directions=8)
-    report = reproduce(tmp_path, settings, progress=False, architectures=("mlp", "resnet"))
+    report = reproduce(tmp_path, settings=settings, progress=False, architectures=("mlp", "resnet"))
     assert set(report["architectures"]) == {"mlp", "resnet"}
     for key in ("mlp", "resnet"):
         for metric in ("rb_sw1", "coupling", "kernel_lln"):
@@ -128,10 +128,10 @@ def test_reproduce_writes_a_self_contained_report(tmp_path):
     cells = list(tmp_path.glob("cells-*.jsonl"))
     assert len(cells) == 1
     before = cells[0].read_text()
-    reproduce(tmp_path, settings, progress=False, architectures=("mlp", "resnet"))  # resumes: nothing new
+    reproduce(tmp_path, settings=settings, progress=False, architectures=("mlp", "resnet"))  # resumes: nothing new
     assert cells[0].read_text() == before
     with pytest.raises(netsor.HyperParameterError):
-        reproduce(tmp_path, settings, progress=False, architectures=("deep-mlp",))
+        reproduce(tmp_path, settings=settings, progress=False, architectures=("deep-mlp",))
 
 
 @pytest.mark.slow
@@ -141,7 +141,7 @@ def test_quick_reproduce_meets_the_papers_claims(tmp_path):
     interval below −0.5); the coupling and the kernel LLN decay like n^-1/2 (interval
     within 0.1 of −0.5: the band allows the O(1/n) pre-asymptotic corrections at widths
     16–256, and excludes both −1 and −0.3)."""
-    report = reproduce(tmp_path, Settings.quick(), progress=False)
+    report = reproduce(tmp_path, settings=Settings.quick(), progress=False)
     for key in ("deep_mlp", "resnet"):
         assert report["architectures"][key]["rb_sw1"]["slope_ci"][1] < -0.5
     for key, e in report["architectures"].items():

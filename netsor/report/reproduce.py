@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from netsor import zoo
+from netsor import Program, zoo
 from netsor.errors import HyperParameterError
-from netsor.ir.program import Program
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, Study, Summary, plot_summary, summarize, summarize_series
 from netsor.stats.rates import jsonable, run_sweep
 from netsor.validate import check_choice, check_count
@@ -105,7 +104,7 @@ def _inputs(arch: Architecture, s: Settings) -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-def reproduce(out: str | Path = "netsor-report", settings: Settings | None = None, *, progress: bool = True,
+def reproduce(out: str | Path = "netsor-report", *, settings: Settings | None = None, progress: bool = True,
               architectures: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Run (or resume) the study and write the report directory; returns the results as a dict.
 
@@ -185,7 +184,7 @@ def _write(out: Path, chosen: list[Architecture], summaries: dict[tuple[str, str
     for arch in chosen:
         for metric in SERIES:
             plot_summary(summaries[(arch.key, metric)], out / f"{arch.key}-{metric}.png",
-                         f"{arch.title}: {SERIES_TITLES[metric]}")
+                         title=f"{arch.title}: {SERIES_TITLES[metric]}")
     (out / "results.json").write_text(json.dumps(jsonable(report), indent=2))
     with (out / "results.csv").open("w", newline="") as fh:
         w = csv.writer(fh)

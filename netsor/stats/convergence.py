@@ -51,11 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from netsor import Program, coupled, nngp, run_finite
 from netsor.errors import HyperParameterError, InputError
-from netsor.interpret.coupled import coupled
-from netsor.interpret.finite import run_finite
-from netsor.interpret.infinite import nngp
-from netsor.ir.program import Program
 from netsor.stats import distances as dist
 from netsor.stats.rates import (
     LogLogFit,
@@ -330,7 +327,7 @@ def summarize(study: Study, widths: Sequence[int], results: dict[Any, dict[str, 
                             samples=study.samples, extra={k: grid(k) for k in extras}, level=level)
 
 
-def plot_summary(summary: Summary, path: str | Path, title: str | None = None) -> Path:
+def plot_summary(summary: Summary, path: str | Path, *, title: str | None = None) -> Path:
     """Log-log PNG: distance with its intervals, the noise floor (floored metrics only) with
     its replicate range, the fitted line and reference slopes −0.5 and −1."""
     from netsor.report.plots import loglog_plot
