@@ -62,8 +62,10 @@ def build_architecture(arch: str, depth: int, *, activation: str, sigma_w: float
     kwargs: dict[str, Any] = {_COUNT_PARAMETER[arch]: check_count(depth, "--depth", maximum=MAX_DEPTH),
                               "activation": activation, "sigma_w": check_sigma(sigma_w, "--sigma-w"),
                               "sigma_b": check_sigma(sigma_b, "--sigma-b")}
+    # checked for every architecture, although only rnn reads them: a bad value is a mistake anyway
+    sigma_u, sigma_v = check_sigma(sigma_u, "--sigma-u"), check_sigma(sigma_v, "--sigma-v")
     if arch == "rnn":
-        kwargs.update(sigma_u=check_sigma(sigma_u, "--sigma-u"), sigma_v=check_sigma(sigma_v, "--sigma-v"))
+        kwargs.update(sigma_u=sigma_u, sigma_v=sigma_v)
     return ARCHITECTURES[arch](**kwargs)
 
 

@@ -139,6 +139,7 @@ ERRORS = {
     "nan sigma-b": ["sample", "mlp", "--random", "3,3", "--sigma-b", "nan"],
     "nan sigma-u": ["kernel", "rnn", "--random", "3,3", "--sigma-u", "nan"],
     "inf sigma-v": ["kernel", "rnn", "--random", "3,3", "--sigma-v", "inf"],
+    "nan sigma-u for mlp": ["kernel", "mlp", "--random", "3,3", "--sigma-u", "nan"],
     "zero depth": ["kernel", "mlp", "--random", "3,3", "--depth", "0"],
     "huge depth": ["kernel", "mlp", "--random", "3,3", "--depth", "1000000000"],
     "unknown activation": ["kernel", "mlp", "--activation", "nope", "--random", "3,3"],

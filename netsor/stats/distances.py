@@ -250,8 +250,8 @@ def w1_scale_mixture_to_gaussian(
     ``R`` is twice that) with ``num_grid`` points: Simpson's rule where the difference
     keeps its sign, the trapezoid rule with the interpolated root where it changes sign
     (the kink of the absolute value). Measured relative quadrature error at the default
-    grid: ``1e-8`` without sign changes, a few ``1e-6`` with them (far below sampling
-    noise).
+    grid: ``1e-8`` without sign changes, up to a few ``1e-5`` with them (far below sampling
+    noise; ``tests/test_distances.py`` checks both bounds).
 
     Parameters
     ----------
