@@ -346,7 +346,7 @@ def reproduce(out: str, quick: bool, archs: tuple[str, ...], seed: int) -> None:
     for key, e in report["architectures"].items():
         paper = f"{e['paper_slope']:.3f}" if e["paper_slope"] is not None else "-"
         cells = [slope_text(e[m]) for m in ("rb_sw1", "coupling", "kernel_lln")]
-        click.echo(f"{key:<12} {cells[0]:>26} {paper:>8} {cells[1]:>26} {cells[2]:>26}")
+        click.echo(f"{key.replace('_', '-'):<12} {cells[0]:>26} {paper:>8} {cells[1]:>26} {cells[2]:>26}")
     click.echo(f"theorem rate -0.5; report: {directory / 'report.md'} ({report['elapsed_s']:.0f} s)")
 
 

@@ -140,7 +140,8 @@ def test_quick_reproduce_meets_the_papers_claims(tmp_path):
     W1 of the deep MLP and the ResNet decays faster than the theorem's n^-1/2 (whole 95 %
     interval below −0.5); the coupling and the kernel LLN decay like n^-1/2 (interval
     within 0.1 of −0.5: the band allows the O(1/n) pre-asymptotic corrections at widths
-    16–256, and excludes both −1 and −0.3)."""
+    16–256, and excludes both −1 and −0.3). (That Rao–Blackwellisation reduces the variance
+    is tested on many more replicates in test_distances.py; 3 replicates cannot show it.)"""
     report = reproduce(tmp_path, settings=Settings.quick(), progress=False)
     for key in ("deep_mlp", "resnet"):
         assert report["architectures"][key]["rb_sw1"]["slope_ci"][1] < -0.5
@@ -148,6 +149,5 @@ def test_quick_reproduce_meets_the_papers_claims(tmp_path):
         for metric in ("coupling", "kernel_lln"):
             lo, hi = e[metric]["slope_ci"]
             assert -0.6 <= lo and hi <= -0.4, (key, metric, lo, hi)
-        assert e["rb_variance_reduction"] > 1
 
 
