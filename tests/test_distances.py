@@ -22,7 +22,7 @@ from netsor.errors import HyperParameterError, InputError, NetsorError, Numerica
 from netsor.stats.distances import (
     bures_w2,
     debias,
-    debias_floor_derivative,
+    debias_argument,
     gaussian_samples,
     median_bandwidth,
     mmd2_unbiased,
@@ -405,13 +405,17 @@ def test_seeds_follow_the_project_policy():
         random_directions(3, 4, seed=-1)
 
 
-def test_debias_floor_derivative_matches_finite_differences():
+def test_debias_argument_and_its_gradient():
     d = np.array([5.0, 2.0, 1.0, 0.5])
-    f = np.array([3.0, 1.0, 0.2, 0.9])  # the last is clipped: derivative 0
+    f = np.array([3.0, 1.0, 0.2, 0.9])  # the last is below the floor: debiased to 0
     h = 1e-6
-    for rule in ("quadrature", "subtract"):
-        numeric = (np.asarray(debias(d, f + h, rule=rule)) - np.asarray(debias(d, f - h, rule=rule))) / (2 * h)
-        np.testing.assert_allclose(debias_floor_derivative(d, f, rule=rule), numeric, atol=1e-8)
+    for rule, kappa in (("quadrature", 0.5), ("subtract", 1.0)):
+        q, dq_dd, dq_df = debias_argument(d, f, rule=rule)
+        np.testing.assert_allclose(debias(d, f, rule=rule), np.maximum(q, 0) ** kappa)
+        for grad, step in ((dq_dd, (h, 0.0)), (dq_df, (0.0, h))):
+            up = debias_argument(d + step[0], f + step[1], rule=rule)[0]
+            down = debias_argument(d - step[0], f - step[1], rule=rule)[0]
+            np.testing.assert_allclose(grad, (up - down) / (2 * h), atol=1e-7)
 
 
 def test_gaussian_samples_handle_singular_kernels():

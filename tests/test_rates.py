@@ -15,6 +15,7 @@ from netsor.stats.rates import (
     above,
     cell_key,
     cell_seed,
+    debias_replicates,
     fit_loglog,
     fit_with_floor,
     geometric_widths,
@@ -150,6 +151,27 @@ def test_fit_with_floor_drops_widths_lost_in_the_noise():
     assert fit.floor.slope_ci[0] <= 0.0 <= fit.floor.slope_ci[1]
     with pytest.raises(InputError, match="same shape"):
         fit_with_floor(WIDTHS, raw, floor[:10])
+
+
+def test_debiased_interval_per_width_covers_also_at_the_floor():
+    """Raw distances sqrt(s² + f²)·(1 + 5 % noise) and floors f·(1 + 30 % noise), f = 0.01,
+    R = 4, with signal s = 2f, f, f/2 and 0. The per-width 95 % interval of the debiased
+    distance must cover s at the nominal rate (±4 binomial standard errors over 2000
+    simulations) where s > 0, and at least that often at s = 0, where it is [0, upper]
+    (a one-sided statement; [0, 0] only when the whole interval of d² − f² is negative)."""
+    signal = np.array([0.02, 0.01, 0.005, 0.0])
+    lo, hi = _binomial_band(COVERAGE_SIMULATIONS)
+    rng = np.random.default_rng(11)
+    hits = np.zeros(len(signal))
+    for _ in range(COVERAGE_SIMULATIONS):
+        raw = np.sqrt(signal**2 + 0.01**2) * (1 + 0.05 * rng.standard_normal((4, len(signal))))
+        floor = 0.01 * (1 + 0.3 * rng.standard_normal((4, len(signal))))
+        out = debias_replicates(raw, floor)
+        np.testing.assert_allclose(out.value, debias(raw.mean(axis=0), floor.mean(axis=0)))
+        hits += (out.ci[:, 0] <= signal) & (signal <= out.ci[:, 1])
+    coverage = hits / COVERAGE_SIMULATIONS
+    assert np.all((lo <= coverage[:3]) & (coverage[:3] <= hi)), coverage
+    assert coverage[3] >= lo, coverage
 
 
 def test_debiased_slope_interval_covers_and_carries_the_floor_noise():

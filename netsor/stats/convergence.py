@@ -282,8 +282,9 @@ def summarize_series(name: str, metric: str, widths: Sequence[int], raw: Any, *,
                      level: float = 0.95) -> Summary:
     """A :class:`Summary` from ``(R, W)`` arrays of one series.
 
-    With a ``floor`` the distances are debiased replicate by replicate
-    (:func:`netsor.stats.rates.fit_with_floor`) and the slope is fitted on the widths
+    With a ``floor`` the per-width means are debiased, with intervals that carry both the
+    distance's and the floor's noise (:func:`netsor.stats.rates.fit_with_floor`), and the
+    slope is fitted on the widths
     where the raw distance is significantly above the floor; without one, on the widths
     where the mean is significantly above 0 (:func:`netsor.stats.rates.above`). Fewer
     than two such widths leave ``fit`` ``None``.
@@ -293,15 +294,14 @@ def summarize_series(name: str, metric: str, widths: Sequence[int], raw: Any, *,
     chosen: LogLogFit | None
     if floor is not None:
         fit = fit_with_floor(widths, raw, floor, level=level)
-        values, chosen = fit.debiased_values, fit.debiased
+        center, ci, chosen = fit.corrected.value, fit.corrected.ci, fit.debiased
         fitted = [int(w) for w in fit.kept_widths] if chosen is not None else []
     else:
-        values = raw
+        center, ci = mean_interval(raw, level=level)
         keep = above(raw, 0.0, level=level)
         fitted = [w for w, ok in zip(widths, keep, strict=True) if ok]
         chosen = fit_loglog(fitted, raw[:, keep], level=level) if len(fitted) >= 2 else None
         fitted = fitted if chosen is not None else []
-    center, ci = mean_interval(values, level=level)
     return Summary(name, metric, widths, raw, None if floor is None else np.asarray(floor, dtype=float),
                    None if stderr is None else np.asarray(stderr, dtype=float), center, ci, chosen, fitted,
                    extra or {}, samples, level)

@@ -56,8 +56,9 @@ from netsor.validate import Seed, check_choice, check_count, check_real, generat
 
 Array = np.ndarray
 
-#: Rules of :func:`debias`.
+#: Rules of :func:`debias`, and the exponent ``κ`` of each (``debias = max(q, 0)^κ``).
 DEBIAS_RULES = ("quadrature", "subtract")
+DEBIAS_EXPONENT = {"quadrature": 0.5, "subtract": 1.0}
 #: Largest sample size accepted by :func:`w2_pot` (its cost matrix is ``n × m``).
 W2_POT_MAX_SAMPLES = 5000
 
@@ -669,25 +670,26 @@ def debias(distance: Any, floor: Any, *, rule: str = "quadrature") -> float | Ar
     distance, floor : float or arrays (broadcast)
     rule : {"quadrature", "subtract"}
         ``"quadrature"``: ``sqrt(max(d² − f², 0))`` (default; see the module docstring);
-        ``"subtract"``: ``max(d − f, 0)``.
+        ``"subtract"``: ``max(d − f, 0)``. Both are ``max(q, 0)^κ`` of the
+        :func:`debias_argument` ``q`` with the :data:`DEBIAS_EXPONENT` ``κ``.
     """
-    d, f = real_array(distance, "distance"), real_array(floor, "floor")
+    q, _, _ = debias_argument(distance, floor, rule=rule)
+    return _float_or_array(np.maximum(q, 0.0) ** DEBIAS_EXPONENT[rule])
+
+
+def debias_argument(distance: Any, floor: Any, *, rule: str = "quadrature") -> tuple[Array, Array, Array]:
+    """The quantity ``q`` that :func:`debias` maps to ``max(q, 0)^κ``, and its gradient.
+
+    ``"quadrature"``: ``q = d² − f²`` (``∂q/∂d = 2d``, ``∂q/∂f = −2f``, ``κ = 1/2``);
+    ``"subtract"``: ``q = d − f`` (gradient ``1, −1``, ``κ = 1``). Being monotone in
+    ``q``, the map carries an interval for ``q`` to one for the debiased distance, also
+    where it is clipped at 0 (:func:`netsor.stats.rates.debias_replicates`).
+
+    Returns
+    -------
+    q, dq_dd, dq_df : arrays of the broadcast shape
+    """
+    d, f = np.broadcast_arrays(real_array(distance, "distance"), real_array(floor, "floor"))
     if check_choice(rule, "rule", DEBIAS_RULES) == "quadrature":
-        out = np.sqrt(np.maximum(d * d - f * f, 0.0))
-    else:
-        out = np.maximum(d - f, 0.0)
-    return _float_or_array(out)
-
-
-def debias_floor_derivative(distance: Any, floor: Any, *, rule: str = "quadrature") -> float | Array:
-    """``∂ debias(d, f) / ∂f`` (elementwise): ``−f / debias(d, f)`` for ``"quadrature"``,
-    ``−1`` for ``"subtract"``, and 0 where the debiased value is clipped at 0.
-
-    Used to carry a floor's own noise into the interval of a debiased quantity
-    (:func:`netsor.stats.rates.fit_with_floor`).
-    """
-    d, f = real_array(distance, "distance"), real_array(floor, "floor")
-    deb = np.asarray(debias(d, f, rule=rule))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slope = -f / deb if rule == "quadrature" else -np.ones_like(deb)
-    return _float_or_array(np.where(deb > 0, slope, 0.0))
+        return d * d - f * f, 2.0 * d, -2.0 * f
+    return d - f, np.ones_like(d), -np.ones_like(f)

@@ -42,7 +42,7 @@ import numpy as np
 from scipy import stats
 
 from netsor.errors import HyperParameterError, InputError
-from netsor.stats.distances import debias, debias_floor_derivative
+from netsor.stats.distances import DEBIAS_EXPONENT, debias_argument
 from netsor.validate import Seed, check_choice, check_count, check_real, real_array, seed_sequence
 
 Array = np.ndarray
@@ -239,6 +239,50 @@ def fit_loglog(widths: Any, values: Any, *, level: float = 0.95) -> LogLogFit:
 
 
 @dataclass(frozen=True)
+class Debiased:
+    """Floor-corrected distances per width, from ``R`` replicates of a distance and its floor.
+
+    Attributes
+    ----------
+    value : array, shape ``(W,)``
+        ``debias(mean raw, mean floor)``.
+    ci : array, shape ``(W, 2)``
+        The Student-t interval of the :func:`~netsor.stats.distances.debias_argument`
+        ``q`` (linearised per replicate: raw and floor noise of each replicate together)
+        carried through the monotone map ``max(q, 0)^κ``: never degenerate at 0, e.g.
+        ``[0, 0.003]`` where the distance is lost in the floor.
+    replicates : array, shape ``(R, W)``
+        Per-replicate linearised debiased values (delta method): their mean is ``value``
+        and their spread its uncertainty. Where ``q ≤ 0`` they all equal ``value`` = 0.
+    """
+
+    value: Array
+    ci: Array
+    replicates: Array
+
+
+def debias_replicates(raw: Any, floor: Any, *, rule: str = "quadrature", level: float = 0.95) -> Debiased:
+    """Debias the per-width means of ``raw`` by those of ``floor``, with intervals.
+
+    ``raw`` and ``floor`` are ``(R, W)`` arrays whose rows are the same replicates (the
+    floor of each cell), so any correlation between a distance and its floor is kept.
+    """
+    r, f = _replicates(raw, "raw"), _replicates(floor, "floor")
+    if r.shape != f.shape:
+        raise InputError(f"raw and floor must have the same shape (R, W) (row r = replicate r), "
+                         f"got {r.shape} and {f.shape}.")
+    r_mean, f_mean = r.mean(axis=0), f.mean(axis=0)
+    q, dq_dr, dq_df = debias_argument(r_mean, f_mean, rule=rule)
+    q_reps = q + dq_dr * (r - r_mean) + dq_df * (f - f_mean)
+    _, q_ci = mean_interval(q_reps, level=level)
+    kappa = DEBIAS_EXPONENT[rule]
+    value = np.maximum(q, 0.0) ** kappa
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reps = np.where(q > 0, value * (1.0 + kappa * (q_reps - q) / q), value)
+    return Debiased(value, np.maximum(q_ci, 0.0) ** kappa, reps)
+
+
+@dataclass(frozen=True)
 class FloorAwareFit:
     """Raw, floor and debiased log-log fits of one sweep.
 
@@ -247,12 +291,11 @@ class FloorAwareFit:
     raw, floor : LogLogFit
         Fits of the raw distances and of the noise floor at all widths.
     debiased : LogLogFit or None
-        Fit of the debiased distances at the kept widths (None if fewer than 2 kept).
-    debiased_values : array, shape ``(R, W)``
-        Per-replicate debiased distances at all widths, with each replicate's floor
-        noise folded in to first order: ``debias(raw_r, f̄) + ∂debias/∂f · (f_r − f̄)``
-        (``f̄`` the mean floor). Their mean is ``mean_r debias(raw_r, f̄)`` and their
-        spread includes the uncertainty of the floor.
+        Fit of the debiased distances at the kept widths (None if fewer than 2 kept), on
+        the linearised replicates of :class:`Debiased`: its slope is that of
+        ``log debias(mean raw, mean floor)`` and its interval includes the floor's noise.
+    corrected : Debiased
+        Debiased distances with intervals at all widths.
     kept_widths, dropped_widths : arrays of widths
         Widths where the raw distance is / is not significantly above the floor
         (:func:`above`, one-sided at the fit's level).
@@ -263,25 +306,10 @@ class FloorAwareFit:
     raw: LogLogFit
     floor: LogLogFit
     debiased: LogLogFit | None
-    debiased_values: Array
+    corrected: Debiased
     kept_widths: Array
     dropped_widths: Array
     rule: str
-
-
-def debiased_replicates(raw: Any, floor: Any, *, rule: str = "quadrature") -> Array:
-    """Per-replicate debiased values with the floor's noise folded in (see :class:`FloorAwareFit`).
-
-    ``raw`` and ``floor`` are ``(R, W)`` arrays whose rows are the same replicates.
-    """
-    r, f = _replicates(raw, "raw"), _replicates(floor, "floor")
-    if r.shape != f.shape:
-        raise InputError(f"raw and floor must have the same shape (R, W) (row r = replicate r), "
-                         f"got {r.shape} and {f.shape}.")
-    f_mean = f.mean(axis=0)
-    deb = np.asarray(debias(r, f_mean, rule=rule))
-    slope = np.asarray(debias_floor_derivative(r, f_mean, rule=rule)).mean(axis=0)
-    return deb + slope * (f - f_mean)
 
 
 def fit_with_floor(
@@ -296,7 +324,7 @@ def fit_with_floor(
 
     A width is kept for the debiased fit when the raw distance is above the floor by a
     one-sided paired t-test at ``level`` (:func:`above`). The debiased values are
-    :func:`debiased_replicates`, so the debiased slope's interval includes the noise of
+    :func:`debias_replicates`, so the debiased slope's interval includes the noise of
     the floor as well as that of the distance.
 
     Parameters
@@ -309,14 +337,14 @@ def fit_with_floor(
         As in :func:`netsor.stats.distances.debias` and :func:`fit_loglog`.
     """
     w, r = _sweep_arrays(widths, raw)
-    deb = debiased_replicates(r, floor, rule=rule)
+    corrected = debias_replicates(r, floor, rule=rule, level=level)
     f = real_array(floor, "floor")
     keep = above(r, f, level=level)
     return FloorAwareFit(
         raw=fit_loglog(w, r, level=level),
         floor=fit_loglog(w, f, level=level),
-        debiased=fit_loglog(w[keep], deb[:, keep], level=level) if keep.sum() >= 2 else None,
-        debiased_values=deb,
+        debiased=fit_loglog(w[keep], corrected.replicates[:, keep], level=level) if keep.sum() >= 2 else None,
+        corrected=corrected,
         kept_widths=w[keep],
         dropped_widths=w[~keep],
         rule=rule,
