@@ -25,7 +25,11 @@ and so does ``2·sd/√R`` (coverage 86 % at R = 4).
   A replicate's widths enter its ``s_r`` together, so correlation across widths (common
   random directions, shared networks) is kept; ``s_r`` needs no logarithm of a single
   replicate, so replicates with a zero value (a debiased distance at the floor) are fine.
-  ``tests/test_rates.py`` checks the coverage by simulation.
+* Debiased distances (:func:`debias_replicates`): the interval of ``q = d² − f²`` (raw
+  and floor of each replicate linearised together) mapped through ``sqrt(max(q, 0))``,
+  so near the floor it reads ``[0, upper]``; debiased slopes use the same linearisation.
+
+``tests/test_rates.py`` checks the coverage of each kind by simulation.
 """
 
 from __future__ import annotations
