@@ -85,14 +85,19 @@ def load_inputs(inputs: str | None, random: str | None, program: Program, *, see
             X.close()
             raise InputError(f"--inputs {inputs} is an .npz archive; save one array with numpy.save")
         return check_inputs(program, X, "--inputs")
+    shape = random_shape(random, program)
+    check_fits_in_memory(math.prod(shape), "the --random inputs")
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def random_shape(random: str, program: Program) -> tuple[int, ...]:
+    """The shape of ``--random B,d`` inputs: (B, d), or (B, T, d) for programs with steps."""
     parts = random.split(",")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise InputError(f"--random expects B,d (two positive integers), got {random!r}")
     B = check_count(int(parts[0]), "--random B (number of inputs)")
     d = check_count(int(parts[1]), "--random d (input dimension)")
-    shape = (B, d) if program.steps is None else (B, program.steps, d)
-    check_fits_in_memory(math.prod(shape), "the --random inputs")
-    return np.random.default_rng(seed).standard_normal(shape)
+    return (B, d) if program.steps is None else (B, program.steps, d)
 
 
 def output_path(path: str, what: str) -> Path:
@@ -150,6 +155,11 @@ def _seed(seed: int) -> int:
     return check_count(seed, "--seed", minimum=0)
 
 
+def _check_kernel_size(batch: int, program: Program) -> None:
+    size = batch * program.num_outputs
+    check_fits_in_memory(size * size, f"the kernel of {batch} inputs")
+
+
 def _check_network_size(width: int, X: np.ndarray, what: str) -> None:
     """A finite network of ``width`` on the inputs holds at least width·B floats per hidden layer."""
     check_fits_in_memory(width * X.shape[0], f"one network of {what} on {X.shape[0]} inputs")
@@ -175,10 +185,11 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
-    X = load_inputs(inputs, random, program, seed=seed)
     out_path = output_path(out, "--out") if out else None
-    size = X.shape[0] * program.num_outputs
-    check_fits_in_memory(size * size, f"the kernel of {X.shape[0]} inputs")
+    if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
+        _check_kernel_size(random_shape(random, program)[0], program)
+    X = load_inputs(inputs, random, program, seed=seed)
+    _check_kernel_size(X.shape[0], program)
     start = time.perf_counter()
     K = netsor.nngp(program, X, memory_budget=budget)
     elapsed = time.perf_counter() - start
