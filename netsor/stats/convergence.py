@@ -114,19 +114,19 @@ class Study:
     name: str = ""
     K: Array = field(init=False, repr=False)
     thetas: Array = field(init=False, repr=False)
-    seed_sequence: np.random.SeedSequence = field(init=False, repr=False)
+    root_seed: np.random.SeedSequence = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_choice(self.metric, "metric", METRICS)
         self.samples = check_count(self.samples, "samples", minimum=2)
         self.replicates = check_count(self.replicates, "replicates", minimum=2)
         self.directions = check_count(self.directions, "directions")
-        self.seed_sequence = seed_sequence(self.seed)
+        self.root_seed = seed_sequence(self.seed)
         self.X = check_inputs(self.program, self.X)
         self.name = self.name or self.program.name
         self.K = nngp(self.program, self.X)
         self.thetas = dist.random_directions(self.K.shape[0], self.directions,
-                                             seed=cell_seed(("directions",), seed=self.seed_sequence))
+                                             seed=cell_seed(("directions",), seed=self.root_seed))
 
     def cells(self, widths: Sequence[int]) -> list[tuple[Hashable, ...]]:
         return [(self.name, self.metric, int(w), r) for w in widths for r in range(self.replicates)]
@@ -134,7 +134,7 @@ class Study:
     def measure(self, cell: tuple[Hashable, ...]) -> dict[str, float]:
         """The results of one cell ``(name, metric, width, replicate)`` (keys: module docstring)."""
         _, metric, width, _ = cell
-        net_seed, floor_seed = cell_seed(cell, seed=self.seed_sequence).spawn(2)
+        net_seed, floor_seed = cell_seed(cell, seed=self.root_seed).spawn(2)
         if metric == "coupling":
             # An int seed drawn from the cell's sequence (valid under the seed policy).
             seed = int(net_seed.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
