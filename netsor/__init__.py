@@ -1,4 +1,10 @@
-"""netsor — tensor programs at finite width, at infinite width, and coupled."""
+"""netsor — tensor programs at finite width, at infinite width, and coupled.
+
+A Netsor program (:class:`Program`) describes a neural architecture once; the interpreters run
+it at finite width (:func:`sample`, :func:`run_finite`), at infinite width (:func:`nngp`,
+:func:`limit`) and coupled (:func:`coupled`). Architectures: :mod:`netsor.zoo`; convergence
+statistics: :mod:`netsor.stats`; neural matrix laws: :mod:`netsor.matrixlaws`.
+"""
 
 from netsor.activations import (
     Activation,
@@ -21,6 +27,7 @@ from netsor.activations import (
     swish,
     tanh,
 )
+from netsor.builder import nonlin
 from netsor.errors import (
     DimensionError,
     HyperParameterError,
@@ -30,12 +37,19 @@ from netsor.errors import (
     ProgramError,
     UnsupportedError,
 )
+from netsor.interpret.coupled import CoupledRun, coupled
+from netsor.interpret.finite import FiniteRun, run_finite, sample
+from netsor.interpret.infinite import Limit, limit, nngp
+from netsor.ir import Dim, Matrix, Program, Vector
 
 __version__ = "0.1.0"
 
-from netsor import matrixlaws, zoo
-from netsor.builder import nonlin  # noqa: E402  (the function shadows the module name on purpose)
-from netsor.interpret.coupled import CoupledRun, coupled  # noqa: E402
-from netsor.interpret.finite import FiniteRun, run_finite, sample  # noqa: E402
-from netsor.interpret.infinite import Limit, limit, nngp  # noqa: E402
-from netsor.ir import Dim, Matrix, Program, Vector  # noqa: E402
+from netsor import matrixlaws, stats, zoo  # noqa: E402  (after the names they use)
+
+__all__ = [
+    "Activation", "CoupledRun", "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Limit",
+    "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
+    "__version__", "abs_", "activation", "cos", "coupled", "elu", "erf", "exp", "gelu", "hard_tanh", "identity",
+    "leaky_relu", "limit", "matrixlaws", "nngp", "nonlin", "relu", "run_finite", "sample", "sigmoid", "silu",
+    "sin", "softplus", "stats", "step", "swish", "tanh", "zoo",
+]

@@ -1,9 +1,12 @@
 """The friendly way to write programs: arithmetic and activations on symbolic vectors.
 
-``a + b``, ``a - b``, ``s * a`` of G-vectors give a LinComb line (a G-vector);
-anything involving an H-vector, a product of vectors or a constant shift gives
-a NonLin line whose expression is fused into a function of G-vectors (Netsor
-NonLins take G-vectors as arguments; compositions are folded in).
+``W @ h`` adds a MatMul line; ``a + b``, ``a - b``, ``s * a`` of G-vectors add a LinComb line
+(a G-vector); anything involving an H-vector, a product of vectors, a constant shift, a
+division or a power adds a NonLin line whose expression is written over G-vectors (Netsor
+NonLins take G-vectors as arguments: compositions are folded into one expression tree,
+:mod:`netsor.ir.expr`). ``netsor.nonlin(fn, *vectors)`` traces ``fn`` into such a tree when it
+is made of numpy operations the tracer knows (:mod:`netsor.ir.trace`), and keeps it as an
+opaque function otherwise.
 """
 
 from __future__ import annotations
@@ -14,20 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from netsor.activations import Activation
+from netsor.activations import Activation, identity
+from netsor.activations.registry import from_ufunc
 from netsor.errors import DimensionError, ProgramError
-from netsor.ir import LinCombLine, NonLinLine, Program, Vector
-from netsor.ir.expr import Affine, Custom
+from netsor.ir import LinCombLine, MatMulLine, Matrix, NonLinLine, Vector
+from netsor.ir.expr import Const, Expr, Opaque, Var, apply, call_user_function, linear, product
+from netsor.ir.trace import trace
 
 
-def is_symbolic(x: Any) -> bool:
-    return isinstance(x, Vector)
-
-
-def expression_of(v: Vector) -> Affine:
-    """The :class:`Affine` function of G-vectors that ``v`` equals coordinatewise."""
+def expression_of(v: Vector) -> Expr:
+    """The expression over G-vectors that ``v`` equals coordinatewise."""
     if v.kind == "G":
-        return Affine.of_vector(v)
+        return Var(v)
     if v.kind == "H":
         line = v.program.line_of(v)
         assert isinstance(line, NonLinLine)
@@ -39,7 +40,10 @@ def expression_of(v: Vector) -> Affine:
 
 
 def _as_scalar(x: Any) -> float | None:
-    if isinstance(x, numbers.Real) or (isinstance(x, np.ndarray) and x.ndim == 0):
+    if isinstance(x, bool):
+        raise ProgramError("booleans are not constants of a program; use 0.0 or 1.0")
+    if isinstance(x, numbers.Real) or (isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0
+                                       and np.asarray(x).dtype.kind in "iuf"):
         value = float(x)
         if not np.isfinite(value):
             raise ProgramError(f"constants in a program must be finite, got {value}")
@@ -47,20 +51,49 @@ def _as_scalar(x: Any) -> float | None:
     return None
 
 
-def _nonlin_vector(program: Program, dim: Any, expr: Affine) -> Vector:
-    return program._add(NonLinLine(program._new_vector(dim, "H"), expr))
+def _new_nonlin(v: Vector, expr: Expr) -> Vector:
+    program = v.program
+    return program.add_line(NonLinLine(program.new_vector(v.dim, "H"), expr))
 
 
-def _lincomb(program: Program, dim: Any, terms: list[tuple[float, Vector]]) -> Vector:
-    coeffs = tuple(c for c, _ in terms)
-    args = tuple(v for _, v in terms)
-    return program._add(LinCombLine(program._new_vector(dim, "G"), coeffs, args))
+def _new_lincomb(v: Vector, terms: list[tuple[float, Vector]]) -> Vector:
+    program = v.program
+    coeffs = tuple(float(c) for c, _ in terms)
+    args = tuple(a for _, a in terms)
+    return program.add_line(LinCombLine(program.new_vector(v.dim, "G"), coeffs, args))
+
+
+def matmul(W: Matrix, h: Any, transposed: bool) -> Vector:
+    """``W @ h`` (``Wᵀ @ h`` when ``transposed``): a MatMul line."""
+    program = W.program
+    if not isinstance(h, Vector):
+        raise ProgramError(f"{W.name} @ ... needs a vector of the program, got {type(h).__name__}")
+    program.check_own(h)
+    in_dim, out_dim = (W.out_dim, W.in_dim) if transposed else (W.in_dim, W.out_dim)
+    if h.dim is not in_dim:
+        raise DimensionError(
+            f"{W.name}{'ᵀ' if transposed else ''} expects a vector in dim {in_dim.name!r} "
+            f"but {h.name} lives in {h.dim.name!r}"
+        )
+    if out_dim.is_data:
+        raise DimensionError("a transposed input matrix would map into the data dimension")
+    if h.kind == "data" and not W.is_input:
+        raise ProgramError("only input matrices (in_dim = program.data_dim) multiply the data point")
+    return program.add_line(MatMulLine(program.new_vector(out_dim, "G"), W, h, transposed))
+
+
+def _other_vector(v: Vector, other: Vector) -> None:
+    v.program.check_own(other)
+    if other.dim is not v.dim:
+        raise DimensionError(
+            f"{v.name} lives in dim {v.dim.name!r} but {other.name} in {other.dim.name!r}; "
+            "coordinatewise operations need vectors of one dimension"
+        )
 
 
 def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
-    """``v op other`` (or ``other op v`` when ``reflected``) for op in + - * /."""
-    program = v.program
-    expression_of(v)  # rejects data vectors with a clear message
+    """``v op other`` (or ``other op v`` when ``reflected``) for op in ``+ - * / **``."""
+    left = expression_of(v)  # rejects data vectors with a clear message
     scalar = _as_scalar(other)
     if scalar is None:
         if not isinstance(other, Vector):
@@ -68,57 +101,57 @@ def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
                 f"cannot combine vector {v.name} with {type(other).__name__}; "
                 "use vectors of the same program or real constants"
             )
-        program._check_own(other)
-        if other.dim is not v.dim:
-            raise DimensionError(
-                f"{v.name} lives in dim {v.dim.name!r} but {other.name} in {other.dim.name!r}; "
-                "coordinatewise operations need vectors of one dimension"
-            )
+        _other_vector(v, other)
+    right = Const(scalar) if scalar is not None else expression_of(other)
+    a, b = (right, left) if reflected else (left, right)
+    if op == "**":
+        return _new_nonlin(v, _power(a, b))
     if op == "/":
-        if scalar is None:
-            raise ProgramError("divide by constants only; for v / w write netsor.nonlin(fn, v, w)")
-        if reflected:
-            raise ProgramError("constant / vector is not linear; write netsor.nonlin(fn, v)")
-        if scalar == 0:
-            raise ProgramError(f"division of {v.name} by zero")
-        return binary_op(v, 1.0 / scalar, "*", False)
+        if isinstance(b, Const):
+            if b.value == 0.0:
+                raise ProgramError(f"division of {v.name} by zero")
+            return binary_op(v, 1.0 / b.value, "*", False)
+        return _new_nonlin(v, product([a, apply(from_ufunc(np.reciprocal), b)]))
+    sign = -1.0 if op == "-" else 1.0
+    if op in "+-":
+        if v.kind == "G" and isinstance(other, Vector) and other.kind == "G":
+            first, second = (other, v) if reflected else (v, other)
+            return _new_lincomb(v, [(1.0, first), (sign, second)])
+        return _new_nonlin(v, linear(0.0, [(1.0, a), (sign, b)]))
+    # op == "*"
+    if scalar is not None and v.kind == "G":
+        return _new_lincomb(v, [(scalar, v)])
+    return _new_nonlin(v, product([a, b]))
 
-    sign = -1.0 if (op == "-" and reflected) else 1.0
-    other_sign = -1.0 if (op == "-" and not reflected) else 1.0
-    if op == "*":
-        sign = other_sign = 1.0
 
-    if scalar is not None:
-        if op == "*":
-            if v.kind == "G":
-                return _lincomb(program, v.dim, [(scalar, v)])
-            return _nonlin_vector(program, v.dim, expression_of(v).scaled(scalar))
-        # v ± constant: not centred, so an H-vector.
-        return _nonlin_vector(program, v.dim, expression_of(v).scaled(sign).shifted(other_sign * scalar))
-
-    assert isinstance(other, Vector)
-    if op in "+-" and v.kind == "G" and other.kind == "G":
-        return _lincomb(program, v.dim, [(sign, v), (other_sign, other)])
-    left, right = expression_of(v), expression_of(other)
-    if op == "*":
-        return _nonlin_vector(program, v.dim, left.times(right))
-    return _nonlin_vector(program, v.dim, left.scaled(sign).plus(right.scaled(other_sign)))
+def _power(base: Expr, exponent: Expr) -> Expr:
+    if not isinstance(exponent, Const):
+        raise ProgramError("a power needs a constant exponent; for v ** w write netsor.nonlin(fn, v, w)")
+    p = exponent.value
+    if float(p).is_integer() and 0 <= p <= 8:
+        return product([base] * int(p)) if p else Const(1.0)
+    if p == 0.5:
+        return apply(from_ufunc(np.sqrt), base)
+    raise ProgramError(f"powers of vectors are integers 0..8 or 0.5, got {p!r}; "
+                       "for other powers write netsor.nonlin(lambda x: x ** p, v)")
 
 
 def apply_nonlin(act: Activation, v: Vector) -> Vector:
-    """``act(v)``: a NonLin line (compositions of activations are fused)."""
+    """``act(v)``: a NonLin line (compositions of activations are folded into one expression)."""
     expr = expression_of(v)
-    if act.name == "identity":
+    if act is identity:
         return v
-    return _nonlin_vector(v.program, v.dim, expr.compose(act))
+    return _new_nonlin(v, apply(act, expr))
 
 
 def nonlin(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) -> Vector:
     """A custom NonLin line ``h := fn(v¹, …, vᵏ)`` applied coordinatewise.
 
-    ``fn`` must be vectorised: it receives numpy arrays of equal shape, one per
-    vector, and returns an array of that shape. All vectors must live in one
-    dimension of one program.
+    ``fn`` must be vectorised: it receives numpy arrays of equal shape, one per vector, and
+    returns an array of that shape. All vectors must live in one dimension of one program.
+    When ``fn`` is made of numpy arithmetic and elementwise functions, it is traced into an
+    expression tree (so the infinite-width engine knows its kinks and independent factors);
+    otherwise it is kept as an opaque function.
     """
     if not callable(fn):
         raise ProgramError("netsor.nonlin(fn, *vectors): fn must be callable")
@@ -127,28 +160,18 @@ def nonlin(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) ->
     for v in vectors:
         if not isinstance(v, Vector):
             raise ProgramError(f"netsor.nonlin: arguments must be vectors, got {type(v).__name__}")
-    program, dim = vectors[0].program, vectors[0].dim
+    first = vectors[0]
     for v in vectors:
-        program._check_own(v)
-        if v.dim is not dim:
-            raise DimensionError("netsor.nonlin: all vectors must live in the same dimension")
-    probe = [np.linspace(-1.0, 1.0, 3) + 0.1 * i for i in range(len(vectors))]
-    try:
-        out = np.asarray(fn(*probe), dtype=float)
-    except Exception as exc:  # noqa: BLE001 - report any failure of user code clearly
-        raise ProgramError(f"custom nonlinearity failed on a test array: {exc!r}") from None
-    if out.shape != (3,):
-        raise ProgramError(
-            f"custom nonlinearity must be vectorised and elementwise: on {len(vectors)} arrays of "
-            f"shape (3,) it returned shape {out.shape}"
-        )
-    exprs = [expression_of(v) for v in vectors]
-    inner = [e.as_function() for e in exprs]
-    args = tuple(dict.fromkeys(a for e in exprs for a in e.args))
-    positions = [[args.index(a) for a in e.args] for e in exprs]
-
-    def composed(*values: Any) -> Any:
-        return fn(*(f(*(values[i] for i in pos)) for f, pos in zip(inner, positions, strict=True)))
-
+        _other_vector(first, v)
     label = name or getattr(fn, "__name__", "fn")
-    return _nonlin_vector(program, dim, Affine(0.0, ((1.0, Custom(composed, args, label)),)))
+    if not isinstance(label, str) or not label:
+        raise ProgramError(f"name must be a non-empty string, got {label!r}")
+    probe = tuple(np.linspace(-1.0, 1.0, 3) + 0.1 * i for i in range(len(vectors)))
+    out = call_user_function(fn, probe, label)
+    if out.shape != (3,):
+        raise ProgramError(f"custom nonlinearity {label!r} must be vectorised and elementwise")
+    operands = [expression_of(v) for v in vectors]
+    expr = trace(fn, operands)
+    if expr is None:
+        expr = Opaque(fn, tuple(operands), label)
+    return _new_nonlin(first, expr)

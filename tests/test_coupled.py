@@ -40,7 +40,7 @@ def test_finite_side_is_the_matrix_free_sampler(name, factory, X):
     program = factory()
     width, S = (4096, 100) if name == "mlp" else (64, 150)
     ref = netsor.sample(program, X, width=width, samples=S, seed=13, method="matrix-free")
-    for budget in (2**30, 1):
+    for budget in (2**30, 6 * 2**20):  # all networks in one chunk; one block per chunk
         run = netsor.coupled(program, X, width=width, samples=S, seed=13, memory_budget=budget)
         assert np.array_equal(run.outputs_finite, ref)
         assert run.degenerate == []
@@ -57,9 +57,10 @@ def test_costs_are_consistent_with_outputs():
     assert names[-1] == "outputs" and set(names[:-1]) == set(run.line_costs)
     for cost in run.line_costs.values():
         assert cost.shape == (40, 3) and np.all(cost >= 0)
-    # the first layer U x is an exact Gaussian in both executions, drawn with the same noise
+    # the first layer U x is an exact Gaussian in both executions, drawn with the same noise: the two
+    # draws differ by rounding only (coordinates are of order 1, a coupling cost of width 128 ~ 0.1)
     first = program.lines[1].out.name
-    assert np.max(run.line_costs[first]) < 1e-20
+    assert np.max(run.line_costs[first]) < 1e-12
     run2 = netsor.coupled(program, X, width=128, samples=40, seed=1, p=2)
     assert np.allclose(run2.output_costs, run.output_costs**2)
     assert run2.distance() == pytest.approx(np.sqrt(np.mean(run2.output_costs_expected)))

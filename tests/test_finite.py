@@ -11,7 +11,8 @@ import pytest
 from programs import weight_sharing
 
 import netsor
-from netsor.interpret.finite import _block_size, _chunk_networks, resolve_widths
+from netsor.interpret.finite import block_size, network_bytes, resolve_widths
+from netsor.interpret.forward import ForwardPlan
 
 Z_MAX = 4.0
 
@@ -224,13 +225,13 @@ def test_matrix_free_results_do_not_depend_on_chunking():
     partial); memory budgets giving 1, 2 and all blocks per chunk give identical results."""
     program, X = mlp3(), flat_inputs(8)
     sizes = resolve_widths(program, 4096, X.shape[1])
-    assert _block_size("matrix-free", 8, sizes) == 32
-    per_net = 2**30 // _chunk_networks("matrix-free", program, 8, sizes, 2**30)
+    assert block_size("matrix-free", 8, sizes) == 32
+    per_net = network_bytes("matrix-free", ForwardPlan(program), 8, sizes)
+    assert per_net > 2**20  # so that a budget of one network is a valid budget
     h = program.outputs[0][1]
     runs = [netsor.run_finite(program, X, width=4096, samples=100, seed=9, method="matrix-free",
                               memory_budget=budget, return_kernels=True, vectors=[h])
-            for budget in (2**30, 1, 64 * per_net + 1)]
-    assert _chunk_networks("matrix-free", program, 8, sizes, 64 * per_net + 1) // 32 == 2
+            for budget in (2**30, per_net, 64 * per_net + 1)]  # all blocks, one, two per chunk
     for run in runs[1:]:
         assert np.array_equal(run.outputs, runs[0].outputs)
         assert np.array_equal(run.kernels, runs[0].kernels)
@@ -239,16 +240,16 @@ def test_matrix_free_results_do_not_depend_on_chunking():
     head = netsor.sample(program, X, width=4096, samples=32, seed=9, method="matrix-free")
     assert np.array_equal(head, runs[0].outputs[:32])
     assert np.array_equal(netsor.sample(program, X, width=4096, samples=100, seed=9, method="matrix-free",
-                                        memory_budget=1), runs[0].outputs)
+                                        memory_budget=per_net), runs[0].outputs)
 
 
 def test_dense_results_do_not_depend_on_chunking():
     program, X = rnn3(), seq_inputs(3, 3)
-    sizes = resolve_widths(program, 64, X.shape[-1])
-    per_net = 2**30 // _chunk_networks("dense", program, 3, sizes, 2**30)
-    budgets = (2**30, 1, 3 * per_net + 1)
-    assert [_chunk_networks("dense", program, 3, sizes, b) for b in budgets][1:] == [1, 3]
-    runs = [netsor.run_finite(program, X, width=64, samples=10, seed=3, method="dense",
+    sizes = resolve_widths(program, 400, X.shape[-1])
+    per_net = network_bytes("dense", ForwardPlan(program), 3, sizes)
+    assert per_net > 2**20  # so that a budget of one network is a valid budget
+    budgets = (2**30, per_net, 3 * per_net + 1)  # all networks, one, three per chunk
+    runs = [netsor.run_finite(program, X, width=400, samples=10, seed=3, method="dense",
                               memory_budget=b, return_kernels=True) for b in budgets]
     for run in runs[1:]:
         assert np.array_equal(run.outputs, runs[0].outputs)

@@ -30,30 +30,22 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
+from netsor.errors import NumericalError
 from netsor.interpret.finite import (
-    _block_size,
-    _Chunk,
-    _chunk_networks,
-    _Plan,
+    block_size,
+    chunks,
     conditional_kernels,
-    conditional_matmul,
-    draw_bias,
-    evaluate_deterministic,
-    extend_history,
-    psd_sqrt,
+    networks_per_chunk,
     readout_outputs,
     resolve_widths,
 )
+from netsor.interpret.forward import CoupledState, FiniteState, ForwardPlan, World, run_forward
 from netsor.interpret.infinite import Limit
-from netsor.ir import BiasLine, MatMulLine, Program, Vector
-from netsor.validate import check_count, check_inputs
+from netsor.ir import Program, Vector
+from netsor.linalg import psd_sqrt
+from netsor.validate import check_count, check_inputs, check_memory_budget, check_real
 
 Array = np.ndarray
-
-#: A MatMul line is degenerate when its limiting conditional variance is below this fraction
-#: of its unconditional variance.
-DEGENERACY_TOLERANCE = 1e-10
 
 
 @dataclass
@@ -104,11 +96,11 @@ class CoupledRun:
         return [(k, self.distance(k)) for k in self.line_costs] + [("outputs", self.distance())]
 
 
-class _LimitGram:
+class LimitGram:
     """Limit Gram blocks ``E[Z^{hᵢ}(x_b) Z^{hⱼ}(x_b')]`` of the arguments of each matrix."""
 
-    def __init__(self, program: Program, X: Array) -> None:
-        self.limit = Limit(program, X)
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
         self._cache: dict[tuple[Vector, Vector], Array] = {}
 
     def block(self, u: Vector, v: Vector) -> Array:
@@ -121,28 +113,13 @@ class _LimitGram:
         return np.block([[self.block(u, v) for v in args] for u in args])
 
 
-def _limit_conditional(sigma: float, gram: Array, B: int) -> tuple[Array | None, Array, bool]:
-    """Coefficients, residual covariance and degeneracy of the newest use (last B rows of ``gram``)."""
-    k = gram.shape[0] - B
-    cc = gram[k:, k:]
-    if k == 0:
-        coef, resid = None, cc
-    else:
-        pp, pc = gram[:k, :k], gram[:k, k:]
-        coef = np.linalg.pinv(pp, rcond=1e-12, hermitian=True) @ pc  # (k, B)
-        resid = cc - pc.T @ coef
-    resid = 0.5 * (resid + resid.T) * sigma**2
-    scale = max(float(np.trace(cc)) * sigma**2, np.finfo(float).tiny)
-    degenerate = float(np.trace(resid)) <= DEGENERACY_TOLERANCE * scale
-    return coef, resid, degenerate
-
-
 def coupled(
     program: Program,
     X: Any,
+    *,
     width: int | Mapping[Any, int] = 256,
     samples: int = 100,
-    seed: int = 0,
+    seed: Any = 0,
     p: float = 2.0,
     memory_budget: int = 2**30,
 ) -> CoupledRun:
@@ -157,46 +134,45 @@ def coupled(
         Hidden widths of the finite execution (the limit uses the same number of coordinates).
     samples : int
         Number of independent coupled pairs of networks S.
-    seed : int
+    seed : int, SeedSequence or Generator
         The finite side equals ``run_finite(..., method="matrix-free", seed=seed)`` draw for draw.
     p : float
         Exponent of the coupling cost (``p >= 1``).
+    memory_budget : int
+        Bytes a chunk of coupled networks may use (both worlds together).
     """
     Xa = check_inputs(program, X)
-    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
-        raise UnsupportedError("coupled execution needs a program without transposed MatMuls")
     samples = check_count(samples, "samples")
-    try:
-        p = float(p)
-    except (TypeError, ValueError):
-        raise HyperParameterError(f"p must be a number >= 1, got {p!r}") from None
-    if not np.isfinite(p) or p < 1:
-        raise HyperParameterError(f"p must be a number >= 1, got {p!r}")
+    p = check_real(p, "p", minimum=1.0)
+    budget = check_memory_budget(memory_budget)
     sizes = resolve_widths(program, width, Xa.shape[-1])
-    plan = _Plan(program, ())
+    plan = ForwardPlan(program)
     B, R = Xa.shape[0], program.num_outputs
-    grams = _LimitGram(program, Xa)
-    block = _block_size("matrix-free", B, sizes)
-    n_blocks = -(-samples // block)
-    children = np.random.SeedSequence(check_count(seed, "seed", 0)).spawn(n_blocks)
-    per_chunk = max(1, _chunk_networks("matrix-free", program, B, sizes, memory_budget // 2) // block)
+    limit = Limit(program, Xa)
+    grams = LimitGram(limit)
+    block = block_size("matrix-free", B, sizes)
+    per_chunk = max(1, networks_per_chunk("matrix-free", plan, B, sizes, budget // 2) // block)
 
-    K = grams.limit.nngp()
+    K = limit.nngp()
+    root_lim = psd_sqrt(K)
     out_fin, out_lim, expected = (np.empty((samples, B * R)) for _ in range(3))
     costs = {ln.out.name: np.empty((samples, B)) for ln in plan.lines if ln.out.kind != "data"}
     degenerate: set[str] = set()
-    for first in range(0, n_blocks, per_chunk):
-        ids = range(first, min(first + per_chunk, n_blocks))
-        chunk = _Chunk([np.random.default_rng(children[i]) for i in ids],
-                       [min(block, samples - i * block) for i in ids])
-        lo, hi = first * block, first * block + chunk.size
-        fin, lim = _run_chunk(plan, sizes, Xa, chunk, grams, degenerate)
-        for v in fin:
-            if v.name in costs:
-                costs[v.name][lo:hi] = np.mean(np.abs(fin[v] - lim[v]) ** p, axis=-1)
+    for lo, chunk in chunks(seed, samples, block, per_chunk):
+        hi = lo + chunk.size
+        state = CoupledState(FiniteState(plan, sizes, Xa, chunk, "matrix-free", World()),
+                             FiniteState(plan, sizes, Xa, chunk, "matrix-free", World()), grams, degenerate)
+
+        def cost(line: Any, st: CoupledState, lo: int = lo, hi: int = hi) -> None:
+            if line.out.name in costs:
+                diff = st.fin.values[line.out] - st.lim.values[line.out]
+                costs[line.out.name][lo:hi] = np.mean(np.abs(diff) ** p, axis=-1)
+
+        run_forward(plan, state, "coupled", on_line=cost)
+        fin = state.fin.values
         y_fin = readout_outputs(program, fin, sizes, chunk).reshape(chunk.size, B * R)
         K_hat = conditional_kernels(program, fin, sizes, B)
-        root_hat, root_lim = psd_sqrt(K_hat), psd_sqrt(K)
+        root_hat = psd_sqrt(K_hat)
         # The outputs are N(0, K̂) given the hidden layers: whiten them (fresh noise on the null space
         # of K̂, if any) and colour with √K, so that y_lim ~ N(0, K) exactly and shares the noise.
         pinv_root = np.linalg.pinv(root_hat, rcond=1e-10, hermitian=True)
@@ -208,40 +184,3 @@ def coupled(
         raise NumericalError("coupled execution produced non-finite outputs; reduce sigma_w or depth")
     return CoupledRun(out_fin, out_lim, costs, np.abs(out_fin - out_lim) ** p, expected,
                       sorted(degenerate), p, {d.name: s for d, s in sizes.items()})
-
-
-def _run_chunk(plan: _Plan, sizes: dict[Any, int], X: Array, chunk: _Chunk, grams: _LimitGram,
-               degenerate: set[str]) -> tuple[dict[Vector, Array], dict[Vector, Array]]:
-    """Execute one chunk in both worlds; returns every vector's values in each."""
-    B, S = X.shape[0], chunk.size
-    fin: dict[Vector, Array] = {}
-    lim: dict[Vector, Array] = {}
-    hist_fin: dict[Any, tuple[Array, Array]] = {}
-    past_lim: dict[Any, Array] = {}  # limit outputs of earlier uses of each matrix (S, k, n_out)
-    uses: dict[Any, list[Vector]] = {}
-    for line in plan.lines:
-        out = line.out
-        if isinstance(line, BiasLine):
-            fin[out] = lim[out] = draw_bias(line, chunk, sizes, B)
-        elif isinstance(line, MatMulLine):
-            W = line.matrix
-            n_in, n_out = sizes[W.in_dim], sizes[W.out_dim]
-            h_fin = np.ascontiguousarray(np.broadcast_to(fin[line.arg], (S, B, n_in)))
-            xi = chunk.normal((B, n_out))
-            fin[out] = conditional_matmul(W.sigma, n_in, h_fin, hist_fin.get(W), xi)
-            uses.setdefault(W, []).append(line.arg)
-            coef, resid, is_degenerate = _limit_conditional(W.sigma, grams.gram(uses[W]), B)
-            if is_degenerate:
-                degenerate.add(out.name)
-                g = np.zeros((S, B, n_out))
-            else:
-                g = np.matmul(psd_sqrt(resid), xi)
-            if coef is not None:
-                g += np.matmul(coef.T, past_lim[W])
-            lim[out] = g
-            hist_fin[W] = extend_history(hist_fin.get(W), h_fin, fin[out])
-            past_lim[W] = g if W not in past_lim else np.concatenate([past_lim[W], g], axis=1)
-        else:
-            fin[out] = evaluate_deterministic(line, fin, X, S)
-            lim[out] = evaluate_deterministic(line, lim, X, S)
-    return fin, lim

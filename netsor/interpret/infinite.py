@@ -1,24 +1,27 @@
-"""Infinite-width interpreter: the Gaussian-process limit of a program (DESIGN §2).
+"""Infinite-width interpreter: the Gaussian-process limit of a program (DESIGN §2), with error bounds.
 
-Every vector ``x`` of a program gets a random variable ``Z^x``; the G-vectors
-are jointly Gaussian with
+Every vector ``x`` gets a random variable ``Z^x``. Each line kind says how its variable is
+expressed (:meth:`LineRule.limit`): data, a Gaussian *source* (MatMul, bias) whose covariance
+with other sources it gives, a linear combination of G-vectors, or a function of G-vectors
+(an expression tree, expanded into monomials). A second moment ``E[Z^u(x) Z^v(x')]`` then
+unfolds into source covariances (linear parts), data inner products, and Gaussian expectations
+of pairs of monomials. A monomial pair factorises over groups of *structurally independent*
+factors (arguments with no correlated sources); each group is one call to the Gaussian engine:
+a one-argument rule (closed forms, Stein, Mehler series) when each side is a function of one
+G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`).
 
-* ``Cov(Z^{Wh}, Z^{Wh'}) = σ_W² E[Z^h Z^{h'}]`` for two MatMuls by the same ``W``,
-  0 for different matrices;
-* ``Cov(Z^{Ux}, Z^{Ux'}) = σ_U² ⟨x, x'⟩ / d`` for an input matrix ``U``;
-* ``Cov(Z^b, Z^b) = σ_b²`` for a bias; LinCombs are linear;
+Errors. Every quantity is a pair (value, error bound): the engine's own error of each
+expectation plus the first-order propagation of the errors of its input covariances
+(:mod:`netsor.interpret.propagation`), summed through the linear parts and products. Results
+carry the bound (``Limit.error``, per entry with ``with_error=True``); a result whose bound is
+above the requested relative tolerance raises :class:`NumericalError` saying what was reached.
 
-and an H-vector is a function of G-vectors, so ``E[Z^h Z^{h'}]`` is a Gaussian
-expectation (:mod:`netsor.gaussian`). All quantities are (B1, B2) arrays over
-pairs of inputs.
-
-How it runs. The needed pair quantities are found once per query by a
-dependency walk (a flat *plan* in topological order, no recursion), then the
-plan is executed on tiles of the (B1, B2) pair grid. Per-point quantities
-(variances, means) come from a cheap "diagonal" run of the same machinery on
-each input set. Tiles bound the working memory, are computed on several
-threads, and, for a kernel of one input set with itself, only tiles on or
-above the diagonal are computed.
+How it runs. The quantities a query needs are found by a dependency walk (a flat *plan* in
+topological order), then the plan is executed on tiles of the (B1, B2) pair grid; per-point
+quantities (variances, means, moments for the error bounds) come from a cheap "diagonal" run
+of the same machinery on each input set. Tiles bound the working memory, run on several
+threads, and a kernel of one input set with itself only computes tiles on or above the
+diagonal. Entries of two identical inputs take the per-point value.
 """
 
 from __future__ import annotations
@@ -26,196 +29,189 @@ from __future__ import annotations
 import functools
 import os
 import weakref
+import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from netsor import gaussian
-from netsor.activations import identity
-from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
-from netsor.interpret.finite import data_view
-from netsor.ir import (
-    BiasLine,
-    LinCombLine,
-    MatMulLine,
-    NonLinLine,
-    Program,
-    Vector,
+from netsor.activations import Activation
+from netsor.errors import NumericalError, ProgramError
+from netsor.gaussian import joint
+from netsor.gaussian.pairs import (
+    CoefficientMemo,
+    is_elementary,
+    mean,
+    moments_1d,
+    pair_expectation,
 )
-from netsor.ir.expr import Apply, Term
-from netsor.validate import check_inputs, check_same_layout
+from netsor.interpret import propagation
+from netsor.interpret.functions import activation_of, joint_function
+from netsor.interpret.rules import DataForm, FunctionForm, LinearForm, SourceCovariance, SourceForm, data_view, rule_for
+from netsor.ir import Program, Vector
+from netsor.ir.expr import Monomial, Polynomial, Var, expand
+from netsor.linalg import PSD_TOLERANCE, ensure_psd
+from netsor.validate import (
+    check_choice,
+    check_inputs,
+    check_memory_budget,
+    check_real,
+    check_same_layout,
+    check_threads,
+)
 
 Array = np.ndarray
 Key = tuple[Hashable, ...]
+Value = tuple[Any, Any]  # (value, error bound), arrays on a tile or per point
 
+#: Default relative tolerance of every result (relative to √(K_ii K_jj)).
+DEFAULT_RTOL = 1e-8
+#: Fraction of the tolerance given to each expectation (errors add up along the program).
+TERM_SHARE = 0.1
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
-#: Relative tolerance on negative eigenvalues before a kernel is declared non-PSD.
-PSD_TOLERANCE = 1e-9
-#: Largest tile side of the pair grid when every pair term has a closed form: cache-sized tiles,
-#: spread over threads, upper triangle only for symmetric kernels (see Limit._grid).
-TILE_MAX = 256
-#: Largest tile side when some term needs the Mehler series, whose per-call setup (coefficient
-#: tables, order selection) is amortised over more pairs.
-SERIES_TILE_MAX = 512
-#: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
-PSD_CHECK_MAX = 5000
+#: Largest tile side of the pair grid when every pair term has a closed form (cache-sized tiles,
+#: spread over threads), when some term needs the Mehler series (whose per-call setup is
+#: amortised over more pairs), and when some term is a joint multi-dimensional expectation.
+TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 256, 512, 128
+PSD_POLICIES = ("auto", "clip", "check", "skip")
+_EPS = np.finfo(float).eps
 
 
 # --------------------------------------------------------------------- analysis
-class _Analysis:
-    """Facts about a program needed by the interpreter, computed once per program."""
+@dataclass(frozen=True)
+class Component:
+    """One group of structurally independent factors of a monomial pair: the product of the
+    ``left`` atoms at the left point and of the ``right`` atoms at the right point."""
+
+    left: Monomial | None
+    right: Monomial | None
+
+
+class Analysis:
+    """Facts about a program needed by the interpreter, computed once per program (content-keyed:
+    monomials by their expression keys, so equal terms of different lines are computed once)."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.num_lines = len(program.lines)
-        self.sources: dict[Vector, tuple[tuple[float, Vector], ...]] = {}
-        self.terms: dict[Key, Term] = {}
-        self.exprs: dict[Vector, tuple[float, tuple[tuple[float, Key], ...]]] = {}
+        self.sources: dict[Vector, dict[Vector, float]] = {}
+        self.polys: dict[Vector, Polynomial] = {}
+        self.steps: dict[Vector, int | None] = {}
+        self.monomials: dict[Key, Monomial] = {}
+        self._source_cov: dict[tuple[Vector, Vector], SourceCovariance | None] = {}
+        self._correlated: dict[tuple[Vector, Vector], bool] = {}
+        self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
+        self._functions: dict[Key, Any] = {}
         for line in program.lines:
-            if isinstance(line, MatMulLine | BiasLine):
-                self.sources[line.out] = ((1.0, line.out),)
-            elif isinstance(line, LinCombLine):
+            form = rule_for(line).limit(line)
+            out = line.out
+            if isinstance(form, DataForm):
+                self.steps[out] = form.step
+            elif isinstance(form, SourceForm):
+                self.sources[out] = {out: 1.0}
+            elif isinstance(form, LinearForm):
                 acc: dict[Vector, float] = {}
-                for coef, arg in zip(line.coeffs, line.args, strict=True):
-                    for c, s in self.sources[arg]:
+                for coef, arg in form.terms:
+                    for s, c in self.sources[arg].items():
                         acc[s] = acc.get(s, 0.0) + coef * c
-                self.sources[line.out] = tuple((c, s) for s, c in acc.items() if c != 0.0)
-            elif isinstance(line, NonLinLine):
-                self.exprs[line.out] = (
-                    line.expr.const,
-                    tuple((c, self._term_key(t)) for c, t in line.expr.terms if c != 0.0),
-                )
+                self.sources[out] = {s: c for s, c in acc.items() if c != 0.0}
+            elif isinstance(form, FunctionForm):
+                self.polys[out] = expand(form.expr)
+                for _, m in self.polys[out].terms:
+                    self.monomials.setdefault(m.key, m)
         for g in self.sources:
-            self.exprs[g] = (0.0, ((1.0, self._term_key(Apply(identity, g))),))
+            m = Monomial((Var(g),))
+            self.monomials.setdefault(m.key, m)
 
-    def _term_key(self, term: Term) -> Key:
-        # One-argument activations of the same G-vector are the same random variable whatever
-        # line they appear in: share them.
-        key: Key = ("A", term.act.key, term.arg.index) if isinstance(term, Apply) else ("C", id(term))
-        self.terms.setdefault(key, term)
-        return key
+    def poly(self, v: Vector) -> Polynomial:
+        if v in self.polys:
+            return self.polys[v]
+        return Polynomial(0.0, ((1.0, self.monomials[Monomial((Var(v),)).key]),))
 
-    def line(self, v: Vector) -> Any:
-        return self.program.line_of(v)
+    def source_cov(self, s1: Vector, s2: Vector) -> SourceCovariance | None:
+        key = (s1, s2)
+        if key not in self._source_cov:
+            l1, l2 = self.program.line_of(s1), self.program.line_of(s2)
+            self._source_cov[key] = rule_for(l1).source_covariance(l1, l2)
+        return self._source_cov[key]
+
+    def correlated(self, g1: Vector, g2: Vector) -> bool:
+        """Structural correlation: some source of ``g1`` is correlated with some source of ``g2``."""
+        key = (g1, g2)
+        if key not in self._correlated:
+            self._correlated[key] = any(self.source_cov(s1, s2) is not None
+                                        for s1 in self.sources[g1] for s2 in self.sources[g2])
+        return self._correlated[key]
+
+    def register(self, atoms: tuple[Any, ...]) -> Monomial:
+        m = Monomial(atoms)
+        return self.monomials.setdefault(m.key, m)
+
+    def components(self, k1: Key, k2: Key, same_point: bool) -> list[Component]:
+        """Independent groups of the factors of the monomial pair ``(k1, k2)``."""
+        key = (k1, k2, same_point)
+        if key in self._components:
+            return self._components[key]
+        atoms = [(0, a) for a in self.monomials[k1].atoms] + [(1, a) for a in self.monomials[k2].atoms]
+        parent = list(range(len(atoms)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for i in range(len(atoms)):
+            for j in range(i + 1, len(atoms)):
+                if any(self.correlated(u, v) for u in atoms[i][1].args for v in atoms[j][1].args):
+                    parent[find(i)] = find(j)
+        groups: dict[int, list[tuple[int, Any]]] = {}
+        for i, item in enumerate(atoms):
+            groups.setdefault(find(i), []).append(item)
+        out = []
+        for items in groups.values():
+            left = tuple(a for side, a in items if side == 0)
+            right = tuple(a for side, a in items if side == 1)
+            out.append(Component(self.register(left) if left else None, self.register(right) if right else None))
+        self._components[key] = out
+        return out
+
+    def activation(self, m: Monomial) -> Activation:
+        key = ("act", m.key)
+        if key not in self._functions:
+            self._functions[key] = activation_of(m.expr, m.args[0])
+        return self._functions[key]
+
+    def joint(self, m: Monomial) -> joint.JointFunction:
+        key = ("joint", m.key)
+        if key not in self._functions:
+            self._functions[key] = joint_function(m.expr, m.args)
+        return self._functions[key]
 
 
-_ANALYSES: weakref.WeakKeyDictionary[Program, _Analysis] = weakref.WeakKeyDictionary()
+_ANALYSES: weakref.WeakKeyDictionary[Program, Analysis] = weakref.WeakKeyDictionary()
 
 
-def analysis_of(program: Program) -> _Analysis:
-    """The analysis of a program, cached while the program lives; recomputed when lines were added."""
+def analysis_of(program: Program) -> Analysis:
+    """The analysis of a program, held as long as the program lives; redone when lines were added."""
     a = _ANALYSES.get(program)
     if a is None or a.num_lines != len(program.lines):
-        a = _ANALYSES[program] = _Analysis(program)
+        a = _ANALYSES[program] = Analysis(program)
     return a
 
 
-# ------------------------------------------------------------------------ plans
-@dataclass
-class _Plan:
-    """Pair quantities to compute, in dependency order, with their last use (for freeing)."""
-
-    order: list[Key]
-    deps: dict[Key, list[Key]]
-    last_use: dict[Key, int]
-    side: set[Key]  # per-point keys needed from the diagonal runs (full mode)
+# ------------------------------------------------------------------ quantities
+# Keys: ("g", g1, g2) covariance of G-vectors; ("s", s1, s2) of sources; ("m", u, v) second
+# moment of any vectors; ("d", t1, t2) data inner products; ("t", k1, k2) expectation of a
+# monomial pair; per point only: ("mean", k) of a monomial, ("pm", k) moments for error bounds.
+_SYMMETRIC = {"g", "s", "m", "d", "t"}
 
 
-class _Planner:
-    """Turns root quantities into a plan. ``diag=True`` plans a per-point (diagonal) run."""
-
-    def __init__(self, an: _Analysis, diag: bool) -> None:
-        self.an = an
-        self.diag = diag
-
-    # Canonical keys: in diagonal mode a pair quantity is symmetric in its two arguments.
-    def key(self, kind: str, x: Any, y: Any) -> Key:
-        if self.diag and _sort_key(y) < _sort_key(x):
-            x, y = y, x
-        return (kind, x, y)
-
-    def deps(self, key: Key) -> tuple[list[Key], list[Key]]:
-        """(keys of this run, per-point keys of the diagonal runs) that ``key`` needs."""
-        kind = key[0]
-        an = self.an
-        if kind == "cov":
-            _, g1, g2 = key
-            return [self.key("src", s1, s2) for _, s1 in an.sources[g1] for _, s2 in an.sources[g2]
-                    if _sources_correlated(an, s1, s2)], []
-        if kind == "src":
-            _, s1, s2 = key
-            l1, l2 = an.line(s1), an.line(s2)
-            if isinstance(l1, BiasLine):
-                return [], []
-            for ln in (l1, l2):
-                if ln.transposed:
-                    raise UnsupportedError(
-                        "the infinite-width interpreter does not execute transposed MatMul lines "
-                        "(Netsor⊤) yet; use netsor.sample(..., method='dense') for finite widths"
-                    )
-            return [self.key("mom", l1.arg, l2.arg)], []
-        if kind == "mom":
-            _, v1, v2 = key
-            if v1.kind == "data":
-                return [self.key("data", an.line(v1).step, an.line(v2).step)], []
-            if v1.kind == "G" and v2.kind == "G":
-                return [self.key("cov", v1, v2)], []
-            c1, t1 = an.exprs[v1]
-            c2, t2 = an.exprs[v2]
-            own = [self.key("term", a, b) for _, a in t1 for _, b in t2]
-            means_l = [("mean", a) for _, a in t1] if c2 != 0.0 else []
-            means_r = [("mean", b) for _, b in t2] if c1 != 0.0 else []
-            if self.diag:
-                return own + means_l + means_r, []
-            return own, means_l + means_r
-        if kind == "term":
-            _, k1, k2 = key
-            a1, a2 = self.an.terms[k1].args, self.an.terms[k2].args
-            if self.diag:
-                union = _union(a1, a2)
-                return [self.key("cov", x, y) for i, x in enumerate(union) for y in union[i:]], []
-            own = [self.key("cov", x, y) for x in a1 for y in a2]
-            side = [("cov", x, y) for x in a1 for y in a1] + [("cov", x, y) for x in a2 for y in a2]
-            return own, [_canonical_diag(k) for k in side]
-        if kind == "mean":
-            args = self.an.terms[key[1]].args
-            return [self.key("cov", x, y) for i, x in enumerate(args) for y in args[i:]], []
-        if kind == "data":
-            return [], []
-        raise AssertionError(kind)
-
-    def plan(self, roots: list[Key]) -> _Plan:
-        order: list[Key] = []
-        deps: dict[Key, list[Key]] = {}
-        side: set[Key] = set()
-        stack: list[tuple[Key, bool]] = [(r, False) for r in reversed(roots)]
-        while stack:
-            key, expanded = stack.pop()
-            if expanded:
-                order.append(key)
-                continue
-            if key in deps:
-                continue
-            own, need = self.deps(key)
-            deps[key] = own
-            side.update(need)
-            stack.append((key, True))
-            stack.extend((d, False) for d in own if d not in deps)
-        last_use = {k: i for i, k in enumerate(order)}
-        for i, k in enumerate(order):
-            for d in deps[k]:
-                last_use[d] = max(last_use[d], i)
-        for r in roots:
-            last_use[r] = len(order)
-        return _Plan(order, deps, last_use, side)
-
-
-def _sort_key(x: Any) -> tuple[int, Any]:
+def _order(x: Any) -> tuple[int, Any]:
     if isinstance(x, Vector):
         return (0, x.index)
     if x is None:
@@ -225,189 +221,402 @@ def _sort_key(x: Any) -> tuple[int, Any]:
     return (2, repr(x))
 
 
-def _canonical_diag(key: Key) -> Key:
-    kind, x, y = key
-    return (kind, y, x) if _sort_key(y) < _sort_key(x) else key
+def canonical(key: Key) -> Key:
+    """The form of a per-point key (a quantity at one point is symmetric in its two arguments)."""
+    if key[0] in _SYMMETRIC and _order(key[2]) < _order(key[1]):
+        return (key[0], key[2], key[1])
+    return key
+
+
+class Quantity:
+    """One kind of quantity: its dependencies and its computation on a run."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        """(keys of the same run, per-point keys of the diagonal runs) that ``key`` needs."""
+        raise NotImplementedError
+
+    def compute(self, key: Key, run: Run) -> Value:
+        raise NotImplementedError
+
+
+class GaussianCovariance(Quantity):
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        _, g1, g2 = key
+        return [("s", s1, s2) for s1 in an.sources[g1] for s2 in an.sources[g2]
+                if an.source_cov(s1, s2) is not None], []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        _, g1, g2 = key
+        an = run.an
+        parts = [(c1 * c2, run.get(("s", s1, s2))) for s1, c1 in an.sources[g1].items()
+                 for s2, c2 in an.sources[g2].items() if an.source_cov(s1, s2) is not None]
+        return linear_combination(parts, run.shape)
+
+
+class SourceCovarianceQuantity(Quantity):
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        cov = an.source_cov(key[1], key[2])
+        return ([("m", *cov.moment)] if cov is not None and cov.moment is not None else []), []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        cov = run.an.source_cov(key[1], key[2])
+        assert cov is not None
+        if cov.moment is None:
+            return np.full(run.shape, cov.scale), np.zeros(run.shape)
+        value, err = run.get(("m", *cov.moment))
+        return cov.scale * value, cov.scale * err + _EPS * cov.scale * np.abs(value)
+
+
+class Moment(Quantity):
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        _, v1, v2 = key
+        if v1 in an.steps:
+            return [("d", an.steps[v1], an.steps[v2])], []
+        if v1 in an.sources and v2 in an.sources:
+            return [("g", v1, v2)], []
+        p1, p2 = an.poly(v1), an.poly(v2)
+        own = [("t", m1.key, m2.key) for _, m1 in p1.terms for _, m2 in p2.terms]
+        means = ([("mean", m.key) for _, m in p1.terms] if p2.const else []) + (
+            [("mean", m.key) for _, m in p2.terms] if p1.const else [])
+        return (own + means, []) if diag else (own, means)
+
+    def compute(self, key: Key, run: Run) -> Value:
+        _, v1, v2 = key
+        an = run.an
+        if v1 in an.steps:
+            return run.get(("d", an.steps[v1], an.steps[v2]))
+        if v1 in an.sources and v2 in an.sources:
+            return run.get(("g", v1, v2))
+        p1, p2 = an.poly(v1), an.poly(v2)
+        parts = [(a1 * a2, run.get(("t", m1.key, m2.key))) for a1, m1 in p1.terms for a2, m2 in p2.terms]
+        if p2.const:
+            parts += [(p2.const * a1, run.point(("mean", m1.key), "left")) for a1, m1 in p1.terms]
+        if p1.const:
+            parts += [(p1.const * a2, run.point(("mean", m2.key), "right")) for a2, m2 in p2.terms]
+        if p1.const and p2.const:
+            parts.append((p1.const * p2.const, (np.ones(1), np.zeros(1))))
+        return linear_combination(parts, run.shape)
+
+
+class DataInnerProduct(Quantity):
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        return [], []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        _, t1, t2 = key
+        A, B = data_view(run.X_left, t1), data_view(run.X_right, t2)
+        d = A.shape[-1]
+        if run.diag:
+            value = np.einsum("bi,bi->b", A, B) / d
+            scale = np.sqrt(np.einsum("bi,bi->b", A, A) * np.einsum("bi,bi->b", B, B)) / d
+        else:
+            value = (A @ B.T) / d
+            scale = np.outer(np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)) / d
+        return value, (d + 2) * _EPS * scale
+
+
+class MonomialPair(Quantity):
+    """``E[m₁(Z at the left point) m₂(Z at the right point)]``: a product over independent groups."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        own: list[Key] = []
+        side: list[Key] = []
+        for comp in an.components(key[1], key[2], diag):
+            if comp.left is None or comp.right is None:
+                only = comp.left or comp.right
+                (own if diag else side).append(("mean", only.key))
+                continue
+            if diag:
+                union = _union(comp.left.args, comp.right.args)
+                own += _block_keys(union)
+                if len(comp.left.args) == 1 and len(comp.right.args) == 1 and len(union) == 2:
+                    own += [("pm", comp.left.key), ("pm", comp.right.key)]
+                else:
+                    own.append(("pm", an.register(comp.left.atoms + comp.right.atoms).key))
+            else:
+                own += [("g", x, y) for x in comp.left.args for y in comp.right.args]
+                side += [canonical(k) for k in _block_keys(comp.left.args) + _block_keys(comp.right.args)]
+                side += [("pm", comp.left.key), ("pm", comp.right.key)]
+        return own, side
+
+    def compute(self, key: Key, run: Run) -> Value:
+        value: Any = 1.0
+        err: Any = 0.0
+        for comp in run.an.components(key[1], key[2], run.diag):
+            if comp.right is None:
+                v, e = run.point(("mean", comp.left.key), "left")
+            elif comp.left is None:
+                v, e = run.point(("mean", comp.right.key), "right")
+            elif run.diag:
+                v, e = run.same_point(comp)
+            else:
+                v, e = run.pair(comp)
+            # (v₁ ± e₁)(v₂ ± e₂): the error of a product, exactly bounded
+            err = np.abs(value) * e + err * (np.abs(v) + e)
+            value = value * v
+        value = np.broadcast_to(np.asarray(value, dtype=float), run.shape)
+        return value, np.broadcast_to(np.asarray(err, dtype=float), run.shape) + 4 * _EPS * np.abs(value)
+
+
+class MonomialMean(Quantity):
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        m = an.monomials[key[1]]
+        return _block_keys(m.args) + [("pm", key[1])], []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        m = run.an.monomials[key[1]]
+        cov, d_cov = run.block(m.args)
+        stats = run.get(("pm", key[1]))[0]
+        if len(m.args) == 1:
+            a, da = cov[:, 0, 0], d_cov[:, 0, 0]
+            value, err = mean(run.an.activation(m), a, run.term_rtol)
+            return value, err + propagation.point_1d(a, da, stats)
+        value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key))
+        run.note_stderr(se)
+        return value, err + propagation.point_joint(cov, d_cov, stats)
+
+
+class PointMoments(Quantity):
+    """Per-point moments of a monomial as a function of its arguments (for error propagation)."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        return _block_keys(an.monomials[key[1]].args), []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        m = run.an.monomials[key[1]]
+        cov, _ = run.block(m.args)
+        if len(m.args) == 1:
+            return moments_1d(run.an.activation(m), cov[:, 0, 0]), None
+        return joint.point_moments(run.an.joint(m), cov, seed=_seed(key)), None
+
+
+QUANTITIES: dict[str, Quantity] = {
+    "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
+    "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(),
+}
 
 
 def _union(a: tuple[Vector, ...], b: tuple[Vector, ...]) -> tuple[Vector, ...]:
     return tuple(dict.fromkeys((*a, *b)))
 
 
-def _sources_correlated(an: _Analysis, s1: Vector, s2: Vector) -> bool:
-    l1, l2 = an.line(s1), an.line(s2)
-    if isinstance(l1, BiasLine) or isinstance(l2, BiasLine):
-        return s1 is s2
-    return l1.matrix is l2.matrix and l1.transposed == l2.transposed
+def _block_keys(args: tuple[Vector, ...]) -> list[Key]:
+    return [canonical(("g", x, y)) for i, x in enumerate(args) for y in args[i:]]
+
+
+def _seed(key: Key) -> int:
+    return zlib.crc32(repr(key).encode())
+
+
+def linear_combination(parts: list[tuple[float, Value]], shape: tuple[int, ...]) -> Value:
+    """Σ coef · value with error Σ |coef| · error (plus rounding), broadcast to ``shape``."""
+    if not parts:
+        return np.zeros(shape), np.zeros(shape)
+    if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
+        return parts[0][1]
+    value, err, size = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    for coef, (v, e) in parts:
+        value += coef * v
+        err += abs(coef) * e
+        size += np.abs(coef * v)
+    return value, err + len(parts) * _EPS * size
+
+
+# ------------------------------------------------------------------------ plans
+@dataclass
+class Plan:
+    """Quantities to compute, in dependency order, with their last use (for freeing)."""
+
+    order: list[Key]
+    deps: dict[Key, list[Key]]
+    last_use: dict[Key, int]
+    side: set[Key] = field(default_factory=set)  # per-point keys needed from the diagonal runs
+
+
+def make_plan(an: Analysis, roots: list[Key], diag: bool, keep_all: bool = False) -> Plan:
+    """The dependency walk from ``roots`` (no recursion)."""
+    order: list[Key] = []
+    deps: dict[Key, list[Key]] = {}
+    side: set[Key] = set()
+    stack: list[tuple[Key, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        key, expanded = stack.pop()
+        if expanded:
+            order.append(key)
+            continue
+        if key in deps:
+            continue
+        own, need = QUANTITIES[key[0]].deps(key, an, diag)
+        if diag:
+            own = [canonical(k) for k in own]
+        deps[key] = own
+        side.update(need)
+        stack.append((key, True))
+        stack.extend((d, False) for d in own if d not in deps)
+    last_use = {k: (len(order) if keep_all else i) for i, k in enumerate(order)}
+    if not keep_all:
+        for i, k in enumerate(order):
+            for d in deps[k]:
+                last_use[d] = max(last_use[d], i)
+        for r in roots:
+            last_use[r] = len(order)
+    return Plan(order, deps, last_use, side)
 
 
 # -------------------------------------------------------------------- execution
 @dataclass
-class _Side:
+class Side:
     """Per-point values (arrays of shape (B,)) from a diagonal run, and the data they came from."""
 
-    values: dict[Key, Array]
+    values: dict[Key, Value]
     X: Array
 
 
-class _Run:
-    """Executes a plan on one tile (or on the diagonal)."""
+class Run:
+    """Executes a plan on one tile of the pair grid, or on the diagonal (per point)."""
 
-    def __init__(self, an: _Analysis, d: int, diag: bool, left: _Side | None = None,
-                 right: _Side | None = None, rows: slice = slice(None), cols: slice = slice(None),
-                 X: Array | None = None, memo: gaussian.CoefficientMemo | None = None) -> None:
-        self.an, self.d, self.diag, self.memo = an, d, diag, memo
-        self.values: dict[Key, Array] = {}
-        self.max_stderr = 0.0
+    def __init__(self, an: Analysis, *, diag: bool, term_rtol: float, memo: CoefficientMemo,
+                 tables: joint.TableMemo, X: Array | None = None, left: Side | None = None,
+                 right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None)) -> None:
+        self.an, self.diag, self.term_rtol, self.memo, self.tables = an, diag, term_rtol, memo, tables
+        self.values: dict[Key, Value] = {}
+        self.stderr = 0.0
         if diag:
             assert X is not None
-            self.Xl = self.Xr = X
+            self.X_left = self.X_right = X
             self.shape: tuple[int, ...] = (X.shape[0],)
         else:
             assert left is not None and right is not None
-            self.left, self.right = left, right
-            self.Xl, self.Xr = left.X[rows], right.X[cols]
-            self.rows, self.cols = rows, cols
-            self.shape = (self.Xl.shape[0], self.Xr.shape[0])
+            self.left, self.right, self.rows, self.cols = left, right, rows, cols
+            self.X_left, self.X_right = left.X[rows], right.X[cols]
+            self.shape = (self.X_left.shape[0], self.X_right.shape[0])
 
-    # Per-point quantities: in diagonal mode they live in this run; otherwise they are the
-    # diagonal runs' values broadcast along rows (left point) or columns (right point).
-    def point(self, key: Key, side: str) -> Array:
+    def note_stderr(self, se: Array) -> None:
+        if np.size(se):
+            self.stderr = max(self.stderr, float(np.max(se)))
+
+    def get(self, key: Key) -> Value:
+        return self.values[canonical(key) if self.diag else key]
+
+    def point(self, key: Key, side: str) -> Value:
+        """A per-point quantity at the left (rows) or right (columns) points of the tile."""
+        key = canonical(key)
         if self.diag:
-            return self.values[_canonical_diag(key)]
+            return self.values[key]
         src = self.left if side == "left" else self.right
-        v = src.values[_canonical_diag(key)]
-        return v[self.rows][:, None] if side == "left" else v[self.cols][None, :]
+        v, e = src.values[key]
+        sl = self.rows if side == "left" else self.cols
 
-    def get(self, kind: str, x: Any, y: Any) -> Array:
-        if self.diag and _sort_key(y) < _sort_key(x):
-            x, y = y, x
-        return self.values[(kind, x, y)]
+        def shaped(x: Array) -> Array:
+            return x[sl][:, None] if side == "left" else x[sl][None, :]
 
-    def run(self, plan: _Plan) -> None:
+        if isinstance(v, dict):  # per-point moments for error bounds
+            return {k: shaped(x) for k, x in v.items()}, None
+        return shaped(v), shaped(e)
+
+    def run(self, plan: Plan) -> None:
         for i, key in enumerate(plan.order):
-            self.values[key] = self.compute(key)
+            self.values[key] = QUANTITIES[key[0]].compute(key, self)
             for d in plan.deps[key]:
                 if plan.last_use[d] <= i:
                     self.values.pop(d, None)
 
-    def compute(self, key: Key) -> Array:
-        kind = key[0]
-        an = self.an
-        if kind == "cov":
-            _, g1, g2 = key
-            return _linear_combination(
-                [(c1 * c2, self.get("src", s1, s2)) for c1, s1 in an.sources[g1] for c2, s2 in an.sources[g2]
-                 if _sources_correlated(an, s1, s2)], self.shape)
-        if kind == "src":
-            _, s1, s2 = key
-            l1, l2 = an.line(s1), an.line(s2)
-            if isinstance(l1, BiasLine):
-                return np.full(self.shape, l1.sigma**2)
-            return l1.matrix.sigma**2 * self.get("mom", l1.arg, l2.arg)
-        if kind == "mom":
-            return self._moment(key[1], key[2])
-        if kind == "term":
-            return self._term(key[1], key[2])
-        if kind == "mean":
-            return self._mean(key[1])
-        if kind == "data":
-            _, t1, t2 = key
-            A, B = data_view(self.Xl, t1), data_view(self.Xr, t2)
-            if self.diag:
-                return np.einsum("bi,bi->b", A, B) / self.d
-            return (A @ B.T) / self.d
-        raise AssertionError(kind)
-
-    def _moment(self, v1: Vector, v2: Vector) -> Array:
-        if v1.kind == "data":
-            return self.get("data", self.an.line(v1).step, self.an.line(v2).step)
-        if v1.kind == "G" and v2.kind == "G":
-            return self.get("cov", v1, v2)
-        c1, t1 = self.an.exprs[v1]
-        c2, t2 = self.an.exprs[v2]
-        parts = [(a1 * a2, self.get("term", k1, k2)) for a1, k1 in t1 for a2, k2 in t2]
-        if c2 != 0.0:
-            parts += [(c2 * a1, self.point(("mean", k1), "left")) for a1, k1 in t1]
-        if c1 != 0.0:
-            parts += [(c1 * a2, self.point(("mean", k2), "right")) for a2, k2 in t2]
-        if c1 * c2 != 0.0:
-            parts.append((c1 * c2, np.ones(1)))
-        return _linear_combination(parts, self.shape)
-
-    def _term(self, k1: Key, k2: Key) -> Array:
-        t1, t2 = self.an.terms[k1], self.an.terms[k2]
-        if isinstance(t1, Apply) and isinstance(t2, Apply):
-            a = self.point(("cov", t1.arg, t1.arg), "left")
-            b = self.point(("cov", t2.arg, t2.arg), "right")
-            return gaussian.pair_expectation(t1.act, t2.act, a, b, self.get("cov", t1.arg, t2.arg), self.memo)
-        return self._joint(t1, t2)
-
-    def _joint(self, t1: Term, t2: Term) -> Array:
-        """E[t1(Z at left point) t2(Z at right point)] by multivariate quadrature / QMC."""
-        a1, a2 = t1.args, t2.args
-        if self.diag:
-            union = _union(a1, a2)
-            cov = self._joint_cov_diag(union)
-            p1 = [union.index(a) for a in a1]
-            p2 = [union.index(a) for a in a2]
-        else:
-            cov = self._joint_cov_full(a1, a2)
-            p1 = list(range(len(a1)))
-            p2 = list(range(len(a1), len(a1) + len(a2)))
-
-        def fn(x: Array) -> Array:
-            return t1(*(x[..., i] for i in p1)) * t2(*(x[..., i] for i in p2))
-
-        value, err = gaussian.expectation(fn, cov.reshape(-1, *cov.shape[-2:]))
-        if err.size:
-            self.max_stderr = max(self.max_stderr, float(np.max(err)))
-        return value.reshape(self.shape)
-
-    def _joint_cov_diag(self, args: tuple[Vector, ...]) -> Array:
-        D = len(args)
-        cov = np.empty((*self.shape, D, D))
+    # --- blocks of covariances of arguments
+    def block(self, args: tuple[Vector, ...], side: str = "left") -> tuple[Array, Array]:
+        """Per-point covariance (P, k, k) of ``args`` and its error bound (P = points of the side)."""
+        source = self.values if self.diag else (self.left if side == "left" else self.right).values
+        sl = slice(None) if self.diag else (self.rows if side == "left" else self.cols)
+        k = len(args)
+        first = source[canonical(("g", args[0], args[0]))][0][sl]
+        cov, err = np.empty((first.shape[0], k, k)), np.empty((first.shape[0], k, k))
         for i, x in enumerate(args):
-            for j in range(i, D):
-                cov[..., i, j] = cov[..., j, i] = self.get("cov", x, args[j])
-        return cov
+            for j in range(i, k):
+                v, e = source[canonical(("g", x, args[j]))]
+                cov[:, i, j] = cov[:, j, i] = v[sl]
+                err[:, i, j] = err[:, j, i] = e[sl]
+        return cov, err
 
-    def _joint_cov_full(self, a1: tuple[Vector, ...], a2: tuple[Vector, ...]) -> Array:
-        k1, k2 = len(a1), len(a2)
-        cov = np.empty((*self.shape, k1 + k2, k1 + k2))
-        for i, x in enumerate(a1):
-            for j, y in enumerate(a1):
-                cov[..., i, j] = self.point(("cov", x, y), "left")
-        for i, x in enumerate(a2):
-            for j, y in enumerate(a2):
-                cov[..., k1 + i, k1 + j] = self.point(("cov", x, y), "right")
-        for i, x in enumerate(a1):
-            for j, y in enumerate(a2):
-                cov[..., i, k1 + j] = cov[..., k1 + j, i] = self.get("cov", x, y)
-        return cov
+    def cross(self, left_args: tuple[Vector, ...], right_args: tuple[Vector, ...]) -> tuple[Array, Array]:
+        """Tile cross-covariances (b1, b2, k1, k2) and their error bounds."""
+        c = np.empty((*self.shape, len(left_args), len(right_args)))
+        e = np.empty_like(c)
+        for i, x in enumerate(left_args):
+            for j, y in enumerate(right_args):
+                c[..., i, j], e[..., i, j] = self.values[("g", x, y)]
+        return c, e
 
-    def _mean(self, k: Key) -> Array:
-        t = self.an.terms[k]
-        if isinstance(t, Apply):
-            return gaussian.mean(t.act, self.get("cov", t.arg, t.arg))
-        cov = self._joint_cov_diag(t.args)
-        value, err = gaussian.expectation(lambda x: t(*(x[..., i] for i in range(len(t.args)))), cov)
-        if err.size:
-            self.max_stderr = max(self.max_stderr, float(np.max(err)))
-        return value
+    # --- expectations of one independent group
+    def same_point(self, comp: Component) -> Value:
+        """``E[L(U) R(V)]`` with both sides at the same point (diagonal run)."""
+        an = self.an
+        left, right = comp.left, comp.right
+        union = _union(left.args, right.args)
+        cov, d_cov = self.block(union)
+        if len(left.args) == 1 and len(right.args) == 1:
+            i, j = union.index(left.args[0]), union.index(right.args[0])
+            a, b, c = cov[:, i, i], cov[:, j, j], cov[:, i, j]
+            value, err = pair_expectation(an.activation(left), an.activation(right), a, b, c, memo=self.memo,
+                                          rtol=self.term_rtol)
+            if len(union) == 1:  # one argument: E[(φψ)(u)]
+                stats = self.get(("pm", an.register(left.atoms + right.atoms).key))[0]
+                return value, err + propagation.point_1d(a, d_cov[:, 0, 0], stats)
+            s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
+            return value, err + propagation.pair_1d(a, b, c, d_cov[:, i, i], d_cov[:, j, j], d_cov[:, i, j],
+                                                    s_left, s_right)
+        product = an.register(left.atoms + right.atoms)
+        stats = self.get(("pm", product.key))[0]
+        value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key))
+        self.note_stderr(se)
+        return value, err + propagation.point_joint(cov, d_cov, stats)
+
+    def pair(self, comp: Component) -> Value:
+        """``E[L(U at left points) R(V at right points)]`` on the tile."""
+        an = self.an
+        left, right = comp.left, comp.right
+        s_left = self.point(("pm", left.key), "left")[0]
+        s_right = self.point(("pm", right.key), "right")[0]
+        if len(left.args) == 1 and len(right.args) == 1:
+            (a, da), (b, db) = (self.point(("g", left.args[0], left.args[0]), "left"),
+                                self.point(("g", right.args[0], right.args[0]), "right"))
+            c, dc = self.values[("g", left.args[0], right.args[0])]
+            phi, psi = an.activation(left), an.activation(right)
+            value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol)
+            if phi.kernel is not None and is_elementary(phi, psi) and not (phi.continuous and psi.continuous):
+                # a closed form of a discontinuous activation: its exact change over the error interval
+                delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
+                limit = np.sqrt(a * b)
+                prop = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
+                                  np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
+            else:
+                prop = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+            return value, err + prop
+        cov_x, d_x = self.block(left.args, "left")
+        cov_y, d_y = self.block(right.args, "right")
+        C, dC = self.cross(left.args, right.args)
+        b1, b2 = self.shape
+        M = b1 * b2
+        rep = {"left": lambda x: np.repeat(x, b2, axis=0), "right": lambda x: np.tile(x, (b1,) + (1,) * (x.ndim - 1))}
+        cx, dx = rep["left"](cov_x), rep["left"](d_x)
+        cy, dy = rep["right"](cov_y), rep["right"](d_y)
+        Cf, dCf = C.reshape(M, *C.shape[2:]), dC.reshape(M, *dC.shape[2:])
+        value, err, se = joint.pair_expectation(an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol,
+                                                memo=self.tables, seed=_seed((left.key, right.key)))
+        self.note_stderr(se)
+        stats_l = {k: rep["left"](np.broadcast_to(v, (b1,) + v.shape[1:]) if np.ndim(v) else v)
+                   for k, v in _rows(s_left).items()}
+        stats_r = {k: rep["right"](np.broadcast_to(v, (b2,) + v.shape[1:]) if np.ndim(v) else v)
+                   for k, v in _cols(s_right).items()}
+        prop = propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
+        return value.reshape(self.shape), (err + prop).reshape(self.shape)
 
 
-def _linear_combination(parts: list[tuple[float, Array]], shape: tuple[int, ...]) -> Array:
-    """Σ coef · array, broadcast to ``shape``; a lone unit term is returned without a copy
-    (plan values are never modified in place)."""
-    if not parts:
-        return np.zeros(shape)
-    if len(parts) == 1 and parts[0][0] == 1.0 and parts[0][1].shape == shape:
-        return parts[0][1]
-    out = np.zeros(shape)
-    for coef, arr in parts:
-        out += coef * arr
-    return out
+def _rows(stats: dict[str, Array]) -> dict[str, Array]:
+    """Per-point stats broadcast as a column (b1, 1, ...) back to (b1, ...)."""
+    return {k: v[:, 0] for k, v in stats.items()}
+
+
+def _cols(stats: dict[str, Array]) -> dict[str, Array]:
+    return {k: v[0] for k, v in stats.items()}
 
 
 # ------------------------------------------------------------------ public API
@@ -426,7 +635,6 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-
 def _tiles(n1: int, n2: int, size: int, symmetric: bool) -> Iterator[tuple[slice, slice]]:
     for r0 in range(0, n1, size):
         for c0 in range(r0 if symmetric else 0, n2, size):
@@ -443,77 +651,94 @@ class Limit:
         Inputs (``(B, T, d)`` for programs reading time steps).
     X2 : array, optional
         Second input set for cross-covariances; defaults to ``X``.
+    rtol : float
+        Relative tolerance of every result: each entry's error bound must be at most
+        ``rtol · √(K_ii K_jj)`` (the scale of the two points), else :class:`NumericalError`
+        says what was reached.
     memory_budget : int
-        Bytes of working memory (beyond results) a computation may use; the pair
-        grid is processed in tiles that fit.
+        Bytes of working memory (beyond results) a computation may use; the pair grid is
+        processed in tiles that fit.
     threads : int, optional
         Worker threads for tiles (default: the number of CPUs, at most 8).
 
+    Attributes
+    ----------
+    error : float
+        The largest absolute error bound over the entries of the last result (kernel units).
+    stderr : float
+        The largest standard error of Monte-Carlo parts in the last result (0 when every
+        expectation was deterministic); those parts enter ``error`` as 5 standard errors.
+
     Notes
     -----
-    ``cov(u, v)[i, j] = E[Z^u(x_i) Z^v(x2_j)]`` is the second moment (the
-    covariance for G-vectors, which are centred). Weights are ``N(0, σ²/n_in)``.
+    ``cov(u, v)[i, j] = E[Z^u(x_i) Z^v(x2_j)]`` is the second moment (the covariance for
+    G-vectors, which are centred). Weights are ``N(0, σ²/n_in)``.
     """
 
-    def __init__(self, program: Program, X: Any, X2: Any = None, *,
+    def __init__(self, program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None) -> None:
+        if not isinstance(program, Program):
+            raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         self.program = program
         self.analysis = analysis_of(program)
         self.X = check_inputs(program, X, "X")
         self.X2 = self.X if X2 is None else check_inputs(program, X2, "X2")
         check_same_layout(self.X, self.X2)
         self.symmetric = X2 is None
-        self.d = self.X.shape[-1]
-        self.memory_budget = int(memory_budget)
-        self.threads = threads or min(os.cpu_count() or 1, 8)
-        self._diag: dict[str, _Side] = {}
-        self.max_stderr = 0.0
-        self.verified_accuracy = True  # the last kernel had only bounded-error expectations (nngp psd)
-        self.memo = gaussian.CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
+        self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
+        self.memory_budget = check_memory_budget(memory_budget)
+        self.threads = check_threads(threads) or min(os.cpu_count() or 1, 8)
+        self.error = 0.0
+        self.stderr = 0.0
+        self._diag: dict[str, Side] = {}
+        self._memo = CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
+        self._tables = joint.TableMemo()
+        self._used_joint = False
+
+    @property
+    def term_rtol(self) -> float:
+        return TERM_SHARE * self.rtol
+
+    def _new_run(self, **kwargs: Any) -> Run:
+        return Run(self.analysis, term_rtol=self.term_rtol, memo=self._memo, tables=self._tables, **kwargs)
 
     # ---- per-point runs
-    def _side(self, which: str, keys: set[Key]) -> _Side:
+    def _side(self, which: str, keys: set[Key]) -> Side:
         """Per-point values on X (``which="left"``) or X2, extended to cover ``keys``."""
         which = "left" if self.symmetric else which
         side = self._diag.get(which)
         if side is None:
-            side = self._diag[which] = _Side({}, self.X if which == "left" else self.X2)
-        missing = [k for k in keys if k not in side.values]
+            side = self._diag[which] = Side({}, self.X if which == "left" else self.X2)
+        missing = [canonical(k) for k in keys if canonical(k) not in side.values]
         if missing:
-            run = _Run(self.analysis, self.d, diag=True, X=side.X, memo=self.memo)
+            run = self._new_run(diag=True, X=side.X)
             run.values = side.values
-            plan = _Planner(self.analysis, diag=True).plan(missing)
-            # Keep every per-point value: they are (B,) arrays and later queries reuse them.
-            plan.last_use = {k: len(plan.order) for k in plan.order}
+            plan = make_plan(self.analysis, missing, diag=True, keep_all=True)
+            plan.order = [k for k in plan.order if k not in side.values]
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
-            self.max_stderr = max(self.max_stderr, run.max_stderr)
+            self.stderr = max(self.stderr, run.stderr)
         return side
 
-    def _grid(self, roots: list[Key], fill: Callable[[slice, slice, dict[Key, Array]], None],
+    def _grid(self, roots: list[Key], fill: Callable[[slice, slice, dict[Key, Value]], None],
               symmetric: bool) -> None:
-        planner = _Planner(self.analysis, diag=False)
-        plan = planner.plan(roots)
+        plan = make_plan(self.analysis, roots, diag=False)
         left = self._side("left", plan.side)
         right = left if self.symmetric else self._side("right", plan.side)
         peak = _peak_live(plan)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
-        per_entry = 8 * (peak + 4) * self.threads
-        # Tiles of a few hundred points stay in cache, use every thread and, for a symmetric
-        # kernel, skip the lower triangle; the budget can only make them smaller.
-        closed_form = self._closed_form(plan)
-        self.verified_accuracy = self._one_argument_terms(plan)
-        size = max(16, min(TILE_MAX if closed_form else SERIES_TILE_MAX,
-                           int(np.sqrt(self.memory_budget / per_entry))))
+        kind = self._plan_kind(plan)
+        per_entry = 8 * 2 * (peak + 4) * self.threads * (64 if kind == "joint" else 1)
+        cap = {"closed": TILE_MAX, "series": SERIES_TILE_MAX, "joint": JOINT_TILE_MAX}[kind]
+        size = max(16, min(cap, int(np.sqrt(self.memory_budget / per_entry))))
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
-            run = _Run(self.analysis, self.d, diag=False, left=left, right=right, rows=rows, cols=cols,
-                       memo=self.memo)
+            run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols)
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})
-            return run.max_stderr
+            return run.stderr
 
         tiles = list(_tiles(n1, n2, size, symmetric))
         if self.threads > 1 and len(tiles) > 1:
@@ -521,111 +746,175 @@ class Limit:
                 errs = list(pool.map(work, tiles))
         else:
             errs = [work(t) for t in tiles]
-        self.max_stderr = max([self.max_stderr, *errs])
+        self.stderr = max([self.stderr, *errs])
 
-    def _closed_form(self, plan: _Plan) -> bool:
-        """True when every pair expectation of the plan is a closed form (or Stein's identity)."""
-        terms = self.analysis.terms
+    def _plan_kind(self, plan: Plan) -> str:
+        """``"closed"`` when every pair expectation is a closed form (or Stein), ``"joint"`` when
+        some is multi-dimensional, else ``"series"``."""
+        kind = "closed"
+        an = self.analysis
         for k in plan.order:
-            if k[0] == "term":
-                t1, t2 = terms[k[1]], terms[k[2]]
-                if not (isinstance(t1, Apply) and isinstance(t2, Apply) and gaussian.is_elementary(t1.act, t2.act)):
-                    return False
-        return True
+            if k[0] != "t":
+                continue
+            for comp in an.components(k[1], k[2], False):
+                if comp.left is None or comp.right is None:
+                    continue
+                if len(comp.left.args) > 1 or len(comp.right.args) > 1:
+                    self._used_joint = True
+                    return "joint"
+                if not is_elementary(an.activation(comp.left), an.activation(comp.right)):
+                    kind = "series"
+        return kind
 
-    def _one_argument_terms(self, plan: _Plan) -> bool:
-        """True when every expectation is a closed form, the Mehler series (tail bound 1e-12) or the
-        panelled quadrature (~1e-13): all far inside PSD_TOLERANCE. Joint multi-argument terms use
-        tensor Gauss–Hermite or QMC, whose error is not bounded that tightly."""
-        terms = self.analysis.terms
-        return all(isinstance(terms[k[1]], Apply) and isinstance(terms[k[2]], Apply)
-                   for k in plan.order if k[0] == "term")
+    def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[Value]:
+        """Second moments of vector pairs on the pair grid: (value, error) arrays (B1, B2).
 
-    def _pair_matrix(self, pairs: list[tuple[Vector, Vector]]) -> list[Array]:
-        roots = [("mom", u, v) for u, v in pairs]
+        For one input set only tiles on or above the diagonal are computed: the block of
+        ``(u, v)`` below the diagonal is the transpose of the block of ``(v, u)`` above it.
+        """
+        roots = [("m", u, v) for u, v in pairs]
+        symmetric = self.symmetric
+        mirror = {r: ("m", r[2], r[1]) for r in roots}
         n1, n2 = self.X.shape[0], self.X2.shape[0]
-        outs = [np.empty((n1, n2)) for _ in pairs]
-        # A pair (u, u) on one input set is symmetric: compute only tiles on/above the diagonal.
-        symmetric = self.symmetric and all(u is v for u, v in pairs)
+        outs = [(np.empty((n1, n2)), np.empty((n1, n2))) for _ in roots]
 
-        def fill(rows: slice, cols: slice, vals: dict[Key, Array]) -> None:
-            for out, r in zip(outs, roots, strict=True):
-                out[rows, cols] = vals[r]
+        def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
+            for (out, err), r in zip(outs, roots, strict=True):
+                out[rows, cols], err[rows, cols] = vals[r]
                 if symmetric and rows != cols:
-                    out[cols, rows] = vals[r].T
+                    out[cols, rows], err[cols, rows] = vals[mirror[r]][0].T, vals[mirror[r]][1].T
 
-        self._grid(roots, fill, symmetric)
+        needed = roots + ([mirror[r] for r in roots] if symmetric else [])
+        self._grid(list(dict.fromkeys(needed)), fill, symmetric)
+        # Entries of two identical inputs are per-point quantities: exact colinearity, no cross error.
+        same = self._identical_pairs()
+        if same[0].size:
+            side = self._side("left", {canonical(r) for r in roots})
+            for (out, err), r in zip(outs, roots, strict=True):
+                v, e = side.values[canonical(r)]
+                out[same], err[same] = v[same[0]], e[same[0]]
         return outs
 
+    def _identical_pairs(self) -> tuple[Array, Array]:
+        """Index arrays (i, j) of pairs with ``X[i] == X2[j]`` exactly."""
+        if self.symmetric:
+            i = np.arange(self.X.shape[0])
+            return i, i
+        rows2: dict[bytes, list[int]] = {}
+        for j, x in enumerate(self.X2):
+            rows2.setdefault(x.tobytes(), []).append(j)
+        pairs = [(i, j) for i, x in enumerate(self.X) for j in rows2.get(x.tobytes(), ())]
+        if not pairs:
+            return np.empty(0, dtype=int), np.empty(0, dtype=int)
+        ii, jj = zip(*pairs, strict=True)
+        return np.array(ii), np.array(jj)
+
+    def _check(self, value: Array, err: Array, scale: Array, what: str, with_error: bool) -> Any:
+        value = _finite_or_raise(value, what)
+        self.error = float(np.max(err, initial=0.0))
+        ratio = err / np.maximum(scale, 1e-300)
+        worst = float(np.max(np.where(err > 0, ratio, 0.0), initial=0.0))
+        if worst > self.rtol:
+            i, j = np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape)
+            raise NumericalError(
+                f"{what}: the error bound reached {worst:.3g} relative to √(K_ii K_jj) at entry ({i}, {j}), "
+                f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
+                f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})")
+        return (value, err) if with_error else value
+
+    def _scales(self, u: Vector, v: Vector) -> Array:
+        """``√(E[Z^u(x_i)²] E[Z^v(x2_j)²])`` (B1, B2), the scale of relative tolerances."""
+        left = self._side("left", {("m", u, u)}).values[("m", u, u)][0]
+        right = self._side("right", {("m", v, v)}).values[("m", v, v)][0]
+        return np.sqrt(np.abs(np.outer(left, right)))
+
     @_one_blas_thread
-    def cov(self, u: Vector, v: Vector | None = None) -> Array:
-        """``E[Z^u(x_i) Z^v(x2_j)]``, shape (B1, B2) (``v`` defaults to ``u``)."""
+    def cov(self, u: Vector, v: Vector | None = None, *, with_error: bool = False) -> Any:
+        """``E[Z^u(x_i) Z^v(x2_j)]``, shape (B1, B2) (``v`` defaults to ``u``); with
+        ``with_error`` also the error bound of every entry."""
         v = u if v is None else v
         for w in (u, v):
-            self.program._check_own(w)
+            self.program.check_own(w)
         if (u.kind == "data") != (v.kind == "data"):
-            return np.zeros((self.X.shape[0], self.X2.shape[0]))
-        return _finite_or_raise(self._pair_matrix([(u, v)])[0], "cov")
+            raise ProgramError("the data point is not a random vector of the limit: cov(data, vector) is "
+                               "undefined; ask for cov(p.data(), p.data()) (the inputs' Gram matrix / d) "
+                               "or for covariances of G- and H-vectors")
+        self.stderr = 0.0
+        (value, err), = self._pairs([(u, v)])
+        if self.symmetric and u is v:
+            _mirror_upper(value)
+            _mirror_upper(err)
+        return self._check(value, err, self._scales(u, v), "cov", with_error)
 
     @_one_blas_thread
-    def var(self, u: Vector) -> Array:
-        """``E[(Z^u(x_i))²]`` for each input of ``X``, shape (B,)."""
-        self.program._check_own(u)
-        key = ("mom", u, u)
-        return _finite_or_raise(self._side("left", {key}).values[key].copy(), "var")
+    def var(self, u: Vector, *, with_error: bool = False) -> Any:
+        """``E[(Z^u(x_i))²]`` for each input of ``X``, shape (B,) (the diagonal of ``cov(u)``)."""
+        self.program.check_own(u)
+        self.stderr = 0.0
+        key = canonical(("m", u, u))
+        value, err = self._side("left", {key}).values[key]
+        return self._check(value.copy(), err.copy(), np.abs(value), "var", with_error)
 
     @_one_blas_thread
-    def nngp(self, psd: str = "auto") -> Array:
+    def nngp(self, *, psd: str = "auto", with_error: bool = False) -> Any:
         """Covariance of the outputs, shape (B1·R, B2·R), indexed ``b·R + r``.
 
-        ``K[(i,r),(j,s)] = σ_v² E[Z^{h_r}(x_i) Z^{h_s}(x2_j)] + bias²`` for outputs
-        of the same readout, 0 across readouts (independent readout vectors).
+        ``K[(i,r),(j,s)] = σ_v² E[Z^{h_r}(x_i) Z^{h_s}(x2_j)] + bias²`` for outputs of the same
+        readout, 0 across readouts (independent readout vectors). With ``with_error``, returns
+        ``(K, E)`` where ``E`` bounds the error of every entry.
 
         ``psd`` (kernels of one input set only):
 
-        * ``"clip"``: verify PSD (Cholesky, eigen-decomposition if that fails); clip
-          negative eigenvalues above ``-PSD_TOLERANCE·λ_max``, raise below;
-        * ``"check"``: verify, raise below the tolerance, no clipping;
-        * ``"auto"`` (default): ``"clip"`` when some expectation came from multi-dimensional
-          quadrature or QMC (joint terms of several G-vectors); nothing when every expectation
-          is a closed form or a one-argument rule with an error bound near 1e-12, whose kernel
-          is PSD up to errors far below the tolerance (and no clipping in floating point
-          improves on rounding);
+        * ``"auto"`` (default): ``"clip"`` when the error bounds exceed 1e-12 relative (some
+          expectation was numerical), else nothing — closed forms are PSD up to rounding;
+        * ``"clip"``: verify PSD (Cholesky; eigen-decomposition if that fails); clip negative
+          eigenvalues above ``−max(PSD_TOLERANCE·λ_max, ‖E‖_F)`` (the error bound allows no more
+          negativity), raise below;
+        * ``"check"``: verify and raise below that tolerance, no clipping;
         * ``"skip"``.
         """
-        if psd not in ("auto", "clip", "check", "skip"):
-            raise HyperParameterError(f"psd must be 'auto', 'clip', 'check' or 'skip', got {psd!r}")
+        check_choice(psd, "psd", PSD_POLICIES)
         outputs = self.program.outputs
         if not outputs:
-            from netsor.errors import ProgramError
-
             raise ProgramError("the program has no outputs; add p.readout(h, sigma=...) first")
+        self.stderr = 0.0
         R = len(outputs)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
-        K = np.zeros((n1, R, n2, R))
+        K, E, S = np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))
         pairs = [(r, s) for r in range(R) for s in range(R) if outputs[r][0] is outputs[s][0]]
-        roots = [("mom", outputs[r][1], outputs[s][1]) for r, s in pairs]
-        unique_roots = list(dict.fromkeys(roots))
-        symmetric = self.symmetric
-
-        def fill(rows: slice, cols: slice, vals: dict[Key, Array]) -> None:
-            for (r, s), root in zip(pairs, roots, strict=True):
-                ro = outputs[r][0]
-                block = ro.sigma**2 * vals[root] + ro.bias**2
-                K[rows, r, cols, s] = block
-                if symmetric and rows != cols:
-                    K[cols, s, rows, r] = block.T
-
-        self._grid(unique_roots, fill, symmetric)
-        K = _finite_or_raise(K.reshape(n1 * R, n2 * R), "nngp")
-        if psd == "auto":
-            psd = "skip" if self.verified_accuracy else "clip"
+        wanted = list(dict.fromkeys((outputs[r][1], outputs[s][1]) for r, s in pairs))
+        results = dict(zip(wanted, self._pairs(wanted), strict=True))
+        for r, s in pairs:
+            ro, u, v = outputs[r][0], outputs[r][1], outputs[s][1]
+            value, err = results[(u, v)]
+            K[:, r, :, s] = ro.sigma**2 * value + ro.bias**2
+            E[:, r, :, s] = ro.sigma**2 * err + _EPS * ro.bias**2
+            left = self._side("left", {("m", u, u)}).values[("m", u, u)][0]
+            right = self._side("right", {("m", v, v)}).values[("m", v, v)][0]
+            S[:, r, :, s] = np.sqrt(np.abs(np.outer(ro.sigma**2 * left + ro.bias**2,
+                                                    ro.sigma**2 * right + ro.bias**2)))
+        K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
+        if self.symmetric:
+            _mirror_upper(K)
+            _mirror_upper(E)
+        K, E = self._check(K, E, S, "nngp", True)
         if self.symmetric and psd != "skip":
-            K = ensure_psd(K, clip=(psd == "clip"))
-        return K
+            if psd == "auto":
+                psd = "clip" if np.max(E / np.maximum(S, 1e-300)) > 1e-12 else "skip"
+            if psd != "skip":
+                lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
+                tol = max(PSD_TOLERANCE, float(np.sqrt(np.sum(E * E))) / lmax)
+                K = ensure_psd(K, clip=(psd == "clip"), tol=tol, what="nngp")
+        return (K, E) if with_error else K
 
 
-def _peak_live(plan: _Plan) -> int:
+def _mirror_upper(A: Array) -> None:
+    """Copy the upper triangle onto the lower one in place (exact symmetry)."""
+    lower = np.tril_indices(A.shape[0], -1)
+    A[lower] = A.T[lower]
+
+
+def _peak_live(plan: Plan) -> int:
     live, peak = 0, 0
     ends: dict[int, int] = {}
     for i, k in enumerate(plan.order):
@@ -647,43 +936,14 @@ def _finite_or_raise(K: Array, what: str) -> Array:
     return K
 
 
-def ensure_psd(K: Array, clip: bool = True, tol: float = PSD_TOLERANCE) -> Array:
-    """Check that a symmetric kernel is PSD; clip eigenvalues in [-tol·λ_max, 0) if ``clip``.
-
-    Raises :class:`NumericalError` when an eigenvalue is below ``-tol·λ_max``.
-    Kernels larger than ``PSD_CHECK_MAX`` only get their diagonal checked.
-    """
-    diag = np.diag(K)
-    scale = max(float(np.max(np.abs(diag))), np.finfo(float).tiny)
-    if np.min(diag) < -tol * scale:
-        raise NumericalError(f"kernel has a negative variance {np.min(diag):.3g}: not PSD")
-    if K.shape[0] > PSD_CHECK_MAX:
-        return K
-    try:
-        np.linalg.cholesky(K)
-        return K
-    except np.linalg.LinAlgError:
-        pass
-    vals, vecs = np.linalg.eigh(K)
-    lmax = max(float(vals[-1]), np.finfo(float).tiny)
-    if vals[0] < -tol * lmax:
-        raise NumericalError(
-            f"kernel is not PSD: smallest eigenvalue {vals[0]:.3g} vs largest {lmax:.3g} "
-            f"(tolerance {tol:g}); this indicates an inaccurate expectation — report it"
-        )
-    if not clip or vals[0] >= 0:
-        return K
-    K = (vecs * np.maximum(vals, 0.0)) @ vecs.T
-    return 0.5 * (K + K.T)
-
-
-def limit(program: Program, X: Any, X2: Any = None, **kwargs: Any) -> Limit:
+def limit(program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
+          memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None) -> Limit:
     """The infinite-width limit of ``program`` on inputs ``X`` (see :class:`Limit`)."""
-    return Limit(program, X, X2, **kwargs)
+    return Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
 
 
-def nngp(program: Program, X: Any, X2: Any = None, *, memory_budget: int = DEFAULT_MEMORY_BUDGET,
-         threads: int | None = None, psd: str = "auto") -> Array:
+def nngp(program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
+         memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, psd: str = "auto") -> Array:
     """NNGP kernel: the covariance of the outputs of ``program`` in the infinite-width limit.
 
     Parameters
@@ -692,6 +952,9 @@ def nngp(program: Program, X: Any, X2: Any = None, *, memory_budget: int = DEFAU
     X : array, shape (B1, d) or (B1, T, d)
     X2 : array, shape (B2, ...), optional
         If given, returns the cross-covariance between outputs on ``X`` and on ``X2``.
+    rtol : float
+        Relative tolerance of every entry (relative to √(K_ii K_jj)); met or
+        :class:`NumericalError`.
     memory_budget : int
         Bytes of working memory beyond the result (computed in tiles that fit).
     threads : int, optional
@@ -701,6 +964,8 @@ def nngp(program: Program, X: Any, X2: Any = None, *, memory_budget: int = DEFAU
     Returns
     -------
     K : array, shape (B1·R, B2·R)
-        Indexed ``b·R + r`` for R outputs (``(B1, B2)`` when R = 1).
+        Indexed ``b·R + r`` for R outputs (``(B1, B2)`` when R = 1). The error bounds are on
+        :func:`limit`'s :meth:`Limit.nngp` with ``with_error=True``.
     """
-    return Limit(program, X, X2, memory_budget=memory_budget, threads=threads).nngp(psd=psd)
+    return Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads).nngp(psd=psd)
+

@@ -1,151 +1,516 @@
-"""Coordinatewise functions of G-vectors: the φ of a NonLin line.
+"""Coordinatewise functions of G-vectors: the φ of a NonLin line, as an expression tree.
 
-A NonLin line stores an :class:`Affine` expression ``c₀ + Σₖ cₖ · termₖ``
-whose terms are either :class:`Apply` (one registered activation of one
-G-vector — identity included) or :class:`Custom` (any vectorised function of
-several G-vectors: products, compositions, user callables). Keeping this
-structure lets the infinite-width interpreter expand ``E[h h']`` bilinearly
-and use a closed form (or a 2-D rule) for each pair of one-argument terms,
-falling back to multi-dimensional quadrature only for genuinely joint terms.
+Nodes: :class:`Var` (a G-vector), :class:`Const`, :class:`Apply` (a one-argument activation
+of a sub-expression), :class:`Sum` (``c₀ + Σ cₖ eₖ``), :class:`Prod` (``Π eₖ``) and
+:class:`Opaque` (a user function the tracer could not see through). Keeping the structure
+lets the infinite-width interpreter
+
+* expand ``E[h h']`` bilinearly over the *monomials* of :func:`expand` (products of atoms);
+* factorise expectations over structurally independent factors (``relu(g₁)·relu(g₂)`` of
+  independent ``g₁, g₂`` is a product of two arc-cosine kernels);
+* use the one-argument rules (closed forms, Mehler series) for any function of one G-vector
+  (``relu(relu(g))``, ``tanh(g)·g``);
+* split quadrature panels exactly at kinks: an activation with kinks applied to an *affine*
+  expression is non-smooth on known hyperplanes (:meth:`Expr.kink_planes`);
+* bound how errors propagate, from derivatives (:meth:`Expr.derivative`) when the function is
+  absolutely continuous (:attr:`Expr.continuous`).
+
+Nodes are immutable; :attr:`Expr.key` identifies an expression by content (vector indices,
+activation keys), so equal sub-expressions of different lines are computed once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from netsor.activations import Activation, identity
+from netsor.errors import ProgramError
 
 if TYPE_CHECKING:
     from netsor.ir.variables import Vector
 
 Array = np.ndarray
+Key = tuple[Any, ...]
+#: An affine function ``Σ coef[v] · v + offset`` of G-vectors.
+AffineForm = tuple[tuple[tuple["Vector", float], ...], float]
+#: Products of sums are distributed into monomials while they stay this small.
+EXPANSION_LIMIT = 64
 
 
-@dataclass(frozen=True, eq=False)
-class Apply:
-    """``act(arg)`` for one G-vector ``arg``."""
-
-    act: Activation
-    arg: Vector
-
-    @property
-    def args(self) -> tuple[Vector, ...]:
-        return (self.arg,)
-
-    def __call__(self, *values: Array) -> Array:
-        return self.act.fn(values[0])
-
-    def describe(self) -> str:
-        return self.arg.name if self.act is identity else f"{self.act.name}({self.arg.name})"
+def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: str) -> Array:
+    """``fn(*values)`` for a user-supplied vectorised function, checked: any exception, a wrong
+    shape or a non-numeric result becomes a :class:`ProgramError` that names the function."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+    try:
+        out = np.asarray(fn(*values), dtype=float)
+    except Exception as exc:  # noqa: BLE001 - user code: report whatever it raised
+        raise ProgramError(f"the custom nonlinearity {name!r} failed on arrays of shape {shape}: {exc!r}; "
+                           "it must be vectorised (numpy operations, no Python branching)") from None
+    if out.shape != shape:
+        raise ProgramError(f"the custom nonlinearity {name!r} returned shape {out.shape} on arrays of shape "
+                           f"{shape}; it must act elementwise")
+    return out
 
 
-@dataclass(frozen=True, eq=False)
-class Custom:
-    """``fn(*args)`` for G-vectors ``args``; ``fn`` is vectorised and elementwise."""
+class Expr:
+    """Base class of expression nodes (frozen dataclasses)."""
 
-    fn: Callable[..., Array]
-    args: tuple[Vector, ...]
-    name: str
+    def children(self) -> tuple[Expr, ...]:
+        return ()
 
-    def __call__(self, *values: Array) -> Array:
-        return np.asarray(self.fn(*values), dtype=float)
-
-    def describe(self) -> str:
-        return f"{self.name}({', '.join(a.name for a in self.args)})"
-
-
-Term = Apply | Custom
-
-
-def _unique(vectors: list[Vector]) -> tuple[Vector, ...]:
-    return tuple(dict.fromkeys(vectors))
-
-
-@dataclass(frozen=True, eq=False)
-class Affine:
-    """``const + Σ coef · term``: the normal form of every H-vector's function."""
-
-    const: float
-    terms: tuple[tuple[float, Term], ...]
-
-    @property
+    @cached_property
     def args(self) -> tuple[Vector, ...]:
         """The distinct G-vectors the expression depends on, in first-use order."""
-        return _unique([a for _, t in self.terms for a in t.args])
+        seen: dict[Vector, None] = {}
+        for child in self.children():
+            seen.update(dict.fromkeys(child.args))
+        return tuple(seen)
 
-    @staticmethod
-    def of_vector(g: Vector) -> Affine:
-        return Affine(0.0, ((1.0, Apply(identity, g)),))
+    @cached_property
+    def key(self) -> Key:
+        return self._key()
+
+    def _key(self) -> Key:
+        raise NotImplementedError
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        """Evaluate coordinatewise given arrays for every argument (all broadcastable)."""
-        out: Array | float = self.const
-        for coef, term in self.terms:
-            out = out + coef * term(*(values[a] for a in term.args))
-        return np.asarray(out, dtype=float)
+        """The expression coordinatewise, given arrays (broadcastable) for every argument."""
+        raise NotImplementedError
 
-    def as_function(self) -> Callable[..., Array]:
-        """``f(*arrays)`` taking one array per element of :attr:`args`."""
-        args = self.args
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        """``∂/∂wrt`` almost everywhere (finite differences inside opaque functions)."""
+        raise NotImplementedError
 
-        def f(*values: Array) -> Array:
-            return self.evaluate(dict(zip(args, values, strict=True)))
+    @property
+    def continuous(self) -> bool:
+        """Absolutely continuous in every argument (its a.e. derivative is its weak derivative)."""
+        return all(c.continuous for c in self.children())
 
-        return f
+    @property
+    def smooth(self) -> bool:
+        """Analytic in its arguments."""
+        return all(c.smooth for c in self.children())
 
-    def scaled(self, s: float) -> Affine:
-        return Affine(self.const * s, tuple((c * s, t) for c, t in self.terms))
-
-    def plus(self, other: Affine) -> Affine:
-        return Affine(self.const + other.const, self.terms + other.terms)
-
-    def shifted(self, c: float) -> Affine:
-        return Affine(self.const + c, self.terms)
-
-    def is_constant(self) -> bool:
-        return not self.terms
-
-    def single_apply(self) -> Apply | None:
-        """The term when the expression is exactly ``act(g)`` (coefficient 1, no constant)."""
-        if self.const == 0.0 and len(self.terms) == 1 and self.terms[0][0] == 1.0:
-            t = self.terms[0][1]
-            return t if isinstance(t, Apply) else None
+    def affine(self) -> AffineForm | None:
+        """``(((v, coef), ...), offset)`` when the expression is affine in its arguments."""
         return None
 
-    def times(self, other: Affine) -> Affine:
-        """The coordinatewise product (a single :class:`Custom` term unless one side is constant)."""
-        if other.is_constant():
-            return self.scaled(other.const)
-        if self.is_constant():
-            return other.scaled(self.const)
-        left, right = self.as_function(), other.as_function()
-        args = _unique([*self.args, *other.args])
-        pos_l = [args.index(a) for a in self.args]
-        pos_r = [args.index(a) for a in other.args]
+    def kink_planes(self) -> tuple[AffineForm, ...]:
+        """Hyperplanes ``Σ coef·v + offset = 0`` where the expression may be non-smooth."""
+        planes: dict[Key, AffineForm] = {}
+        for child in self.children():
+            planes.update((_plane_key(p), p) for p in child.kink_planes())
+        return tuple(planes.values())
 
-        def product(*values: Array) -> Array:
-            return left(*(values[i] for i in pos_l)) * right(*(values[i] for i in pos_r))
+    @property
+    def hidden_kinks(self) -> bool:
+        """True when the expression may be non-smooth off the hyperplanes of :meth:`kink_planes`
+        (an activation with kinks of a non-affine argument, an opaque function)."""
+        return any(c.hidden_kinks for c in self.children())
 
-        return Affine(0.0, ((1.0, Custom(product, args, f"({self.describe()})*({other.describe()})")),))
-
-    def compose(self, act: Activation) -> Affine:
-        """``act`` applied to this expression."""
-        if act is identity:
-            return self
-        inner = self.single_apply()
-        if inner is not None and inner.act is identity:
-            return Affine(0.0, ((1.0, Apply(act, inner.arg)),))
-        f = self.as_function()
-        return Affine(
-            0.0, ((1.0, Custom(lambda *v: act.fn(f(*v)), self.args, f"{act.name}[{self.describe()}]")),)
-        )
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        """The same expression over other G-vectors (program transforms)."""
+        raise NotImplementedError
 
     def describe(self) -> str:
-        parts = [f"{c:g}*{t.describe()}" if c != 1.0 else t.describe() for c, t in self.terms]
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+def _plane_key(plane: AffineForm) -> Key:
+    terms, offset = plane
+    return (tuple((v.index, c) for v, c in terms), offset)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Var(Expr):
+    """A G-vector."""
+
+    vector: Vector
+
+    @cached_property
+    def args(self) -> tuple[Vector, ...]:
+        return (self.vector,)
+
+    def _key(self) -> Key:
+        return ("var", self.vector.index)
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        return np.asarray(values[self.vector], dtype=float)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        return np.full(np.shape(values[self.vector]), 1.0 if wrt is self.vector else 0.0)
+
+    def affine(self) -> AffineForm:
+        return ((self.vector, 1.0),), 0.0
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return Var(f(self.vector))
+
+    def describe(self) -> str:
+        return self.vector.name
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Const(Expr):
+    value: float
+
+    def _key(self) -> Key:
+        return ("const", self.value)
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        return np.asarray(self.value, dtype=float)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        return np.zeros(())
+
+    def affine(self) -> AffineForm:
+        return (), self.value
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return self
+
+    def describe(self) -> str:
+        return f"{self.value:g}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Apply(Expr):
+    """``act(child)``."""
+
+    act: Activation
+    child: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def _key(self) -> Key:
+        return ("apply", self.act.key, self.child.key)
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        inner = self.child.evaluate(values)
+        if self.act.registered:
+            return np.asarray(self.act.fn(inner), dtype=float)
+        return call_user_function(self.act.fn, (inner,), self.act.name)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        inner = self.child.evaluate(values)
+        d = (np.asarray(self.act.deriv(inner), dtype=float) if self.act.registered
+             else call_user_function(self.act.deriv, (inner,), self.act.name + "'"))
+        return d * self.child.derivative(values, wrt)
+
+    @property
+    def continuous(self) -> bool:
+        return self.act.continuous and self.child.continuous
+
+    @property
+    def smooth(self) -> bool:
+        return self.act.smooth and self.child.smooth
+
+    def kink_planes(self) -> tuple[AffineForm, ...]:
+        planes = dict((_plane_key(p), p) for p in self.child.kink_planes())
+        form = self.child.affine()
+        if form is not None:
+            terms, offset = form
+            for k in self.act.kinks:
+                plane = (terms, offset - k)
+                planes[_plane_key(plane)] = plane
+        return tuple(planes.values())
+
+    @property
+    def hidden_kinks(self) -> bool:
+        if self.child.hidden_kinks:
+            return True
+        if not self.act.registered and not self.act.smooth and not self.act.kinks:
+            return True  # a custom φ whose kinks nobody told us
+        return bool(self.act.kinks) and self.child.affine() is None
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return Apply(self.act, self.child.map_vectors(f))
+
+    def describe(self) -> str:
+        return f"{self.act.name}({self.child.describe()})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Sum(Expr):
+    """``const + Σ coef · term``."""
+
+    const: float
+    terms: tuple[tuple[float, Expr], ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return tuple(t for _, t in self.terms)
+
+    def _key(self) -> Key:
+        return ("sum", self.const, tuple((c, t.key) for c, t in self.terms))
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        out: Any = self.const
+        for coef, term in self.terms:
+            out = out + coef * term.evaluate(values)
+        return np.asarray(out, dtype=float)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        out: Any = 0.0
+        for coef, term in self.terms:
+            if wrt in term.args:
+                out = out + coef * term.derivative(values, wrt)
+        return np.asarray(out, dtype=float)
+
+    def affine(self) -> AffineForm | None:
+        acc: dict[Vector, float] = {}
+        offset = self.const
+        for coef, term in self.terms:
+            form = term.affine()
+            if form is None:
+                return None
+            for v, c in form[0]:
+                acc[v] = acc.get(v, 0.0) + coef * c
+            offset += coef * form[1]
+        return tuple((v, c) for v, c in acc.items() if c != 0.0), offset
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return Sum(self.const, tuple((c, t.map_vectors(f)) for c, t in self.terms))
+
+    def describe(self) -> str:
+        parts = [t.describe() if c == 1.0 else f"{c:g}*{_wrap(t)}" for c, t in self.terms]
         if self.const != 0.0 or not parts:
             parts.append(f"{self.const:g}")
         return " + ".join(parts)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Prod(Expr):
+    """``Π factors``."""
+
+    factors: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.factors
+
+    def _key(self) -> Key:
+        return ("prod", tuple(sorted((f.key for f in self.factors), key=repr)))
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        out: Any = 1.0
+        for f in self.factors:
+            out = out * f.evaluate(values)
+        return np.asarray(out, dtype=float)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        vals = [f.evaluate(values) for f in self.factors]
+        out: Any = 0.0
+        for i, f in enumerate(self.factors):
+            if wrt in f.args:
+                part: Any = f.derivative(values, wrt)
+                for j, v in enumerate(vals):
+                    if j != i:
+                        part = part * v
+                out = out + part
+        return np.asarray(out, dtype=float)
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return Prod(tuple(g.map_vectors(f) for g in self.factors))
+
+    def describe(self) -> str:
+        return "*".join(_wrap(f) for f in self.factors)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Opaque(Expr):
+    """``fn(*children)``: a vectorised user function the tracer could not see through."""
+
+    fn: Callable[..., Array]
+    operands: tuple[Expr, ...]
+    name: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.operands
+
+    def _key(self) -> Key:
+        return ("fn", self.name, id(self.fn), tuple(c.key for c in self.operands))
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        return call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands), self.name)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        inner = [c.evaluate(values) for c in self.operands]
+        out: Any = 0.0
+        for i, c in enumerate(self.operands):
+            if wrt not in c.args:
+                continue
+            h = 1e-6 * np.maximum(1.0, np.abs(inner[i]))
+            up, down = list(inner), list(inner)
+            up[i], down[i] = inner[i] + h, inner[i] - h
+            d = (call_user_function(self.fn, tuple(up), self.name)
+                 - call_user_function(self.fn, tuple(down), self.name)) / (2 * h)
+            out = out + d * c.derivative(values, wrt)
+        return np.asarray(out, dtype=float)
+
+    @property
+    def continuous(self) -> bool:
+        return False
+
+    @property
+    def smooth(self) -> bool:
+        return False
+
+    @property
+    def hidden_kinks(self) -> bool:
+        return True
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return Opaque(self.fn, tuple(c.map_vectors(f) for c in self.operands), self.name)
+
+    def describe(self) -> str:
+        return f"{self.name}({', '.join(c.describe() for c in self.operands)})"
+
+
+def _wrap(e: Expr) -> str:
+    return f"({e.describe()})" if isinstance(e, Sum) else e.describe()
+
+
+# ------------------------------------------------------------------ smart constructors
+def constant(value: float) -> Const:
+    return Const(float(value))
+
+
+def linear(const: float, terms: list[tuple[float, Expr]]) -> Expr:
+    """``const + Σ coef·e``: nested sums flattened, constants folded, equal terms merged."""
+    acc: dict[Key, list[Any]] = {}
+    for coef, e in terms:
+        if isinstance(e, Const):
+            const += coef * e.value
+        elif isinstance(e, Sum):
+            const += coef * e.const
+            for c2, t2 in e.terms:
+                _accumulate(acc, coef * c2, t2)
+        else:
+            _accumulate(acc, coef, e)
+    kept = tuple((c, e) for c, e in acc.values() if c != 0.0)
+    if not kept:
+        return Const(float(const))
+    if const == 0.0 and len(kept) == 1 and kept[0][0] == 1.0:
+        return kept[0][1]
+    return Sum(float(const), kept)
+
+
+def _accumulate(acc: dict[Key, list[Any]], coef: float, e: Expr) -> None:
+    if e.key in acc:
+        acc[e.key][0] += coef
+    else:
+        acc[e.key] = [coef, e]
+
+
+def product(factors: list[Expr]) -> Expr:
+    """``Π factors``: nested products flattened, constants pulled out in front."""
+    scale, flat = 1.0, []
+    for f in factors:
+        if isinstance(f, Const):
+            scale *= f.value
+        elif isinstance(f, Prod):
+            flat.extend(f.factors)
+        elif isinstance(f, Sum) and not f.terms:
+            scale *= f.const
+        else:
+            flat.append(f)
+    if scale == 0.0 or not flat:
+        return Const(scale if flat == [] else 0.0)
+    body = flat[0] if len(flat) == 1 else Prod(tuple(flat))
+    return body if scale == 1.0 else linear(0.0, [(scale, body)])
+
+
+def apply(act: Activation, e: Expr) -> Expr:
+    """``act(e)`` (the identity is dropped, constants are folded)."""
+    if act is identity:
+        return e
+    if isinstance(e, Const):
+        return Const(float(np.asarray(act.fn(np.asarray(e.value)), dtype=float)))
+    return Apply(act, e)
+
+
+# ------------------------------------------------------------------ normal form
+@dataclass(frozen=True, eq=False)
+class Monomial:
+    """A product of atoms (expressions that are not sums, products or constants)."""
+
+    atoms: tuple[Expr, ...]
+
+    @cached_property
+    def key(self) -> Key:
+        return ("mono", tuple(sorted((a.key for a in self.atoms), key=repr)))
+
+    @cached_property
+    def args(self) -> tuple[Vector, ...]:
+        return tuple(dict.fromkeys(v for a in self.atoms for v in a.args))
+
+    @cached_property
+    def expr(self) -> Expr:
+        return self.atoms[0] if len(self.atoms) == 1 else Prod(self.atoms)
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        return self.expr.evaluate(values)
+
+
+@dataclass(frozen=True)
+class Polynomial:
+    """``const + Σ coef · monomial``: the normal form the infinite interpreter expands."""
+
+    const: float
+    terms: tuple[tuple[float, Monomial], ...]
+
+
+def expand(e: Expr, limit: int = EXPANSION_LIMIT) -> Polynomial:
+    """The normal form of ``e``: sums and products distributed into monomials (while the number
+    of monomials stays within ``limit``; beyond, a product of sums is kept as one atom)."""
+    const, terms = _expand(e, limit)
+    return Polynomial(const, tuple((c, m) for c, m in terms.values() if c != 0.0))
+
+
+def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
+    if isinstance(e, Const):
+        return e.value, {}
+    if isinstance(e, Sum):
+        const, acc = e.const, {}
+        for coef, t in e.terms:
+            c2, a2 = _expand(t, limit)
+            const += coef * c2
+            for k, (c3, m) in a2.items():
+                _merge(acc, k, coef * c3, m)
+        return const, acc
+    if isinstance(e, Prod):
+        one = Monomial(())
+        acc: dict[Key, list[Any]] = {one.key: [1.0, one]}
+        for f in e.factors:
+            cf, af = _expand(f, limit)
+            factor = dict(af)
+            if cf != 0.0:
+                factor[one.key] = [cf, one]
+            if len(acc) * len(factor) > limit:
+                m = Monomial((e,))
+                return 0.0, {m.key: [1.0, m]}
+            new: dict[Key, list[Any]] = {}
+            for c1, m1 in acc.values():
+                for c2, m2 in factor.values():
+                    m = Monomial(m1.atoms + m2.atoms)
+                    _merge(new, m.key, c1 * c2, m)
+            acc = new
+        empty = acc.pop(one.key, None)
+        return (empty[0] if empty else 0.0), acc
+    m = Monomial((e,))
+    return 0.0, {m.key: [1.0, m]}
+
+
+def _merge(acc: dict[Key, list[Any]], key: Key, coef: float, m: Monomial) -> None:
+    if key in acc:
+        acc[key][0] += coef
+    else:
+        acc[key] = [coef, m]

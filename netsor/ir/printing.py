@@ -12,7 +12,7 @@ def describe_line(line: Line) -> str:
     if isinstance(line, DataLine):
         return head + ("data" if line.step is None else f"data[step {line.step}]")
     if isinstance(line, BiasLine):
-        return head + f"bias N(0, {line.sigma:g}²)"
+        return head + f"N(0, {line.sigma:g}²)"
     if isinstance(line, MatMulLine):
         return head + f"{line.matrix.name}{'ᵀ' if line.transposed else ''} @ {line.arg.name}"
     if isinstance(line, LinCombLine):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netsor.errors import DimensionError, ProgramError
-from netsor.ir.lines import BiasLine, DataLine, Line, MatMulLine
+from netsor.ir.lines import BiasLine, DataLine, Line
 from netsor.ir.variables import Dim, Matrix, Vector
 from netsor.validate import check_sigma
 
@@ -95,7 +95,7 @@ class Program:
 
     def line_of(self, vector: Vector) -> Line:
         """The line that defines ``vector``."""
-        self._check_own(vector)
+        self.check_own(vector)
         return self._line_of[vector]
 
     # -------------------------------------------------------- construction
@@ -115,8 +115,8 @@ class Program:
         Pass ``program.data_dim`` as ``in_dim`` for an input matrix ``U`` (then
         ``U @ program.data()`` has covariance ``sigma² ⟨x, x'⟩ / d``).
         """
-        self._check_dim(out_dim, "out_dim")
-        self._check_dim(in_dim, "in_dim")
+        self.check_dim(out_dim, "out_dim")
+        self.check_dim(in_dim, "in_dim")
         if out_dim.is_data:
             raise DimensionError("a matrix cannot map into the data dimension; use a hidden dim")
         sigma = check_sigma(sigma, "matrix sigma")
@@ -130,19 +130,22 @@ class Program:
             if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
                 raise ProgramError(f"data step must be a non-negative int or None, got {step!r}")
             step = int(step)
-        for ln in self._lines:
-            if isinstance(ln, DataLine) and ln.step == step:
-                return ln.out
+        used = {ln.step: ln.out for ln in self._lines if isinstance(ln, DataLine)}
+        if step in used:
+            return used[step]
+        if used and (step is None) != (next(iter(used)) is None):
+            raise ProgramError("a program reads either one data point (p.data()) or time steps "
+                               "(p.data(step=t)), not both; use p.data(step=t) everywhere")
         name = "x" if step is None else f"x{step}"
-        return self._add(DataLine(self._new_vector(self._data_dim, "data", name), step))
+        return self.add_line(DataLine(self.new_vector(self._data_dim, "data", name), step))
 
     def bias(self, dim: Dim, sigma: float) -> Vector:
         """An initial G-vector ``b ~ N(0, sigma² I)``, the same for every input."""
-        self._check_dim(dim, "dim")
+        self.check_dim(dim, "dim")
         if dim.is_data:
             raise DimensionError("a bias lives in a hidden dimension, not the data dimension")
         sigma = check_sigma(sigma, "bias sigma")
-        return self._add(BiasLine(self._new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
+        return self.add_line(BiasLine(self.new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
 
     def input(self, dim: Dim, sigma: float = 1.0, bias: float = 0.0, step: int | None = None) -> Vector:
         """The first layer ``U x + b``: ``U ~ N(0, sigma²/d)`` entrywise, ``b ~ N(0, bias²)``.
@@ -164,7 +167,7 @@ class Program:
         if not vectors:
             raise ProgramError("readout needs at least one vector")
         for v in vectors:
-            self._check_own(v)
+            self.check_own(v)
             if v.kind == "data":
                 raise ProgramError("the data point cannot be read out; read out a hidden vector")
         if len({v.dim for v in vectors}) != 1:
@@ -178,22 +181,35 @@ class Program:
         self._readouts.append(Readout(len(self._readouts), tuple(vectors), sigma, bias))
         return tuple(range(start, start + len(vectors)))
 
-    # ------------------------------------------------------------ internals
-    def _new_vector(self, dim: Dim, kind: str, name: str | None = None) -> Vector:
+    # ------------------------------------------------------- for builders and transforms
+    def new_vector(self, dim: Dim, kind: str, name: str | None = None) -> Vector:
+        """A vector for the next line (pass it as the ``out`` of :meth:`add_line`)."""
+        self.check_dim(dim, "dim")
+        if kind not in ("G", "H", "data"):
+            raise ProgramError(f"vector kind must be 'G', 'H' or 'data', got {kind!r}")
         return Vector(len(self._lines), dim, kind, name or f"{kind.lower()}{len(self._lines)}", self)
 
-    def _add(self, line: Line) -> Vector:
+    def add_line(self, line: Line) -> Vector:
+        """Append a line whose ``out`` came from :meth:`new_vector`; returns ``line.out``."""
+        out = line.out
+        self.check_own(out)
+        if out.index != len(self._lines):
+            raise ProgramError("a line's output must come from new_vector() just before add_line()")
+        for v in line.inputs:
+            self.check_own(v)
         self._lines.append(line)
-        self._line_of[line.out] = line
-        return line.out
+        self._line_of[out] = line
+        return out
 
-    def _check_dim(self, dim: Any, what: str) -> None:
+    def check_dim(self, dim: Any, what: str) -> None:
+        """Raise unless ``dim`` is a :class:`Dim` of this program."""
         if not isinstance(dim, Dim):
             raise ProgramError(f"{what} must be a Dim made by program.dim(...), got {type(dim).__name__}")
         if dim.program is not self:
             raise ProgramError(f"{what} {dim.name!r} belongs to another program; use this program's dims")
 
-    def _check_own(self, v: Any) -> None:
+    def check_own(self, v: Any) -> None:
+        """Raise unless ``v`` is a vector of this program."""
         if not isinstance(v, Vector):
             raise ProgramError(f"expected a vector of this program, got {type(v).__name__}")
         if v.program is not self:
@@ -201,23 +217,6 @@ class Program:
                 f"vector {v.name} belongs to another program; build every line of a program "
                 "from that program's own vectors"
             )
-
-    def _matmul(self, W: Matrix, h: Any, transposed: bool) -> Vector:
-        if not isinstance(h, Vector):
-            raise ProgramError(f"{W.name} @ ... needs a vector of the program, got {type(h).__name__}")
-        self._check_own(h)
-        in_dim, out_dim = (W.out_dim, W.in_dim) if transposed else (W.in_dim, W.out_dim)
-        if h.dim is not in_dim:
-            raise DimensionError(
-                f"{W.name}{'ᵀ' if transposed else ''} expects a vector in dim {in_dim.name!r} "
-                f"but {h.name} lives in {h.dim.name!r}"
-            )
-        if out_dim.is_data:
-            raise DimensionError("a transposed input matrix would map into the data dimension")
-        if h.kind == "data" and not W.is_input:
-            raise ProgramError("only input matrices (in_dim = program.data_dim) multiply the data point")
-        line = MatMulLine(self._new_vector(out_dim, "G"), W, h, transposed)
-        return self._add(line)
 
     def __repr__(self) -> str:
         return f"<Program {self.name!r}: {len(self._lines)} lines, {self.num_outputs} outputs>"

@@ -44,7 +44,9 @@ class Matrix:
     program: Program
 
     def __matmul__(self, other: Any) -> Vector:
-        return self.program._matmul(self, other, transposed=False)
+        from netsor.builder import matmul
+
+        return matmul(self, other, transposed=False)
 
     @property
     def T(self) -> TransposedMatrix:  # noqa: N802 - numpy spelling
@@ -67,7 +69,9 @@ class TransposedMatrix:
     matrix: Matrix
 
     def __matmul__(self, other: Any) -> Vector:
-        return self.matrix.program._matmul(self.matrix, other, transposed=True)
+        from netsor.builder import matmul
+
+        return matmul(self.matrix, other, transposed=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +124,17 @@ class Vector:
 
     def __truediv__(self, other: Any) -> Vector:
         return self._binary(other, "/")
+
+    def __rtruediv__(self, other: Any) -> Vector:
+        return self._binary(other, "/", reflected=True)
+
+    def __pow__(self, other: Any) -> Vector:
+        return self._binary(other, "**")
+
+    def __abs__(self) -> Vector:
+        from netsor.activations import abs_
+
+        return self.__netsor_apply__(abs_)
 
     def __neg__(self) -> Vector:
         return self._binary(-1.0, "*")

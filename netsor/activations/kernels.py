@@ -1,0 +1,123 @@
+"""Closed forms of Gaussian kernels ``E[φ(u) φ(v)]`` of registry activations.
+
+Conventions. ``(u, v)`` is a centred Gaussian pair with ``Var u = a``, ``Var v = b``,
+``Cov(u, v) = c``; ``θ = arccos(c / sqrt(ab))``. A kernel rule returns ``E[φ(u) φ(v)]``
+elementwise for broadcastable arrays ``a, b, c``. Rules may assume ``a, b > 0``: the Gaussian
+engine (:mod:`netsor.gaussian`) handles degenerate variances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+Array = np.ndarray
+KernelRule = Callable[[Array, Array, Array], Array]
+
+_TWO_PI = 2.0 * np.pi
+
+
+def _scalar_safe(rule: KernelRule) -> KernelRule:
+    """Let a kernel rule that updates arrays in place also accept scalars (0-d inputs)."""
+
+    def wrapped(a: Array, b: Array, c: Array) -> Array:
+        a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
+        if a.ndim or b.ndim or c.ndim:
+            return rule(a, b, c)
+        return rule(a.reshape(1), b.reshape(1), c.reshape(1)).reshape(())
+
+    wrapped.__doc__, wrapped.__name__ = rule.__doc__, rule.__name__
+    return wrapped
+
+
+def _correlation(a: Array, b: Array, c: Array) -> tuple[Array, Array, Array]:
+    """sqrt(a), sqrt(b) and the correlation c/sqrt(ab) clipped to [-1, 1] (0 where ab = 0).
+
+    ``a`` and ``b`` are typically (B1, 1) and (1, B2) and ``c`` (B1, B2): the square
+    roots and reciprocals are taken on the small arrays and the big ones are updated in
+    place (these kernels run once per layer on every pair of inputs).
+    """
+    sa = np.sqrt(np.maximum(a, 0.0))
+    sb = np.sqrt(np.maximum(b, 0.0))
+    if np.all(sa > 0) and np.all(sb > 0):
+        rho = np.multiply(c, 1.0 / sa)
+        rho *= 1.0 / sb
+    else:
+        s = sa * sb
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(s > 0, c / np.where(s > 0, s, 1.0), 0.0)
+    return sa, sb, np.clip(rho, -1.0, 1.0, out=rho)
+
+
+def _sqrt_one_minus_square(rho: Array) -> Array:
+    out = np.multiply(rho, rho)
+    np.subtract(1.0, out, out=out)  # >= 0 exactly, since |rho| <= 1
+    return np.sqrt(out, out=out)
+
+
+@_scalar_safe
+def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
+    """E[relu u relu v] = sqrt(ab) (sin θ + (π − θ) cos θ) / (2π) (Cho & Saul, order 1)."""
+    sa, sb, rho = _correlation(a, b, c)
+    out = _sqrt_one_minus_square(rho)
+    theta = np.arccos(rho)
+    np.subtract(np.pi, theta, out=theta)
+    theta *= rho
+    out += theta
+    out *= sa * (1.0 / _TWO_PI)
+    out *= sb
+    return out
+
+
+@_scalar_safe
+def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
+    """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
+    _, _, rho = _correlation(a, b, c)
+    out = np.arccos(rho, out=rho)
+    np.subtract(np.pi, out, out=out)
+    out *= 1.0 / _TWO_PI
+    return out
+
+
+def erf_kernel(a: Array, b: Array, c: Array) -> Array:
+    # Williams (1997): E[erf u erf v] = (2/π) arcsin(2c / sqrt((1+2a)(1+2b))).
+    return (2.0 / np.pi) * np.arcsin(np.clip(2.0 * c / np.sqrt((1.0 + 2.0 * a) * (1.0 + 2.0 * b)), -1, 1))
+
+
+@_scalar_safe
+def abs_kernel(a: Array, b: Array, c: Array) -> Array:
+    # |u| = relu(u) + relu(-u): 2 E[relu u relu v] + 2 E[relu u relu(-v)].
+    sa, sb, rho = _correlation(a, b, c)
+    theta = np.arccos(rho)
+    return sa * sb * (2.0 * _sqrt_one_minus_square(rho) + (np.pi - 2.0 * theta) * rho) / np.pi
+
+
+def leaky_relu_kernel(alpha: float) -> KernelRule:
+    # leaky(u) = relu(u) − α relu(−u); E[relu(−u) relu(−v)] = E[relu u relu v] and
+    # E[relu u relu(−v)] is the order-1 arc-cosine kernel at covariance −c.
+    def kernel(a: Array, b: Array, c: Array) -> Array:
+        return (1 + alpha * alpha) * arccos_kernel_1(a, b, c) - 2 * alpha * arccos_kernel_1(a, b, -c)
+
+    return kernel
+
+
+def exp_kernel(a: Array, b: Array, c: Array) -> Array:
+    return np.exp(0.5 * (a + b) + c)
+
+
+def sin_kernel(a: Array, b: Array, c: Array) -> Array:
+    return np.exp(-0.5 * (a + b)) * np.sinh(c)
+
+
+def cos_kernel(a: Array, b: Array, c: Array) -> Array:
+    return np.exp(-0.5 * (a + b)) * np.cosh(c)
+
+
+def gaussian_kernel(a: Array, b: Array, c: Array) -> Array:
+    # E[exp(-u²/2) exp(-v²/2)] = det(I + Σ)^(-1/2).
+    return 1.0 / np.sqrt((1.0 + a) * (1.0 + b) - c * c)
+
+
+def identity_kernel(a: Array, b: Array, c: Array) -> Array:
+    return np.asarray(c, dtype=float) * np.ones(np.broadcast(a, b, c).shape)

@@ -1,0 +1,698 @@
+"""``E[φ(u) ψ(v)]`` for a centred Gaussian pair, with an error bound, vectorised over pairs.
+
+Methods, in order of preference:
+
+1. closed forms of the activation registry (arc-cosine, arcsine, exp, ...): error = rounding;
+2. Stein's identity for a pair (φ, identity): ``E[φ(u) v] = (c/a) E[u φ(u)]``;
+3. the Mehler (Hermite) series ``Σ_k α_k(a) β_k(b) ρ^k``, coefficients per distinct variance
+   by the panelled rule of :mod:`netsor.gaussian.quadrature`, truncated per pair where the
+   Parseval bound ``|ρ|^{K+1} √(T_φ(a, K) T_ψ(b, K))`` (``T`` = energy beyond order K) meets the
+   tolerance: that bound plus the coefficients' quadrature error is the reported error;
+4. colinear pairs (|ρ| = 1) by a one-dimensional rule, and pairs where the series converges too
+   slowly by nested two-dimensional quadrature; both report ``|Q₂₀ − Q₁₀|``-type estimates.
+
+Everything is vectorised over the leading "pair" axes: callers pass arrays of variances and
+covariances of any broadcastable shape (e.g. ``a : (B1, 1)``, ``b : (1, B2)``, ``c : (B1, B2)``,
+the layout of a tile), and the Hermite coefficients are computed once per distinct variance
+(and kept in a :class:`CoefficientMemo` across calls).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from scipy.linalg.blas import dger as _dger
+
+from netsor.activations import Activation
+from netsor.gaussian.quadrature import (
+    GL10_NODES,
+    GL10_WEIGHTS,
+    GL_NODES,
+    GL_WEIGHTS,
+    MAX_BISECTIONS,
+    Z_MAX,
+    check_finite,
+    expect_1d_err,
+    gaussian_rule,
+    panel_edges,
+    rule_on_panels,
+)
+
+Array = np.ndarray
+
+#: Variances at or below this are treated as exactly zero (a constant coordinate).
+ZERO_VARIANCE = 1e-13
+#: Default relative tolerance of one pair expectation (relative to √(E φ(u)² E ψ(v)²)).
+PAIR_RTOL = 1e-10
+#: Rounding error of a closed form, in units of eps·(|value| + scale).
+_ROUNDING = 16.0 * np.finfo(float).eps
+#: Floor of T / E φ², covering rounding in E φ² − Σ α_k².
+_TAIL_FLOOR = 1e-14
+#: Truncation orders tried, in increasing cost; a table of order 31 serves the first ones,
+#: one of order 255 (built only when needed) the others.
+_ORDERS = (5, 7, 11, 15, 19, 23, 31, 39, 47, 63, 95, 127, 191, 255)
+_SMALL_TABLE, _LARGE_TABLE = 31, 255
+#: Pairs per block of the series evaluation (the block's work arrays stay in cache).
+_BLOCK = 1 << 16
+#: Variances from which the Hermite coefficients are computed on two threads.
+_PARALLEL_MIN = 256
+#: Coefficients gathered per block at most (bounds the memory for long flat inputs).
+_GATHER = 1 << 20
+#: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
+_COLINEAR = 1e-14
+#: Pairs processed at once by the nested 2-D rule (bounds the working memory to ~200 MB).
+_PAIR_CHUNK = 512
+#: Relative cost of one pair: one sparse Horner step, a colinear pair and a nested-quadrature
+#: pair, in units of one dense Horner step (used to choose the order of the dense pass).
+_COST_SPARSE, _COST_COLINEAR, _COST_NESTED = 5.0, 500.0, 1e5
+
+
+def features(act: Activation) -> tuple[float, ...]:
+    """Where panels are split for ``act``: its kinks, or 0 (where smooth activations vary most)."""
+    return act.kinks or (0.0,)
+
+
+# ------------------------------------------------------------------ kinks nobody declared
+_LOCATED: dict[tuple[Any, float], Activation] = {}
+_LOCATED_LOCK = threading.Lock()
+
+
+def with_located_kinks(act: Activation, max_sd: float) -> Activation:
+    """``act`` with the points where it is not smooth found numerically on ``|x| ≤ Z_MAX·max_sd``.
+
+    For activations whose kinks are unknown (custom callables, compositions through opaque
+    functions): panels of ``∫ φ(x) dx`` whose 20- and 10-node integrals differ are bisected
+    until they agree to 1e-13 relative; panels that had to shrink below 1e-9 of the range hold
+    a kink or a jump. Returns ``act`` itself when its kinks are known.
+    """
+    if act.kinks_known or max_sd <= 0:
+        return act
+    reach = Z_MAX * float(max_sd)
+    bucket = float(2.0 ** np.ceil(np.log2(reach)))  # cache per power-of-two range
+    key = (act.key, bucket)
+    with _LOCATED_LOCK:
+        if key in _LOCATED:
+            return _LOCATED[key]
+    lo, hi = np.linspace(-bucket, bucket, 65)[:-1], np.linspace(-bucket, bucket, 65)[1:]
+    scale = max(float(np.max(np.abs(np.asarray(act.fn(np.linspace(-bucket, bucket, 257)))))), 1e-300)
+    found: list[float] = []
+    for _ in range(MAX_BISECTIONS):
+        half, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
+        vals = []
+        for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
+            with np.errstate(all="ignore"):
+                fx = np.asarray(act.fn(mid[:, None] + half[:, None] * nodes), dtype=float)
+            fx = np.where(np.isfinite(fx), fx, 1e300)
+            vals.append(np.sum(fx * weights, axis=1) * half)
+        bad = np.abs(vals[0] - vals[1]) > 1e-13 * scale * (2 * half)
+        tiny = (hi - lo) < 1e-9 * bucket
+        found.extend(mid[bad & tiny].tolist())
+        bad &= ~tiny
+        if not bad.any():
+            break
+        lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
+    kinks = _merge_points(found, 1e-8 * bucket)
+    located = replace(act, kinks=tuple(kinks), kinks_known=True)
+    with _LOCATED_LOCK:
+        _LOCATED.setdefault(key, located)
+    return located
+
+
+def _merge_points(points: list[float], gap: float) -> list[float]:
+    out: list[float] = []
+    for p in sorted(points):
+        if not out or p - out[-1] > gap:
+            out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------ one-dimensional pieces
+def mean(act: Activation, variance: Array, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
+    """``(E φ(u), error bound)``, ``u ~ N(0, variance)`` (closed form when known)."""
+    var = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    if act.odd:
+        return np.zeros(var.shape), np.zeros(var.shape)
+    if act.mean is not None:
+        value = np.asarray(act.mean(var), dtype=float) * np.ones(var.shape)
+        return value, _ROUNDING * np.abs(value)
+    act = with_located_kinks(act, float(np.sqrt(np.max(var, initial=0.0))))
+    scale = np.sqrt(second_moment(act, var)[0])
+    return expect_1d_err(act.fn, var, features(act), atol=rtol * scale, what=f"E {act.name}(u)")
+
+
+def second_moment(act: Activation, variance: Array) -> tuple[Array, Array]:
+    """``(E φ(u)², error estimate)``, ``u ~ N(0, variance)``."""
+    var = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    if act.kernel is not None:
+        value = np.asarray(act.kernel(var, var, var), dtype=float) * np.ones(var.shape)
+        return value, _ROUNDING * np.abs(value)
+    act = with_located_kinks(act, float(np.sqrt(np.max(var, initial=0.0))))
+    return expect_1d_err(lambda x: act.fn(x) ** 2, var, features(act), what=f"E {act.name}(u)²")
+
+
+def stein_identity(phi: Activation, a: Array, c: Array, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
+    """``E[φ(u) v] = (c / a) E[u φ(u)]`` (v regressed on u), for ``a > 0``."""
+    a = np.asarray(a, dtype=float)
+    phi = with_located_kinks(phi, float(np.sqrt(np.max(a, initial=0.0))))
+    scale = np.sqrt(second_moment(phi, a)[0] * a)
+    m, err = expect_1d_err(lambda x: x * phi.fn(x), a, features(phi), atol=rtol * scale,
+                           what=f"E[u {phi.name}(u)]")
+    ratio = np.asarray(c, dtype=float) / a
+    value = ratio * m
+    return value, np.abs(ratio) * err + _ROUNDING * np.abs(value)
+
+
+def is_elementary(phi: Activation, psi: Activation) -> bool:
+    """True when ``E[φ(u) ψ(v)]`` has a closed form (or Stein's identity): a few array passes.
+
+    Otherwise each call runs the Mehler series, whose fixed setup cost favours fewer, larger calls.
+    """
+    return _same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
+
+
+def _same_kernel(phi: Activation, psi: Activation) -> bool:
+    return phi.kernel is not None and (phi is psi or (phi.registered and psi.registered
+                                                      and phi.key == psi.key))
+
+
+def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Array, *,
+                     memo: CoefficientMemo | None = None, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
+    """``(E[φ(u) ψ(v)], error bound)`` for centred Gaussian ``(u, v)``, ``Var u = a, Var v = b, Cov = c``.
+
+    Parameters
+    ----------
+    phi, psi : Activation
+    a, b, c : array_like
+        Broadcastable variances and covariance. Row/column layouts such as ``a : (B1, 1)``,
+        ``b : (1, B2)``, ``c : (B1, B2)`` are exploited: Hermite coefficients are computed once
+        per distinct variance.
+    memo : CoefficientMemo, optional
+        Reuses Hermite coefficients across calls that meet the same variances.
+    rtol : float
+        Target of the truncation error relative to ``√(E φ(u)² E ψ(v)²)``.
+
+    Returns
+    -------
+    value, error : arrays, shape ``broadcast(a, b, c).shape``
+        The expectation and a bound on its numerical error (for the inputs as given; errors of
+        ``a, b, c`` themselves are propagated by the caller).
+    """
+    a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    sd_max = float(np.sqrt(max(np.max(a, initial=0.0), np.max(b, initial=0.0))))
+    phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
+    zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
+    if not (zero_a.any() or zero_b.any()):
+        value, err = _regular_pair(phi, psi, a, b, c, memo, rtol)
+        return _full(value, shape), _full(err, shape)
+    a, b, c, zero_a, zero_b = np.broadcast_arrays(a, b, c, zero_a, zero_b)
+    value, err = np.empty(shape), np.empty(shape)
+    regular = ~(zero_a | zero_b)
+    if regular.any():
+        value[regular], err[regular] = _regular_pair(phi, psi, a[regular], b[regular], c[regular], memo, rtol)
+    # A zero-variance coordinate is the constant 0: E[φ(0) ψ(v)] = φ(0) E ψ(v).
+    phi0, psi0 = float(phi.fn(np.zeros(1))[0]), float(psi.fn(np.zeros(1))[0])
+    for only, const, act, var in ((zero_a & ~zero_b, phi0, psi, b), (zero_b & ~zero_a, psi0, phi, a)):
+        if only.any():
+            m, e = mean(act, var[only], rtol)
+            value[only], err[only] = const * m, abs(const) * e
+    both = zero_a & zero_b
+    value[both], err[both] = phi0 * psi0, _ROUNDING * abs(phi0 * psi0)
+    return value, err
+
+
+def _full(x: Array, shape: tuple[int, ...]) -> Array:
+    x = np.asarray(x, dtype=float)
+    return x if x.shape == shape else np.broadcast_to(x, shape).copy()
+
+
+def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                  memo: CoefficientMemo | None, rtol: float) -> tuple[Array, Array]:
+    if _same_kernel(phi, psi):
+        value = np.asarray(phi.kernel(a, b, c), dtype=float)
+        scale = np.sqrt(np.abs(phi.kernel(a, a, a) * phi.kernel(b, b, b)))
+        return value, _ROUNDING * (np.abs(value) + scale)
+    if phi.name == "identity" and psi.name == "identity":
+        return c.copy(), _ROUNDING * np.abs(c)
+    if psi.name == "identity":
+        return stein_identity(phi, a, c, rtol)
+    if phi.name == "identity":
+        return stein_identity(psi, b, c, rtol)
+    return _series_pair(phi, psi, a, b, c, memo, rtol)
+
+
+# ------------------------------------------------------------------ Hermite coefficients
+def _hermite_functions(z: Array, order: int) -> Array:
+    """Normalised probabilists' Hermite polynomials ``He_k(z)/√k!``, shape ``(order+1, *z.shape)``."""
+    h = np.empty((order + 1, *z.shape))
+    h[0] = 1.0
+    if order:
+        h[1] = z
+    for k in range(1, order):
+        h[k + 1] = (z * h[k] - np.sqrt(k) * h[k - 1]) / np.sqrt(k + 1.0)
+    return h
+
+
+def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
+    """Hermite coefficients, second moment and quadrature error of ``φ(√var Z)``.
+
+    Parameters
+    ----------
+    act : Activation
+        With its kinks known (:func:`with_located_kinks`).
+    var : array, shape (n,)
+        Positive variances.
+    order : int
+        Highest order K.
+
+    Returns
+    -------
+    alpha : array, shape (K+1, n)
+        ``E[φ(√var Z) He_k(Z)] / √k!``.
+    m2 : array, shape (n,)
+        ``E φ(√var Z)²`` by the same rule (so that Parseval holds for the computed numbers).
+    qerr : array, shape (n,)
+        Estimated quadrature error of each coefficient (absolute): ``|m2₂₀ − m2₁₀| / (2√m2)``
+        from a 10-node rule on the same panels, plus rounding.
+
+    Large batches run on two threads: the work is numpy calls that release the GIL, and for a
+    kernel it runs once per layer on all points before the tiles start.
+    """
+    if var.size < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+        return _hermite_coefficients_serial(act, var, order)
+    half = var.size // 2
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(pool.map(lambda v: _hermite_coefficients_serial(act, v, order), (var[:half], var[half:])))
+    return (np.concatenate([parts[0][0], parts[1][0]], axis=1), np.concatenate([parts[0][1], parts[1][1]]),
+            np.concatenate([parts[0][2], parts[1][2]]))
+
+
+def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
+    # Panels narrow enough for the oscillation of He_K (frequency ≈ √(2K+1)) under 20 GL nodes.
+    width = min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0))
+    edges = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+    sd = np.sqrt(var)
+    name = f"E {act.name}(u)²"
+    if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
+        e = panel_edges(np.zeros(1), np.ones(1), (0.0,), extra_z=edges[None])
+        z, w = rule_on_panels(e)
+        z10, w10 = rule_on_panels(e, GL10_NODES, GL10_WEIGHTS)
+        f = act.fn(sd[:, None] * z)
+        f10 = act.fn(sd[:, None] * z10)
+        check_finite(f, name)
+        fw = f * w
+        m2 = np.sum(fw * f, axis=1)
+        m2_10 = np.sum(f10 * f10 * w10, axis=1)
+        return _hermite_functions(z[0], order) @ fw.T, m2, _coefficient_error(m2, m2_10)
+    alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
+    step = max(1, _GATHER // ((order + 1) * 20 * edges.size))
+    for i in range(0, var.size, step):
+        s = sd[i:i + step]
+        e = panel_edges(np.zeros(s.size), s, act.kinks, extra_z=np.broadcast_to(edges, (s.size, edges.size)))
+        z, w = rule_on_panels(e)
+        z10, w10 = rule_on_panels(e, GL10_NODES, GL10_WEIGHTS)
+        f = act.fn(s[:, None] * z)
+        f10 = act.fn(s[:, None] * z10)
+        check_finite(f, name)
+        fw = f * w
+        alpha[:, i:i + step] = np.einsum("kpq,pq->kp", _hermite_functions(z, order), fw)
+        m2[i:i + step] = np.sum(fw * f, axis=1)
+        qerr[i:i + step] = _coefficient_error(m2[i:i + step], np.sum(f10 * f10 * w10, axis=1))
+    return alpha, m2, qerr
+
+
+def _coefficient_error(m2: Array, m2_coarse: Array) -> Array:
+    root = np.sqrt(np.maximum(m2, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(root > 0, np.abs(m2 - m2_coarse) / (2.0 * root), 0.0)
+    return q + 1e-15 * root
+
+
+class CoefficientMemo:
+    """Hermite coefficients already computed, per (activation, order) and variance value.
+
+    A kernel is computed tile by tile and every tile meets the same per-point variances
+    again; one memo per kernel computation (see :class:`netsor.interpret.infinite.Limit`)
+    computes them once per point instead of once per tile. Safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[Any, int], _MemoTable] = {}
+        self._lock = threading.Lock()
+
+    def table(self, act: Activation, order: int) -> _MemoTable:
+        with self._lock:
+            return self._tables.setdefault((act.key, order), _MemoTable(order))
+
+
+class _MemoTable:
+    """Columns ``α(var)`` (order+1,), ``E φ²(var)`` and the quadrature error stored contiguously,
+    found by variance value (a sorted key array: one vectorised ``searchsorted`` per lookup)."""
+
+    def __init__(self, order: int) -> None:
+        # (sorted variances, their columns), replaced as one object so that a reader on another
+        # thread never pairs new keys with old columns
+        self.index: tuple[Array, Array] = (np.empty(0), np.empty(0, dtype=np.intp))
+        self.alpha = np.empty((order + 1, 0))
+        self.m2 = np.empty(0)
+        self.qerr = np.empty(0)
+        self.lock = threading.Lock()
+
+    def _find(self, var: Array) -> tuple[Array, Array]:
+        keys, cols = self.index
+        if not keys.size:
+            return np.zeros(var.shape, dtype=bool), np.full(var.shape, -1)
+        pos = np.minimum(np.searchsorted(keys, var), keys.size - 1)
+        found = keys[pos] == var
+        return found, np.where(found, cols[pos], -1)
+
+    def lookup(self, act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
+        found, cols = self._find(var)
+        if not found.all():
+            new = np.unique(var[~found])
+            alpha, m2, qerr = hermite_coefficients(act, new, order)
+            with self.lock:
+                start = self.m2.size
+                self.alpha = np.concatenate([self.alpha, alpha], axis=1)
+                self.m2 = np.concatenate([self.m2, m2])
+                self.qerr = np.concatenate([self.qerr, qerr])
+                keys = np.concatenate([self.index[0], new])
+                cols = np.concatenate([self.index[1], start + np.arange(new.size)])
+                order_ = np.argsort(keys, kind="stable")
+                self.index = (keys[order_], cols[order_])
+            found, cols = self._find(var)
+        alpha, m2, qerr = self.alpha, self.m2, self.qerr  # never shrink: they hold every column found
+        return alpha[:, cols], m2[cols], qerr[cols]
+
+
+class HermiteTable:
+    """Hermite coefficients of one activation at n distinct variances, with tail bounds."""
+
+    def __init__(self, act: Activation, var: Array, order: int, rtol: float,
+                 memo: CoefficientMemo | None = None) -> None:
+        self.order, self.rtol = order, rtol
+        if memo is None:
+            self.alpha, self.m2, self.qerr = hermite_coefficients(act, var, order)
+        else:
+            self.alpha, self.m2, self.qerr = memo.table(act, order).lookup(act, var, order)
+        tail = self.m2 - np.cumsum(self.alpha * self.alpha, axis=0)
+        self.tail = np.maximum(tail, 0.0) + _TAIL_FLOOR * self.m2
+        #: orders whose coefficient is not zero for every variance (parity of odd/even φ)
+        self.active = np.any(np.abs(self.alpha) > 1e-15 * np.sqrt(self.m2), axis=1)
+        self._reach: dict[int, Array] = {}
+
+    def reach(self, order: int) -> Array:
+        """``g`` of shape (n,) such that order ``order`` meets ``rtol`` when ``|ρ| ≤ g_φ g_ψ``."""
+        if order not in self._reach:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g = (self.rtol * self.m2 / self.tail[order]) ** (0.5 / (order + 1))
+            self._reach[order] = np.where(self.tail[order] > 0, g, np.inf)
+        return self._reach[order]
+
+
+def _lift(x: Array, ndim: int) -> Array:
+    return x.reshape((1,) * (ndim - x.ndim) + x.shape)
+
+
+def _rows(x: Array, sl: slice) -> Array:
+    return x[sl] if x.shape[0] > 1 else x
+
+
+def _horner(alpha: Array, beta: Array, x: Array, active: Array, top: int, out: Array) -> None:
+    """``out = Σ α_k β_k x^{(k − top mod 2)/2}`` over active ``k ≡ top (mod 2)``, ``k ≤ top``.
+
+    When the coefficients are a column (rows, 1) times a row (1, cols) — the layout of a tile —
+    each step adds the outer product with one BLAS rank-1 update (``dger``) instead of forming it.
+    """
+    outer = (alpha.ndim == 3 and alpha.shape[2] == 1 and beta.shape[1] == 1
+             and out.ndim == 2 and out.flags.c_contiguous)
+    np.multiply(alpha[top], beta[top], out=out)
+    tmp = None if outer else np.empty(out.shape)
+    for k in range(top - 2, -1, -2):
+        np.multiply(out, x, out=out)
+        if active[k]:
+            if outer:
+                # out.T is Fortran-ordered, so dger updates out in place: out += α_k β_kᵀ.
+                _dger(1.0, beta[k, 0], alpha[k, :, 0], a=out.T, overwrite_a=True)
+            else:
+                np.multiply(alpha[k], beta[k], out=tmp)
+                np.add(out, tmp, out=out)
+
+
+def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array, sb: Array,
+            c: Array, order: int, out: Array) -> Array:
+    """Series of order ``order`` for every pair, blockwise; returns the pairs it does not meet.
+
+    ``ia, ib`` (int arrays broadcastable to ``out.shape``) are the table columns of each pair's
+    variances; ``sa, sb, c`` its standard deviations and covariance (``ρ = c / (sa sb)``).
+    Returns the flat indices (into ``out``) of the pairs whose tail bound exceeds the tolerance.
+    """
+    active = ta.active[:order + 1] & tb.active[:order + 1]
+    # Highest active order of each parity: Σ_even α_k β_k ρ^k + ρ Σ_odd, each by Horner in ρ².
+    tops = [max(k for k in range(p, order + 1, 2) if active[k])
+            for p in (0, 1) if active[p:order + 1:2].any()]
+    limit_a, limit_b = ta.reach(order)[ia] ** 2, tb.reach(order)[ib] ** 2
+    inner = int(np.prod(out.shape[1:]))
+    rows = max(1, min(_BLOCK, _GATHER // (order + 1)) // max(inner, 1))
+    rejected = []
+    for i in range(0, out.shape[0], rows):
+        sl = slice(i, i + rows)
+        blk = out[sl]
+        rho = _rows(c, sl) / (_rows(sa, sl) * _rows(sb, sl))
+        x = rho * rho
+        alpha, beta = ta.alpha[:order + 1, _rows(ia, sl)], tb.alpha[:order + 1, _rows(ib, sl)]
+        if not tops:
+            blk[...] = 0.0
+        part = np.empty(blk.shape) if len(tops) > 1 else None
+        for n, top in enumerate(tops):
+            dst = part if n else blk
+            _horner(alpha, beta, x, active, top, dst)
+            if top % 2:
+                np.multiply(dst, rho, out=dst)
+            if n:
+                np.add(blk, part, out=blk)
+        bad = x > _rows(limit_a, sl) * _rows(limit_b, sl)
+        rejected.append(np.flatnonzero(bad) + i * inner)
+    return np.concatenate(rejected)
+
+
+def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho: Array, order: int) -> Array:
+    """Error bound of a series pair truncated after ``order``: the Parseval bound of the rest,
+    ``|ρ|^{K+1} √(T_φ T_ψ)``, plus the coefficients' quadrature error summed over the orders used."""
+    root_a, root_b = np.sqrt(ta.m2[ia]), np.sqrt(tb.m2[ib])
+    tail = np.abs(rho) ** (order + 1) * np.sqrt(ta.tail[order][ia] * tb.tail[order][ib])
+    return tail + np.sqrt(order + 1.0) * (ta.qerr[ia] * root_b + tb.qerr[ib] * root_a)
+
+
+def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: Array) -> tuple[Array, Array]:
+    """``E[φ(√a Z) ψ(±√b Z)]`` (ρ = ±1) and an error estimate, shape (P,) for inputs of shape (P,)."""
+    out, err = np.empty(a.size), np.empty(a.size)
+    for i in range(0, a.size, _PAIR_CHUNK * 16):
+        sl = slice(i, i + _PAIR_CHUNK * 16)
+        sa, sb, sg = np.sqrt(a[sl]), np.sqrt(b[sl]), sign[sl]
+        # Uniform panels of width ≲ 4/√max(a, b) also resolve oscillating φ (sin, cos).
+        width = min(2.0, 4.0 / max(float(np.max(sa)), float(np.max(sb))))
+        grid = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+        extra = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
+        extra = np.concatenate([np.stack(extra, axis=1) if extra else np.empty((sa.size, 0)),
+                                np.broadcast_to(grid, (sa.size, grid.size))], axis=1)
+        edges = panel_edges(np.zeros(sa.size), np.ones(sa.size), (0.0,), extra_z=extra)
+        vals = []
+        for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
+            z, w = rule_on_panels(edges, nodes, weights)
+            f = phi.fn(sa[:, None] * z) * psi.fn((sg * sb)[:, None] * z)
+            check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
+            vals.append(np.sum(w * f, axis=1))
+        out[sl], err[sl] = vals[0], np.abs(vals[0] - vals[1])
+    return out, err
+
+
+def _nested_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> tuple[Array, Array]:
+    """Nested panelled quadrature (~5·10⁴ nodes a pair) and an error estimate (the same rule with
+    10-node panels), shape (P,) for inputs of shape (P,)."""
+    if not a.size:
+        return np.empty(0), np.empty(0)
+    parts = [_nested_chunk(phi, psi, a[i:i + _PAIR_CHUNK], b[i:i + _PAIR_CHUNK], c[i:i + _PAIR_CHUNK])
+             for i in range(0, a.size, _PAIR_CHUNK)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> tuple[Array, Array]:
+    # u = √a z1, v = √b (ρ z1 + s z2): integrate z2 (inner, ψ's kinks) then z1 (outer, φ's kinks
+    # and the places where ψ's kinks cross the z1 axis as s → 0).
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    rho = np.clip(c / (sa * sb), -1.0, 1.0)
+    s = np.sqrt(np.maximum(1.0 - rho * rho, 0.0))
+    slope = sb * rho
+    safe = np.where(np.abs(slope) > 0, slope, 1.0)
+    extra = np.stack([np.where(np.abs(slope) > 0, k / safe, Z_MAX) for k in features(psi)]
+                     + [k / sa for k in phi.kinks], axis=1)
+    outer_edges = panel_edges(np.zeros(a.size), np.ones(a.size), (0.0,), extra_z=extra)
+    vals = []
+    for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
+        z1, w1 = rule_on_panels(outer_edges, nodes, weights)
+        P, Q1 = z1.shape
+        loc = (slope[:, None] * z1).reshape(-1)
+        scale = np.repeat(sb * s, Q1)
+        inner_edges = panel_edges(loc, scale, features(psi))
+        z2, w2 = rule_on_panels(inner_edges, nodes, weights)
+        inner = np.sum(w2 * psi.fn(loc[:, None] + scale[:, None] * z2), axis=1).reshape(P, Q1)
+        f = phi.fn(sa[:, None] * z1) * inner
+        check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
+        vals.append(np.sum(w1 * f, axis=1))
+    return vals[0], np.abs(vals[0] - vals[1])
+
+
+def _same_activation(phi: Activation, psi: Activation) -> bool:
+    return phi is psi or phi.key == psi.key
+
+
+def _tables(phi: Activation, psi: Activation, va: Array, vb: Array, order: int, rtol: float,
+            memo: CoefficientMemo | None) -> tuple[HermiteTable, HermiteTable]:
+    ta = HermiteTable(phi, va, order, rtol, memo)
+    same = _same_activation(phi, psi) and va is vb
+    return ta, ta if same else HermiteTable(psi, vb, order, rtol, memo)
+
+
+def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                 memo: CoefficientMemo | None, rtol: float) -> tuple[Array, Array]:
+    """Mehler series with fallbacks, for broadcastable ``a, b, c`` (all variances > 0)."""
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    full = shape or (1,)
+    a, b, c = (_lift(t, len(full)) for t in (a, b, c))
+    if _same_activation(phi, psi):
+        va, inv = np.unique(np.concatenate([a.ravel(), b.ravel()]), return_inverse=True)
+        vb, ia, ib = va, inv[:a.size].reshape(a.shape), inv[a.size:].reshape(b.shape)
+    else:
+        va, ia = np.unique(a, return_inverse=True)
+        vb, ib = np.unique(b, return_inverse=True)
+        ia, ib = ia.reshape(a.shape), ib.reshape(b.shape)
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    tables = {_SMALL_TABLE: _tables(phi, psi, va, vb, _SMALL_TABLE, rtol, memo)}
+
+    # Order of the dense pass: minimise the estimated cost over a strided sample of pairs.
+    size = int(np.prod(full))
+    sub = np.unravel_index(np.linspace(0, size - 1, min(size, 4096)).astype(np.intp), full)
+    ia_s, ib_s = np.broadcast_to(ia, full)[sub], np.broadcast_to(ib, full)[sub]
+    rho_s = np.abs(np.broadcast_to(c, full)[sub]) / (
+        np.broadcast_to(sa, full)[sub] * np.broadcast_to(sb, full)[sub])
+    colinear_s = rho_s >= 1.0 - _COLINEAR
+    beyond = rho_s > _orders_reach(tables[_SMALL_TABLE], _SMALL_TABLE, ia_s, ib_s)
+    if np.mean(beyond & ~colinear_s) > 0.5:
+        tables[_LARGE_TABLE] = _tables(phi, psi, va, vb, _LARGE_TABLE, rtol, memo)
+    top = max(tables)
+    orders = [k for k in _ORDERS if k <= top]
+    need = np.full(rho_s.size, len(orders))
+    for j in range(len(orders) - 1, -1, -1):
+        ok = rho_s <= _orders_reach(tables[_table_for(orders[j], tables)], orders[j], ia_s, ib_s)
+        need[ok] = j
+    steps = np.array([k / 2.0 + 4.0 for k in orders])
+    fallback = np.where(colinear_s, _COST_COLINEAR, _COST_NESTED)
+    sparse = np.where(need < len(orders), _COST_SPARSE * steps[np.minimum(need, len(orders) - 1)], fallback)
+    costs = [steps[j] + np.mean(np.where(need > j, sparse, 0.0)) for j in range(len(orders))]
+    order = orders[int(np.argmin(costs))]
+    tabs = tables[_table_for(order, tables)]
+    out = np.empty(full)
+    rest = _mehler(*tabs, ia, ib, sa, sb, c, order, out)
+    err = _series_error(*tabs, np.broadcast_to(ia, full), np.broadcast_to(ib, full),
+                        np.broadcast_to(c / (sa * sb), full), order)
+    if rest.size:
+        sub = np.unravel_index(rest, full)
+        sa_r, sb_r = np.broadcast_to(sa, full)[sub], np.broadcast_to(sb, full)[sub]
+        value_r, err_r = _sparse_pairs(
+            phi, psi, va, vb, tables, np.broadcast_to(ia, full)[sub], np.broadcast_to(ib, full)[sub],
+            np.broadcast_to(c, full)[sub] / (sa_r * sb_r), order, rtol, memo)
+        out.reshape(-1)[rest] = value_r
+        err.reshape(-1)[rest] = err_r
+    return out.reshape(shape), err.reshape(shape)
+
+
+def _table_for(order: int, tables: dict[int, tuple[HermiteTable, HermiteTable]]) -> int:
+    return min(k for k in tables if k >= order)
+
+
+def _orders_reach(tabs: tuple[HermiteTable, HermiteTable], order: int, ia: Array, ib: Array) -> Array:
+    return tabs[0].reach(order)[ia] * tabs[1].reach(order)[ib]
+
+
+def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
+                  tables: dict[int, tuple[HermiteTable, HermiteTable]], ia: Array, ib: Array,
+                  rho: Array, done: int, rtol: float, memo: CoefficientMemo | None) -> tuple[Array, Array]:
+    """Pairs (flat, shape (m,)) left by a dense pass of order ``done``: higher orders, then quadrature."""
+    rho = np.clip(rho, -1.0, 1.0)
+    out, err = np.empty(rho.size), np.empty(rho.size)
+    colinear = np.abs(rho) >= 1.0 - _COLINEAR
+    small = tables[_SMALL_TABLE]
+    if small[0] is small[1]:  # E φ(u)² on the diagonal is in the table already
+        diagonal = colinear & (rho > 0) & (ia == ib)
+        out[diagonal] = small[0].m2[ia[diagonal]]
+        err[diagonal] = 2.0 * small[0].qerr[ia[diagonal]] * np.sqrt(small[0].m2[ia[diagonal]])
+        line = colinear & ~diagonal
+    else:
+        line = colinear
+    if line.any():
+        out[line], err[line] = _colinear_pair(phi, psi, va[ia[line]], vb[ib[line]], np.sign(rho[line]))
+    todo = np.flatnonzero(~colinear)
+    ones = np.ones(1)
+    for size in sorted(set(tables) | {_LARGE_TABLE}):
+        if not todo.size:
+            return out, err
+        if size in tables:
+            tabs, ja, jb = tables[size], ia[todo], ib[todo]
+        else:  # the large table, for the variances still needed only
+            ua, ja = np.unique(ia[todo], return_inverse=True)
+            ub, jb = np.unique(ib[todo], return_inverse=True)
+            tabs = _tables(phi, psi, va[ua], vb[ub], size, rtol, memo)
+        for order in (k for k in _ORDERS if done < k <= size):
+            ok = np.abs(rho[todo]) <= _orders_reach(tabs, order, ja, jb)
+            if ok.any():
+                val = np.empty(int(ok.sum()))
+                _mehler(*tabs, ja[ok], jb[ok], ones, ones, rho[todo[ok]], order, val)
+                out[todo[ok]] = val
+                err[todo[ok]] = _series_error(*tabs, ja[ok], jb[ok], rho[todo[ok]], order)
+                todo, ja, jb = todo[~ok], ja[~ok], jb[~ok]
+        done = size
+    if todo.size:
+        out[todo], err[todo] = _nested_pair(phi, psi, va[ia[todo]], vb[ib[todo]],
+                                            rho[todo] * np.sqrt(va[ia[todo]] * vb[ib[todo]]))
+    return out, err
+
+
+
+
+def product_activation(phi: Activation, psi: Activation) -> Activation:
+    """``φ·ψ`` as a one-argument function (kinks and continuity of both)."""
+    return Activation(
+        name=f"{phi.name}*{psi.name}", fn=lambda x: phi.fn(x) * psi.fn(x),
+        deriv=lambda x: phi.deriv(x) * psi.fn(x) + phi.fn(x) * psi.deriv(x),
+        smooth=phi.smooth and psi.smooth, kinks=tuple(sorted(set(phi.kinks) | set(psi.kinks))),
+        kinks_known=phi.kinks_known and psi.kinks_known, continuous=phi.continuous and psi.continuous,
+        registered=False, cache_key=("product", phi.key, psi.key))
+
+
+def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
+    """Per-variance moments used to propagate errors: ``m2 = E φ²``, ``m4 = E φ⁴``,
+    ``grad2 = E φ'²`` and ``euler = E φ'² u²`` (``u ~ N(0, variance)``; inf when φ is not
+    absolutely continuous)."""
+    var = np.maximum(np.asarray(variance, dtype=float).reshape(-1), 0.0)
+    act = with_located_kinks(act, float(np.sqrt(np.max(var, initial=0.0))))
+    x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
+    with np.errstate(all="ignore"):
+        f = np.asarray(act.fn(x), dtype=float)
+    check_finite(f, f"E {act.name}(u)²")
+    f2 = f * f
+    out = {"m2": np.sum(w * f2, axis=1), "m4": np.sum(w * f2 * f2, axis=1)}
+    if act.continuous:
+        with np.errstate(all="ignore"):
+            d2 = np.asarray(act.deriv(x), dtype=float) ** 2
+        check_finite(d2, f"E {act.name}'(u)²")
+        out["grad2"] = np.sum(w * d2, axis=1)
+        out["euler"] = np.sum(w * d2 * x * x, axis=1)
+    else:
+        out["grad2"] = out["euler"] = np.full(var.size, np.inf)
+    return {k: v.reshape(np.shape(variance)) for k, v in out.items()}

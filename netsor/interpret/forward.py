@@ -1,0 +1,124 @@
+"""The generic forward executor: one walk over a program's lines, shared by the finite-width and
+the coupled runs.
+
+A run holds a :class:`ForwardPlan` (the lines needed, in order, with the last use of every
+vector and matrix), a :class:`Chunk` of networks (their random streams) and a *state* — the
+values computed so far, per world (one world for a finite run; the finite and the limit world
+for a coupled run) and per-matrix memories of the samplers. For each line it looks up the
+line kind's rule (:mod:`netsor.interpret.rules`) and calls its method for the interpretation,
+stores the result and frees what is no longer needed. The executor knows nothing of what the
+lines mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from netsor.ir import Dim, Line, MatMulLine, Matrix, Program, Vector
+from netsor.ir.transforms import needed_lines
+
+Array = np.ndarray
+
+
+class ForwardPlan:
+    """The lines a run executes (those the kept vectors and the readouts need) and last uses."""
+
+    def __init__(self, program: Program, keep: Iterable[Vector] = ()) -> None:
+        keep = set(keep) | {v for _, v in program.outputs}
+        needed = needed_lines(program, keep)
+        self.program = program
+        self.lines: list[Line] = [ln for ln in program.lines if ln.out in needed]
+        self.last_use: dict[Vector, int] = {}
+        self.matrix_last_use: dict[Matrix, int] = {}
+        for i, line in enumerate(self.lines):
+            for v in line.inputs:
+                self.last_use[v] = i
+            if isinstance(line, MatMulLine):
+                self.matrix_last_use[line.matrix] = i
+        for v in keep:
+            self.last_use[v] = len(self.lines)
+        self.keep = keep
+
+
+class Chunk:
+    """A group of networks executed together: whole blocks, each block with its own stream."""
+
+    def __init__(self, rngs: list[np.random.Generator], block_sizes: list[int]) -> None:
+        self.rngs, self.block_sizes = rngs, block_sizes
+        self.size = sum(block_sizes)
+
+    def normal(self, shape: tuple[int, ...]) -> Array:
+        """Standard normals of shape (S_c, *shape), each block from its own stream."""
+        return np.concatenate([rng.standard_normal((b, *shape)) for rng, b in
+                               zip(self.rngs, self.block_sizes, strict=True)])
+
+
+@dataclass
+class World:
+    """The values of one execution (arrays of shape (S, B, n)) and its per-matrix memories."""
+
+    values: dict[Vector, Array] = field(default_factory=dict)
+    memory: dict[Matrix, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FiniteState:
+    """What a finite-width rule sees: sizes of every dim, the data, the chunk, the sampler."""
+
+    plan: ForwardPlan
+    sizes: Mapping[Dim, int]
+    X: Array
+    chunk: Chunk
+    method: str
+    world: World = field(default_factory=World)
+    position: int = 0  # index of the line being executed in plan.lines
+
+    @property
+    def values(self) -> dict[Vector, Array]:
+        return self.world.values
+
+    @property
+    def batch(self) -> int:
+        return self.X.shape[0]
+
+    def last_use_of(self, W: Matrix) -> int:
+        return self.plan.matrix_last_use[W]
+
+
+@dataclass
+class CoupledState:
+    """What a coupled rule sees: two worlds (finite and limit) sharing the chunk's noise."""
+
+    fin: FiniteState
+    lim: FiniteState
+    limit: Any  # the limit's Gram blocks (netsor.interpret.coupled.LimitGram)
+    degenerate: set[str]
+
+
+def run_forward(plan: ForwardPlan, state: FiniteState | CoupledState, mode: str,
+                on_line: Callable[[Line, FiniteState | CoupledState], None] | None = None) -> None:
+    """Execute ``plan`` in ``state``: ``mode`` is ``"finite"`` or ``"coupled"``; ``on_line`` is
+    called after each line with its value stored (before inputs that died are freed)."""
+    from netsor.interpret.rules import rule_for
+
+    worlds = [state.world] if isinstance(state, FiniteState) else [state.fin.world, state.lim.world]
+    finite_states = [state] if isinstance(state, FiniteState) else [state.fin, state.lim]
+    for i, line in enumerate(plan.lines):
+        for st in finite_states:
+            st.position = i
+        result = getattr(rule_for(line), mode)(line, state)
+        outs = (result,) if mode == "finite" else result
+        for world, value in zip(worlds, outs, strict=True):
+            world.values[line.out] = value
+        if on_line is not None:
+            on_line(line, state)
+        for world in worlds:
+            for v in line.inputs:
+                if plan.last_use[v] <= i:
+                    world.values.pop(v, None)
+            if isinstance(line, MatMulLine) and plan.matrix_last_use[line.matrix] <= i:
+                world.memory.pop(line.matrix, None)

@@ -1,0 +1,82 @@
+"""The interface every line kind implements, once per interpretation.
+
+* ``finite(line, state)`` — the line's values in a chunk of finite-width networks, an array of
+  shape (S, B, n) (S networks, B inputs, n the width of the line's dim);
+* ``coupled(line, state)`` — the pair (finite, limit) of a same-noise coupled run; for a
+  deterministic line it is the finite rule applied in each world;
+* ``limit(line)`` — how the line's random variable ``Z^out`` of the infinite-width limit is
+  expressed (:class:`LimitForm`); the infinite interpreter turns these into covariances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from netsor.interpret.forward import CoupledState, FiniteState
+    from netsor.ir import Line, Vector
+    from netsor.ir.expr import Expr
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class DataForm:
+    """``Z`` is a data point: second moments are inner products of the inputs (``/ d``)."""
+
+    step: int | None
+
+
+@dataclass(frozen=True)
+class SourceForm:
+    """``Z`` is a Gaussian source; its covariance with other sources is the rule's
+    :meth:`LineRule.source_covariance`."""
+
+
+@dataclass(frozen=True)
+class LinearForm:
+    """``Z = Σ coef · Z^vector`` over G-vectors."""
+
+    terms: tuple[tuple[float, Vector], ...]
+
+
+@dataclass(frozen=True)
+class FunctionForm:
+    """``Z = expr(Z^{args})`` coordinatewise (an H-vector)."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class SourceCovariance:
+    """``Cov(Z^s, Z^t) = scale · E[Z^{moment[0]} Z^{moment[1]}]`` (or ``scale`` when ``moment`` is None)."""
+
+    scale: float
+    moment: tuple[Vector, Vector] | None = None
+
+
+LimitForm = DataForm | SourceForm | LinearForm | FunctionForm
+
+
+class LineRule:
+    """Base class: the meaning of one line kind under every interpretation."""
+
+    def finite(self, line: Line, state: FiniteState) -> Array:
+        raise NotImplementedError
+
+    def coupled(self, line: Line, state: CoupledState) -> tuple[Array, Array]:
+        """Deterministic lines: the finite rule in each world."""
+        return self.finite(line, state.fin), self.finite(line, state.lim)
+
+    def limit(self, line: Line) -> LimitForm:
+        raise NotImplementedError
+
+    def source_covariance(self, line: Line, other: Line) -> SourceCovariance | None:
+        """For source lines: the covariance with another source line (None: independent)."""
+        return None
+
+    def describe(self) -> Any:
+        return type(self).__name__

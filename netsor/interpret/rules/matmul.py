@@ -1,0 +1,157 @@
+"""MatMulLine: ``g := W h`` (``Wᵀ h`` when transposed, Netsor⊤).
+
+Finite width, two samplers:
+
+* ``"dense"`` draws ``W`` with iid ``N(0, σ²/n_in)`` entries (per network) and multiplies;
+* ``"matrix-free"`` draws ``g`` from its exact conditional law given the earlier uses of ``W``
+  (DESIGN §3): with ``H = [h₁ … h_k]`` and ``G = W H`` so far,
+  ``W h | past ~ N(G c, (σ²/n_in) ‖Π⊥h‖² I)``, ``c = H⁺ h`` — jointly over the batch — without
+  ever forming ``W``: O(n k²) instead of O(n² k).
+
+Coupled: the finite world is the matrix-free draw; the limit world draws from the same formula
+with the Gram matrix of the earlier arguments replaced by its limit, with the same noise ``ξ``.
+A use whose limiting conditional variance vanishes is a LinComb of earlier uses (degenerate):
+it is executed as one and reported.
+
+Infinite width: ``Cov(Z^{Wh}, Z^{Wh'}) = σ² E[Z^h Z^{h'}]`` for two uses of the same ``W``;
+uses of different matrices are independent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netsor.errors import UnsupportedError
+from netsor.interpret.forward import CoupledState, FiniteState
+from netsor.interpret.rules.base import LineRule, SourceCovariance, SourceForm
+from netsor.ir import Line, MatMulLine
+from netsor.linalg import psd_sqrt
+
+Array = np.ndarray
+
+#: A MatMul line is degenerate when its limiting conditional variance is below this fraction
+#: of its unconditional variance.
+DEGENERACY_TOLERANCE = 1e-10
+
+
+def _transposes_unsupported(what: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"the {what} does not execute transposed MatMul lines (Netsor⊤) yet; "
+        "use netsor.sample(..., method='dense') for finite widths")
+
+
+class MatMulRule(LineRule):
+    def finite(self, line: MatMulLine, state: FiniteState) -> Array:
+        if state.method == "dense":
+            return self._dense(line, state)
+        if line.transposed:
+            raise _transposes_unsupported("matrix-free sampler")
+        W = line.matrix
+        n_in, n_out = state.sizes[W.in_dim], state.sizes[W.out_dim]
+        h = np.ascontiguousarray(np.broadcast_to(state.values[line.arg], (state.chunk.size, state.batch, n_in)))
+        xi = state.chunk.normal((state.batch, n_out))
+        past = state.world.memory.get(W)
+        g = conditional_matmul(W.sigma, n_in, h, past, xi)
+        if state.last_use_of(W) > state.position:
+            state.world.memory[W] = extend_history(past, h, g)
+        return g
+
+    def _dense(self, line: MatMulLine, state: FiniteState) -> Array:
+        W = line.matrix
+        n_in, n_out = state.sizes[W.in_dim], state.sizes[W.out_dim]
+        M = state.world.memory.get(W)
+        if M is None:
+            # Stored as (S, n_in, n_out) so that W h is h @ M.
+            M = state.world.memory[W] = state.chunk.normal((n_in, n_out)) * (W.sigma / np.sqrt(n_in))
+        h = state.values[line.arg]
+        return np.matmul(h, M.transpose(0, 2, 1) if line.transposed else M)
+
+    def coupled(self, line: MatMulLine, state: CoupledState) -> tuple[Array, Array]:
+        if line.transposed:
+            raise _transposes_unsupported("coupled run")
+        fin, lim = state.fin, state.lim
+        W = line.matrix
+        n_in, n_out = fin.sizes[W.in_dim], fin.sizes[W.out_dim]
+        S, B = fin.chunk.size, fin.batch
+        h_fin = np.ascontiguousarray(np.broadcast_to(fin.values[line.arg], (S, B, n_in)))
+        xi = fin.chunk.normal((B, n_out))
+        past_fin = fin.world.memory.get(W)
+        g_fin = conditional_matmul(W.sigma, n_in, h_fin, past_fin, xi)
+        fin.world.memory[W] = extend_history(past_fin, h_fin, g_fin)
+        uses, past_lim = lim.world.memory.get(W, ([], None))
+        uses = [*uses, line.arg]
+        coef, resid, degenerate = limit_conditional(W.sigma, state.limit.gram(uses), B)
+        if degenerate:
+            state.degenerate.add(line.out.name)
+            g_lim = np.zeros((S, B, n_out))
+        else:
+            g_lim = np.matmul(psd_sqrt(resid), xi)
+        if coef is not None:
+            g_lim += np.matmul(coef.T, past_lim)
+        lim.world.memory[W] = (uses, g_lim if past_lim is None else np.concatenate([past_lim, g_lim], axis=1))
+        return g_fin, g_lim
+
+    def limit(self, line: MatMulLine) -> SourceForm:
+        return SourceForm()
+
+    def source_covariance(self, line: MatMulLine, other: Line) -> SourceCovariance | None:
+        if not isinstance(other, MatMulLine) or other.matrix is not line.matrix:
+            return None
+        if line.transposed or other.transposed:
+            raise _transposes_unsupported("infinite-width interpreter")
+        return SourceCovariance(line.matrix.sigma**2, (line.arg, other.arg))
+
+
+def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Array] | None, xi: Array) -> Array:
+    """Draw ``g = W h`` given earlier uses ``past = (H, G)`` of the same ``W`` (``G = W H``).
+
+    ``W h | past ~ N(Cᵀ G, (σ²/n_in) (Π⊥h)(Π⊥h)ᵀ ⊗ I)`` with ``C = (H Hᵀ)⁺ H hᵀ``: exact
+    because the rows of ``W`` are iid Gaussian. Shapes: ``h`` (S, B, n_in), ``H`` (S, k, n_in),
+    ``G`` (S, k, n_out), ``xi`` (S, B, n_out) standard normal; returns (S, B, n_out).
+    """
+    if past is None:
+        residual, mean = h, None
+    else:
+        H, G = past
+        coef = projection_coefficients(H, h)  # (S, k, B)
+        residual = h - np.matmul(coef.transpose(0, 2, 1), H)
+        mean = np.matmul(coef.transpose(0, 2, 1), G)
+    cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (sigma**2 / n_in)
+    g = np.matmul(psd_sqrt(cov), xi)
+    if mean is not None:
+        g += mean
+    return g
+
+
+def extend_history(past: tuple[Array, Array] | None, h: Array, g: Array) -> tuple[Array, Array]:
+    """Append a use ``g = W h`` to the conditioning set of ``W`` (stacked along axis 1)."""
+    if past is None:
+        return h, g
+    return np.concatenate([past[0], h], axis=1), np.concatenate([past[1], g], axis=1)
+
+
+def projection_coefficients(H: Array, h: Array) -> Array:
+    """``c = (H Hᵀ)⁺ H hᵀ`` per network: (S, k, n), (S, B, n) → (S, k, B)."""
+    gram = np.matmul(H, H.transpose(0, 2, 1))
+    vals, vecs = np.linalg.eigh(gram)
+    cutoff = vals[:, -1:] * (gram.shape[-1] * np.finfo(float).eps * 10)
+    inv = np.where(vals > cutoff, 1.0 / np.where(vals > cutoff, vals, 1.0), 0.0)
+    rhs = np.matmul(H, h.transpose(0, 2, 1))
+    return np.matmul(vecs * inv[:, None, :], np.matmul(vecs.transpose(0, 2, 1), rhs))
+
+
+def limit_conditional(sigma: float, gram: Array, B: int) -> tuple[Array | None, Array, bool]:
+    """Coefficients, residual covariance and degeneracy of the newest use (last B rows of the
+    limit Gram matrix ``gram`` of all uses of ``W`` so far)."""
+    k = gram.shape[0] - B
+    cc = gram[k:, k:]
+    if k == 0:
+        coef, resid = None, cc
+    else:
+        pp, pc = gram[:k, :k], gram[:k, k:]
+        coef = np.linalg.pinv(pp, rcond=1e-12, hermitian=True) @ pc  # (k, B)
+        resid = cc - pc.T @ coef
+    resid = 0.5 * (resid + resid.T) * sigma**2
+    scale = max(float(np.trace(cc)) * sigma**2, np.finfo(float).tiny)
+    degenerate = float(np.trace(resid)) <= DEGENERACY_TOLERANCE * scale
+    return coef, resid, degenerate

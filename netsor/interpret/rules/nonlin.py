@@ -1,0 +1,27 @@
+"""NonLinLine: ``h := φ(g¹, …, gᵏ)`` coordinatewise (an expression tree over G-vectors)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netsor.errors import NumericalError
+from netsor.interpret.forward import FiniteState
+from netsor.interpret.rules.base import FunctionForm, LineRule
+from netsor.ir import NonLinLine
+
+Array = np.ndarray
+
+
+class NonLinRule(LineRule):
+    def finite(self, line: NonLinLine, state: FiniteState) -> Array:
+        with np.errstate(all="ignore"):
+            out = line.expr.evaluate({a: state.values[a] for a in line.args})
+        if not np.all(np.isfinite(out)):
+            raise NumericalError(
+                f"the nonlinearity {line.out.name} = {line.expr.describe()} returned NaN or Inf on a finite "
+                "network (log or 1/x of a value out of its domain, or an overflow); change the nonlinearity "
+                "or reduce sigma_w, depth or the input scale")
+        return out
+
+    def limit(self, line: NonLinLine) -> FunctionForm:
+        return FunctionForm(line.expr)

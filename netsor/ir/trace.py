@@ -1,0 +1,176 @@
+"""Tracing vectorised user functions into expression trees.
+
+``netsor.nonlin(fn, a, b)`` calls ``fn`` once on :class:`Tracer` objects instead of arrays.
+A tracer records numpy arithmetic, the elementwise ufuncs the activation registry knows
+(``np.tanh``, ``np.exp``, ``scipy.special.erf``, ...), ``np.maximum``/``np.minimum``,
+comparisons, ``np.where`` and ``np.clip`` as nodes of :mod:`netsor.ir.expr`, rewriting the
+non-smooth ones through kinked activations of *affine* arguments so that their kinks are
+known hyperplanes:
+
+* ``max(a, b) = b + relu(a − b)``, ``min(a, b) = a − relu(a − b)``, ``|a|`` = ``abs(a)``;
+* ``a > b`` is ``step(a − b)`` (a comparison is 0/1 almost everywhere);
+* ``where(c, x, y) = y + c·(x − y)``; ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)``.
+
+Anything else (Python branching on values, unknown functions, reductions) stops the trace:
+:func:`trace` returns None and the builder keeps ``fn`` as an :class:`~netsor.ir.expr.Opaque`
+node, still correct but without structure.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from netsor.activations import abs_, relu, step
+from netsor.activations.registry import from_ufunc
+from netsor.ir.expr import Const, Expr, apply, constant, linear, product
+
+
+class TraceError(Exception):
+    """The function did something a tracer cannot represent."""
+
+
+def _lift(x: Any) -> Expr:
+    if isinstance(x, Tracer):
+        return x.expr
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return constant(float(x))
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iuf":
+        return constant(float(x))
+    if isinstance(x, np.generic) and np.ndim(x) == 0 and np.asarray(x).dtype.kind in "iuf":
+        return constant(float(x))
+    raise TraceError(f"cannot trace an operand of type {type(x).__name__}")
+
+
+def _sub(a: Expr, b: Expr) -> Expr:
+    return linear(0.0, [(1.0, a), (-1.0, b)])
+
+
+def _maximum(a: Expr, b: Expr) -> Expr:
+    return linear(0.0, [(1.0, b), (1.0, apply(relu, _sub(a, b)))])
+
+
+def _minimum(a: Expr, b: Expr) -> Expr:
+    return linear(0.0, [(1.0, a), (-1.0, apply(relu, _sub(a, b)))])
+
+
+def _power(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and float(b.value).is_integer() and 0 <= b.value <= 8:
+        return product([a] * int(b.value)) if b.value else constant(1.0)
+    raise TraceError("only small non-negative integer powers are traced")
+
+
+def _divide(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const):
+        if b.value == 0.0:
+            raise TraceError("division by zero")
+        return linear(0.0, [(1.0 / b.value, a)])
+    return product([a, apply(from_ufunc(np.reciprocal), b)])
+
+
+_BINARY: dict[Any, Callable[[Expr, Expr], Expr]] = {
+    np.add: lambda a, b: linear(0.0, [(1.0, a), (1.0, b)]),
+    np.subtract: _sub,
+    np.multiply: lambda a, b: product([a, b]),
+    np.true_divide: _divide,
+    np.maximum: _maximum,
+    np.minimum: _minimum,
+    np.fmax: _maximum,
+    np.fmin: _minimum,
+    np.power: _power,
+    np.greater: lambda a, b: apply(step, _sub(a, b)),
+    np.greater_equal: lambda a, b: apply(step, _sub(a, b)),
+    np.less: lambda a, b: apply(step, _sub(b, a)),
+    np.less_equal: lambda a, b: apply(step, _sub(b, a)),
+}
+_UNARY: dict[Any, Callable[[Expr], Expr]] = {
+    np.negative: lambda a: linear(0.0, [(-1.0, a)]),
+    np.positive: lambda a: a,
+    np.absolute: lambda a: apply(abs_, a),
+    np.square: lambda a: product([a, a]),
+}
+
+
+class Tracer:
+    """Stands for an array inside a traced function; operations build expression nodes."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, expr: Expr) -> None:
+        self.expr = expr
+
+    # numpy protocols
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Tracer:
+        if method != "__call__" or kwargs:
+            raise TraceError(f"cannot trace {ufunc.__name__}.{method} with {sorted(kwargs)}")
+        operands = [_lift(x) for x in inputs]
+        if len(operands) == 2 and ufunc in _BINARY:
+            return Tracer(_BINARY[ufunc](*operands))
+        if len(operands) == 1:
+            if ufunc in _UNARY:
+                return Tracer(_UNARY[ufunc](operands[0]))
+            act = from_ufunc(ufunc)
+            if act is not None:
+                return Tracer(apply(act, operands[0]))
+        raise TraceError(f"cannot trace the ufunc {getattr(ufunc, '__name__', ufunc)}")
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Tracer:
+        if func is np.where and len(args) == 3 and not kwargs:
+            cond, x, y = (_lift(a) for a in args)
+            return Tracer(linear(0.0, [(1.0, y), (1.0, product([cond, _sub(x, y)]))]))
+        if func is np.clip and len(args) == 3 and not kwargs:
+            x, lo, hi = (_lift(a) for a in args)
+            if not (isinstance(lo, Const) and isinstance(hi, Const)):
+                raise TraceError("np.clip is traced with constant bounds only")
+            return Tracer(linear(lo.value, [(1.0, apply(relu, _sub(x, lo))), (-1.0, apply(relu, _sub(x, hi)))]))
+        raise TraceError(f"cannot trace {getattr(func, '__name__', func)}")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TraceError("the function converts its argument to a plain array")
+
+    def __bool__(self) -> bool:
+        raise TraceError("the function branches on values")
+
+    def __len__(self) -> int:
+        raise TraceError("the function asks for a length")
+
+    def __getitem__(self, item: Any) -> Any:
+        raise TraceError("the function indexes its argument")
+
+    # Python operators
+    def _bin(self, other: Any, ufunc: Any, reflected: bool = False) -> Tracer:
+        return self.__array_ufunc__(ufunc, "__call__", *((other, self) if reflected else (self, other)))
+
+    def __add__(self, o: Any) -> Tracer: return self._bin(o, np.add)  # noqa: E704
+    def __radd__(self, o: Any) -> Tracer: return self._bin(o, np.add, True)  # noqa: E704
+    def __sub__(self, o: Any) -> Tracer: return self._bin(o, np.subtract)  # noqa: E704
+    def __rsub__(self, o: Any) -> Tracer: return self._bin(o, np.subtract, True)  # noqa: E704
+    def __mul__(self, o: Any) -> Tracer: return self._bin(o, np.multiply)  # noqa: E704
+    def __rmul__(self, o: Any) -> Tracer: return self._bin(o, np.multiply, True)  # noqa: E704
+    def __truediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide)  # noqa: E704
+    def __rtruediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide, True)  # noqa: E704
+    def __pow__(self, o: Any) -> Tracer: return self._bin(o, np.power)  # noqa: E704
+    def __gt__(self, o: Any) -> Tracer: return self._bin(o, np.greater)  # noqa: E704
+    def __ge__(self, o: Any) -> Tracer: return self._bin(o, np.greater_equal)  # noqa: E704
+    def __lt__(self, o: Any) -> Tracer: return self._bin(o, np.less)  # noqa: E704
+    def __le__(self, o: Any) -> Tracer: return self._bin(o, np.less_equal)  # noqa: E704
+    def __neg__(self) -> Tracer: return Tracer(_UNARY[np.negative](self.expr))  # noqa: E704
+    def __pos__(self) -> Tracer: return self  # noqa: E704
+    def __abs__(self) -> Tracer: return Tracer(apply(abs_, self.expr))  # noqa: E704
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def trace(fn: Callable[..., Any], operands: list[Expr]) -> Expr | None:
+    """The expression ``fn(*operands)`` if ``fn`` can be traced, else None."""
+    try:
+        with np.errstate(all="ignore"):
+            out = fn(*(Tracer(e) for e in operands))
+        return _lift(out)
+    except TraceError:
+        return None
+    except Exception:  # noqa: BLE001 - user code raising on tracers: fall back to an opaque node
+        return None
