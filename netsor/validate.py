@@ -194,3 +194,19 @@ def check_fits_in_memory(entries: int, what: str) -> None:
         raise HyperParameterError(
             f"{what} would need {entries * 8 / 2**30:.3g} GiB, more than this machine's "
             f"{total / 2**30:.3g} GiB of memory; reduce the width, the number of samples or of inputs")
+
+
+def complex_array(z: Any, what: str) -> np.ndarray:
+    """``z`` as a finite complex128 array (real input accepted); string, object and boolean arrays
+    are refused, as by :func:`real_array`."""
+    try:
+        raw = np.asarray(z)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a numeric array, got {type(z).__name__}") from None
+    if raw.dtype.kind not in "iufc":
+        raise InputError(f"{what} must hold real or complex numbers, got dtype {raw.dtype}")
+    arr = raw.astype(complex, copy=False)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.sum(~np.isfinite(arr)))
+        raise InputError(f"{what} has {bad} NaN/Inf entries; pass finite numbers")
+    return arr

@@ -1,17 +1,114 @@
-"""Click commands ``spectrum`` and ``laws`` (added to the ``netsor`` group by netsor/cli.py)."""
+"""Click commands ``spectrum`` and ``laws`` (added to the ``netsor`` group by netsor/cli.py).
+
+Every user error raises a :class:`~netsor.errors.NetsorError` (never click's own
+``BadParameter``, whose usage message spans several lines, nor ``ClickException``, which
+exits with status 1): ``netsor.cli.main`` prints it as one line ``error: ...`` and exits with
+status 2. Option values are parsed and checked by the parameter types below (with the
+checks of :mod:`netsor.validate`) before any computation starts; the output directory must
+exist.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
 
-from netsor.errors import NetsorError
+from netsor.activations import activation as resolve_activation
+from netsor.errors import HyperParameterError
 from netsor.matrixlaws.empirical import empirical_jacobian_spectrum, moment_table
 from netsor.matrixlaws.esd import esd
 from netsor.matrixlaws.jacobian import WEIGHT_KINDS, jacobian_spectrum
 from netsor.matrixlaws.laws import MarchenkoPastur, Semicircle
+from netsor.validate import check_choice, check_count, check_real
+
+#: Largest matrix size the commands build (dense ``n × n`` matrices and eigen-decompositions).
+MAX_SIZE = 10_000
+
+
+def _option_name(param: click.Parameter | None) -> str:
+    if param is None:
+        return "value"
+    opts = getattr(param, "opts", None) or [param.name or "value"]
+    return max(opts, key=len)
+
+
+class CountType(click.ParamType):
+    """An integer option in ``[minimum, maximum]``."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        what = _option_name(param)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise HyperParameterError(f"{what} must be an integer, got {value!r}") from None
+        return check_count(value, what, minimum=self.minimum, maximum=self.maximum)
+
+
+class RealType(click.ParamType):
+    """A finite real option ``≥ minimum`` (``> minimum`` when ``strict``)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float | None = None, strict: bool = False) -> None:
+        self.minimum, self.strict = minimum, strict
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        what = _option_name(param)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise HyperParameterError(f"{what} must be a number, got {value!r}") from None
+        return check_real(value, what, minimum=self.minimum, strict=self.strict)
+
+
+class ChoiceType(click.ParamType):
+    """One of a few strings."""
+
+    name = "choice"
+
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        return check_choice(value, _option_name(param), self.choices)
+
+
+class ActivationType(click.ParamType):
+    """A registry activation name (checked at once, so a typo costs no computation)."""
+
+    name = "activation"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        resolve_activation(value)
+        return value
+
+
+class DirectoryType(click.ParamType):
+    """An existing, writable directory."""
+
+    name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        what = _option_name(param)
+        path = Path(value)
+        if not path.exists():
+            raise HyperParameterError(f"{what} {str(path)!r} does not exist; create the directory first")
+        if not path.is_dir():
+            raise HyperParameterError(f"{what} {str(path)!r} is not a directory")
+        if not os.access(path, os.W_OK):
+            raise HyperParameterError(f"{what} {str(path)!r} is not writable")
+        return path
 
 
 def _pyplot():
@@ -24,26 +121,32 @@ def _pyplot():
 
 
 @click.command("spectrum")
-@click.option("--activation", default="tanh", show_default=True, help="Activation name.")
-@click.option("--depth", default=8, show_default=True, type=int)
-@click.option("--weights", type=click.Choice(WEIGHT_KINDS), default="gaussian", show_default=True)
-@click.option("--sigma-w", default=1.0, show_default=True, type=float)
-@click.option("--sigma-b", default=0.0, show_default=True, type=float)
-@click.option("--q0", default=None, type=float, help="Input second moment (default: q*).")
-@click.option("--width", default=1000, show_default=True, type=int)
-@click.option("--samples", default=5, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--out", default=".", show_default=True, type=click.Path(file_okay=False))
-def spectrum_command(activation, depth, weights, sigma_w, sigma_b, q0, width, samples, seed,
-                     out):
+@click.option("--activation", type=ActivationType(), default="tanh", show_default=True,
+              help="Activation name.")
+@click.option("--depth", type=CountType(1), default=8, show_default=True, help="Layers L >= 1.")
+@click.option("--weights", type=ChoiceType(WEIGHT_KINDS), default="gaussian", show_default=True,
+              help=f"Weight law: {', '.join(WEIGHT_KINDS)}.")
+@click.option("--sigma-w", type=RealType(0.0, strict=True), default=1.0, show_default=True,
+              help="Weight std σ_w > 0.")
+@click.option("--sigma-b", type=RealType(0.0), default=0.0, show_default=True, help="Bias std σ_b >= 0.")
+@click.option("--q0", type=RealType(0.0), default=None, help="Input second moment >= 0 (default: q*).")
+@click.option("--width", type=CountType(1, MAX_SIZE), default=1000, show_default=True,
+              help=f"Width of the finite networks (at most {MAX_SIZE}).")
+@click.option("--samples", type=CountType(1), default=5, show_default=True, help="Finite networks.")
+@click.option("--seed", type=CountType(0), default=0, show_default=True, help="Seed (integer >= 0).")
+@click.option("--grid-size", type=CountType(16), default=1000, show_default=True,
+              help="Initial points of the adaptive density grid (>= 16).")
+@click.option("--out", type=DirectoryType(), default=".", show_default=True,
+              help="Existing directory for the PNG.")
+def spectrum_command(activation: str, depth: int, weights: str, sigma_w: float, sigma_b: float,
+                     q0: float | None, width: int, samples: int, seed: int, grid_size: int,
+                     out: Path) -> None:
     """Predicted Jacobian spectrum of a deep MLP against finite networks (PNG + moments)."""
-    try:
-        law = jacobian_spectrum(activation, depth, sigma_w, sigma_b, weights, q0=q0)
-        ev = empirical_jacobian_spectrum(activation, depth, sigma_w, sigma_b, weights,
-                                         width=width, samples=samples, q0=q0, seed=seed)
-        x, rho = law.grid
-    except NetsorError as exc:
-        raise click.ClickException(str(exc)) from None
+    law = jacobian_spectrum(activation, depth, sigma_w, sigma_b, weights=weights, q0=q0,
+                            grid_size=grid_size)
+    ev = empirical_jacobian_spectrum(activation, depth, sigma_w, sigma_b, weights=weights,
+                                     width=width, samples=samples, q0=q0, seed=seed)
+    x, rho = law.grid
     spec = esd(ev)
     pred = law.moments(4)
     click.echo(f"q* = {law.q_star:.10g}   chi = {law.chi:.10g}   chi^L = "
@@ -60,35 +163,39 @@ def spectrum_command(activation, depth, weights, sigma_w, sigma_b, q0, width, sa
     click.echo(f"W1 = {spec.w1(law):.4g}   KS = {spec.ks(law):.4g}")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    cont = ev.ravel()[ev.ravel() > 1e-9 * max(1.0, ev.max())]
-    top = law.support[1]
+    flat = ev.ravel()
+    cont = flat[flat > 1e-9 * max(1.0, float(flat.max()))]
+    top = max(law.support[1], float(flat.max()))
     ax.hist(cont, bins=80, range=(0, top * 1.02), density=True,
-            weights=np.full(cont.size, cont.size / ev.size) if cont.size else None,
+            weights=np.full(cont.size, cont.size / flat.size) if cont.size else None,
             alpha=0.5, label=f"{samples} networks, width {width}")
     ax.plot(x, rho, "k", lw=1.2, label="free prediction")
     ax.set_ylim(0, 1.3 * np.percentile(rho[rho > 0], 95) if np.any(rho > 0) else 1)
     ax.set_xlabel("eigenvalue of J Jᵀ")
     ax.set_title(f"{activation}, depth {depth}, {weights}, σ_w={sigma_w:g}, σ_b={sigma_b:g}")
     ax.legend()
-    path = Path(out) / f"spectrum_{activation}_{weights}_L{depth}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = out / f"spectrum_{activation}_{weights}_L{depth}.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     click.echo(f"wrote {path}")
 
 
 @click.command("laws")
-@click.option("--size", default=1000, show_default=True, type=int, help="Matrix size n.")
-@click.option("--ratio", default=0.5, show_default=True, type=float, help="MP aspect ratio.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--out", default=".", show_default=True, type=click.Path(file_okay=False))
-def laws_command(size, ratio, seed, out):
+@click.option("--size", type=CountType(2, MAX_SIZE), default=1000, show_default=True,
+              help=f"Matrix size n (2..{MAX_SIZE}).")
+@click.option("--ratio", type=RealType(0.0, strict=True), default=0.5, show_default=True,
+              help="Marchenko–Pastur aspect ratio λ > 0.")
+@click.option("--seed", type=CountType(0), default=0, show_default=True, help="Seed (integer >= 0).")
+@click.option("--out", type=DirectoryType(), default=".", show_default=True,
+              help="Existing directory for the PNG.")
+def laws_command(size: int, ratio: float, seed: int, out: Path) -> None:
     """Semicircle and Marchenko–Pastur laws against sampled matrices (PNG + distances)."""
-    try:
-        laws = [Semicircle(1.0), MarchenkoPastur(ratio, 1.0)]
-        spectra = [np.linalg.eigvalsh(law.sample_matrix(size, seed)) for law in laws]
-    except NetsorError as exc:
-        raise click.ClickException(str(exc)) from None
+    laws = [Semicircle(1.0), MarchenkoPastur(ratio, 1.0)]
+    if round(size / ratio) > MAX_SIZE:
+        raise HyperParameterError(
+            f"--size / --ratio = {size / ratio:.6g} rows for the Marchenko–Pastur sample exceeds "
+            f"{MAX_SIZE}; use a larger --ratio or a smaller --size")
+    spectra = [np.linalg.eigvalsh(law.sample_matrix(size, seed)) for law in laws]
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, law, ev in zip(axes, laws, spectra, strict=True):
@@ -100,8 +207,7 @@ def laws_command(size, ratio, seed, out):
         ax.legend(fontsize=8)
         click.echo(f"{law!r}: KS = {spec.ks(law):.4g}  W1 = {spec.w1(law):.4g}  moments "
                    f"{np.round(law.moments(4), 6)} vs {np.round(spec.moments(4), 4)}")
-    path = Path(out) / "laws.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = out / "laws.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     click.echo(f"wrote {path}")

@@ -1,11 +1,17 @@
-"""Empirical spectral distributions and their distances to a law."""
+"""Empirical spectral distributions and their distances to a law.
+
+The distances here compare a sample with a *law* through the law's cdf (atoms handled
+exactly, the cdf table's points included): they are specific to spectral laws. The W1
+distance between two samples is :func:`netsor.stats.distances.w1_1d`.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from netsor.errors import InputError
-from netsor.matrixlaws.laws import SpectralLaw, finite_array
+from netsor.errors import InputError, NetsorError
+from netsor.matrixlaws.laws import SpectralLaw
+from netsor.validate import check_count, real_array
 
 Array = np.ndarray
 
@@ -20,7 +26,7 @@ class EmpiricalSpectrum:
     """
 
     def __init__(self, eigenvalues: Array) -> None:
-        ev = finite_array(eigenvalues, "eigenvalues").ravel()
+        ev = real_array(eigenvalues, "eigenvalues").ravel()
         if ev.size == 0:
             raise InputError("an empirical spectrum needs at least one eigenvalue")
         self.eigenvalues = np.sort(ev)
@@ -35,11 +41,12 @@ class EmpiricalSpectrum:
 
     def cdf(self, x: Array) -> Array:
         """Fraction of eigenvalues ``≤ x`` (same shape as ``x``)."""
-        xx = finite_array(x, "x")
+        xx = real_array(x, "x")
         return np.searchsorted(self.eigenvalues, xx, side="right") / self.size
 
     def moments(self, k: int) -> Array:
         """``(m_1, …, m_k)``: averages of ``λ^j``."""
+        k = check_count(k, "number of moments k", minimum=1)
         return np.array([np.mean(self.eigenvalues**j) for j in range(1, k + 1)])
 
     def ks(self, law: SpectralLaw) -> float:
@@ -86,13 +93,19 @@ def ks_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw) -> float:
 
 def w1_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw, resolution: int = 20000) -> float:
     """``∫ |F_n(x) − F(x)| dx`` on the union of the eigenvalues, the law's atoms and a
-    uniform grid of ``resolution`` points over both supports; ``F`` is taken linear
-    between consecutive points (exact for the empirical step function)."""
+    uniform grid of ``resolution`` points over both supports (and the points of the law's cdf
+    table, between which its cdf is linear); ``F`` is taken linear between consecutive points
+    (exact for the empirical step function and for tabulated cdfs)."""
+    resolution = check_count(resolution, "resolution", minimum=2)
     ev = np.sort(_snap_to_atoms(spectrum.eigenvalues, law))
     spectrum = EmpiricalSpectrum(ev)
     lo, hi = law.support
     lo, hi = min(lo, ev[0]), max(hi, ev[-1])
-    pts = np.unique(np.concatenate([ev, law.atoms[0], np.linspace(lo, hi, resolution)]))
+    try:
+        table = law.cdf_table()[0]
+    except NetsorError:  # laws with a closed-form cdf and no table
+        table = np.zeros(0)
+    pts = np.unique(np.concatenate([ev, law.atoms[0], table, np.linspace(lo, hi, resolution)]))
     fn = spectrum.cdf(pts[:-1])  # constant on [t_j, t_{j+1})
     a = fn - law.cdf(pts[:-1])
     b = fn - _left_cdf(law, pts[1:])

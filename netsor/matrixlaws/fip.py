@@ -22,35 +22,35 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from netsor.activations import Activation
 from netsor.errors import HyperParameterError
 from netsor.matrixlaws.empirical import empirical_jacobian_spectrum
 from netsor.matrixlaws.esd import EmpiricalSpectrum, esd, w1_distance
 from netsor.matrixlaws.jacobian import JacobianLaw, jacobian_spectrum
-from netsor.matrixlaws.laws import MarchenkoPastur, as_generator
+from netsor.matrixlaws.laws import MarchenkoPastur
+from netsor.stats.distances import w1_1d
+from netsor.validate import Seed, check_count, generator, seed_sequence
 
 Array = np.ndarray
 
 
-def classical_prediction(law: JacobianLaw, size: int = 200_000,
-                         seed: int | np.random.Generator = 0) -> EmpiricalSpectrum:
-    """Samples of ``Π_l d_l² w_l`` with independent scalars (the wrong, commuting model)."""
-    rng = as_generator(seed)
+def classical_prediction(law: JacobianLaw, *, size: int = 200_000, seed: Seed = 0) -> EmpiricalSpectrum:
+    """Samples of ``Π_l d_l² w_l`` with independent scalars (the wrong, commuting model):
+    ``d_l² ~ φ'(h_l)²``, ``h_l ~ N(0, q_l)``, and ``w_l`` an eigenvalue of ``W_lW_lᵀ``
+    (Marchenko–Pastur(1, σ_w²) by its quantile function, or ``σ_w²``)."""
+    if not isinstance(law, JacobianLaw):
+        raise HyperParameterError(
+            f"classical_prediction needs a JacobianLaw (from jacobian_spectrum), got {type(law).__name__}")
+    size = check_count(size, "size", minimum=1)
+    rng = generator(seed)
     prod = np.ones(size)
     sigma2 = law.sigma_w**2
+    mp = MarchenkoPastur(1.0, 1.0)
     for q in law.q:
         h = rng.standard_normal(size) * np.sqrt(q)
         prod *= law.activation.deriv(h) ** 2
-        if law.weights == "gaussian":
-            prod *= sigma2 * _mp1_samples(size, rng)
-        else:
-            prod *= sigma2
+        prod *= sigma2 * (mp.quantile(rng.random(size)) if law.weights == "gaussian" else 1.0)
     return esd(prod)
-
-
-def _mp1_samples(size: int, rng: np.random.Generator) -> Array:
-    """Samples of Marchenko–Pastur(1, 1) by inverting its exact cdf on a fine table."""
-    x, cum = MarchenkoPastur(1.0, 1.0)._cdf_table()
-    return np.interp(rng.random(size), cum, x)
 
 
 @dataclass(frozen=True)
@@ -83,31 +83,32 @@ def _slope(widths: Array, values: Array) -> tuple[float, float, float]:
     return float(fit.slope), float(fit.slope - half), float(fit.slope + half)
 
 
-def fip_check(activation_, depth: int, sigma_w: float, sigma_b: float = 0.0,
+def fip_check(activation: str | Activation, depth: int, sigma_w: float, sigma_b: float = 0.0, *,
               weights: str = "gaussian", widths: Sequence[int] = (64, 128, 256, 512),
-              replicates: int = 3, seed: int | np.random.Generator = 0) -> FIPReport:
+              replicates: int = 3, seed: Seed = 0) -> FIPReport:
     """W1 of finite-network Jacobian spectra to the free and to the classical prediction,
-    as a function of width, with log-log slopes (module docstring)."""
-    w = np.asarray(widths, dtype=int)
-    if w.ndim != 1 or w.size < 2 or np.any(w < 2):
-        raise HyperParameterError("widths must be at least two integers ≥ 2")
-    if replicates < 1:
-        raise HyperParameterError("replicates must be ≥ 1")
-    rng = as_generator(seed)
-    law = jacobian_spectrum(activation_, depth, sigma_w, sigma_b, weights)
-    wrong = classical_prediction(law, seed=rng)
+    as a function of width, with log-log slopes (module docstring).
+
+    The seed (policy of :mod:`netsor.validate`) is split into one stream for the classical
+    samples and one per (width, replicate) network, so the same seed object gives the same
+    report. The W1 to the free law uses its cdf (:func:`~netsor.matrixlaws.w1_distance`), the
+    W1 between the two samples :func:`netsor.stats.distances.w1_1d` (exact).
+    """
+    w = np.asarray(widths)
+    if w.ndim != 1 or w.size < 2:
+        raise HyperParameterError(f"widths must be at least two integers >= 2, got {widths!r}")
+    w = np.array([check_count(v, "each width", minimum=2) for v in w.tolist()])
+    replicates = check_count(replicates, "replicates", minimum=1)
+    law = jacobian_spectrum(activation, depth, sigma_w, sigma_b, weights=weights)
+    streams = seed_sequence(seed).spawn(1 + w.size * replicates)
+    wrong = classical_prediction(law, seed=streams[0])
     free_d = np.empty((w.size, replicates))
     class_d = np.empty((w.size, replicates))
     for i, n in enumerate(w):
         for r in range(replicates):
             ev = esd(empirical_jacobian_spectrum(law.activation, depth, sigma_w, sigma_b,
-                                                 weights, width=int(n), seed=rng))
+                                                 weights=weights, width=int(n),
+                                                 seed=streams[1 + i * replicates + r]))
             free_d[i, r] = w1_distance(ev, law)
-            class_d[i, r] = _w1_between(ev, wrong)
+            class_d[i, r] = float(w1_1d(ev.eigenvalues, wrong.eigenvalues))
     return FIPReport(w, free_d, class_d, _slope(w, free_d), _slope(w, class_d), law.mean)
-
-
-def _w1_between(a: EmpiricalSpectrum, b: EmpiricalSpectrum) -> float:
-    """W1 between two empirical distributions (quantile coupling)."""
-    u = np.linspace(0.0, 1.0, 20001)[1:-1]
-    return float(np.mean(np.abs(np.quantile(a.eigenvalues, u) - np.quantile(b.eigenvalues, u))))

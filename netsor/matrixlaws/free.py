@@ -40,16 +40,9 @@ import numpy as np
 
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.matrixlaws import series
-from netsor.matrixlaws.laws import (
-    DensityLaw,
-    DiscreteLaw,
-    FussCatalan,
-    MarchenkoPastur,
-    SpectralLaw,
-    _NodeLaw,
-    finite_array,
-)
+from netsor.matrixlaws.laws import DiscreteLaw, FussCatalan, MarchenkoPastur, SpectralLaw
 from netsor.matrixlaws.numlaw import SolvedLaw
+from netsor.validate import check_count, check_real, complex_array, real_array
 
 Array = np.ndarray
 LogS = Callable[[Array, float, Array], tuple[Array, Array]]
@@ -76,10 +69,7 @@ def cauchy_transform(law: SpectralLaw, z: Array) -> Array:
 
 
 def _check_small(w: Array, name: str) -> Array:
-    ww = np.asarray(w, dtype=complex)
-    if not np.all(np.isfinite(ww)):
-        raise HyperParameterError(f"{name}: argument has NaN or Inf entries")
-    return ww
+    return complex_array(w, f"{name} argument")
 
 
 def _invert(fn: Callable[[Array], Array], target: Array, start: Array, what: str) -> Array:
@@ -119,17 +109,6 @@ def s_transform(law: SpectralLaw, w: Array) -> Array:
     guess = ww * np.polyval(s[:3][::-1], ww) / (1.0 + ww)
     u = _invert(lambda uu: law.stieltjes(1.0 / uu) / uu - 1.0, ww, guess, "s_transform")
     return u * (1.0 + ww) / ww
-
-
-def _quadrature(law: SpectralLaw) -> tuple[Array, Array]:
-    """Nodes and weights representing ``law`` in integrals (atoms included)."""
-    if isinstance(law, _NodeLaw):
-        return law.nodes()
-    loc, mass = law.atoms
-    if isinstance(law, DensityLaw):
-        return np.concatenate([law._qx, loc]), np.concatenate([law._qw, mass])
-    x, cum = law._cdf_table()
-    return np.concatenate([0.5 * (x[1:] + x[:-1]), loc]), np.concatenate([np.diff(cum), mass])
 
 
 # --------------------------------------------------------------------------- ⊠
@@ -179,6 +158,13 @@ class Factor:
     law: SpectralLaw
     power: int = 1
     kappa: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.law, SpectralLaw):
+            raise HyperParameterError(f"a Factor needs a SpectralLaw, got {type(self.law).__name__}")
+        object.__setattr__(self, "power", check_count(self.power, "Factor power", minimum=0))
+        object.__setattr__(self, "kappa", check_real(self.kappa, "Factor kappa", minimum=0.0,
+                                                     strict=True))
 
 
 @dataclass(frozen=True)
@@ -236,7 +222,7 @@ class FreeProductLaw(SolvedLaw):
         if not factors:
             raise HyperParameterError("a free product needs at least one factor")
         self.factors = tuple(factors)
-        self.grid_size = int(grid_size)
+        self.grid_size = check_count(grid_size, "grid_size", minimum=16)
         self._log_const = 0.0
         self._explicit: list[tuple[LogS, int, float]] = []
         self._implicit: list[_Implicit] = []
@@ -257,7 +243,7 @@ class FreeProductLaw(SolvedLaw):
             elif log_s is not None:
                 self._explicit.append((log_s, f.power, f.kappa))
             else:
-                nodes, weights = _quadrature(f.law)
+                nodes, weights = f.law.quadrature()
                 at0 = nodes == 0.0
                 self._implicit.append(_Implicit(nodes[~at0], weights[~at0], float(np.sum(weights[at0])),
                                                 f.power, f.kappa, *f.law.moments(2)))
@@ -546,7 +532,11 @@ class FreeSumLaw(SolvedLaw):
     """
 
     def __init__(self, mu: SpectralLaw, nu: SpectralLaw, grid_size: int = 1000) -> None:
-        self.mu, self.nu, self.grid_size = mu, nu, int(grid_size)
+        for name, law in (("mu", mu), ("nu", nu)):
+            if not isinstance(law, SpectralLaw):
+                raise HyperParameterError(f"{name} must be a SpectralLaw, got {type(law).__name__}")
+        self.mu, self.nu = mu, nu
+        self.grid_size = check_count(grid_size, "grid_size", minimum=16)
         (a, am), (b, bm) = mu.atoms, nu.atoms
         pair = am[:, None] + bm[None, :] - 1.0
         keep = pair > 1e-14
@@ -606,7 +596,6 @@ def free_additive_convolution(mu: SpectralLaw, nu: SpectralLaw,
 
 def stieltjes_inversion(law: SpectralLaw, x: Array, eps: float) -> Array:
     """``−Im G(x + iε)/π``: the law's density smoothed by a Cauchy kernel of width ``ε``."""
-    xx = finite_array(x, "x")
-    if not eps > 0:
-        raise HyperParameterError(f"eps must be > 0, got {eps!r}")
+    xx = real_array(x, "x")
+    eps = check_real(eps, "eps", minimum=0.0, strict=True)
     return -law.stieltjes(xx + 1j * eps).imag / np.pi

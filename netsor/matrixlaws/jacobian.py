@@ -16,6 +16,10 @@ weights, and (``n_l`` the widths)
 networks this is ``⊠_l (D_l² ⊠ W_lW_lᵀ)``. The law of ``D_l²`` is that of ``φ'(h)²``,
 ``h ~ N(0, q_l)``: exact atoms where ``φ'`` is piecewise constant (ReLU's and
 hard-tanh's mass at 0) plus Gauss–Legendre nodes for the continuous part.
+
+Every Gaussian expectation comes from the library's engine
+(:func:`netsor.gaussian.expect_1d` / :func:`netsor.gaussian.gaussian_rule`, panels split at
+``Activation.kinks``); hyper-parameters are checked by :mod:`netsor.validate`.
 """
 
 from __future__ import annotations
@@ -23,36 +27,71 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, special
 
-from netsor.activations import Activation, activation
-from netsor.errors import HyperParameterError, UnsupportedError
+from netsor.activations import Activation
+from netsor.activations import activation as resolve_activation
+from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
+from netsor.gaussian import expect_1d, gaussian_rule
 from netsor.matrixlaws.free import Factor, FreeProductLaw
-from netsor.matrixlaws.gauss import gauss_rule, gaussian_expectation, gaussian_panels, kinks
-from netsor.matrixlaws.laws import (
-    DiscreteLaw,
-    MarchenkoPastur,
-    QuadratureLaw,
-    SpectralLaw,
-    positive,
-)
+from netsor.matrixlaws.gauss import gauss_rule
+from netsor.matrixlaws.laws import DiscreteLaw, MarchenkoPastur, QuadratureLaw, SpectralLaw
+from netsor.validate import check_choice, check_count, check_real, check_sigma, real_array
 
 Array = np.ndarray
 WEIGHT_KINDS = ("gaussian", "orthogonal")
 GAUSS_NODES = 48
+#: Largest variance the fixed-point search looks at; beyond it the recursion diverges.
+Q_MAX = 1e12
+#: Relative precision of the fixed point q*.
+Q_RTOL = 1e-13
+#: Intervals of ``h`` carrying less Gaussian mass than this are dropped from the law of φ'².
+_NEGLIGIBLE_MASS = 1e-16
+#: Consecutive quadrature nodes with equal φ'² (to 1e−13 relative) that make an atom...
+_RUN = 4
+#: ... when they carry at least this mass (saturating activations such as gelu repeat a value
+#: to rounding in their far tails: that is not an atom).
+_RUN_MASS = 1e-12
 
 
-def _depth(depth: int) -> int:
-    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 1:
-        raise HyperParameterError(f"depth must be a positive integer, got {depth!r}")
-    return int(depth)
+def features(act: Activation) -> tuple[float, ...]:
+    """Where the shared Gaussian quadrature splits its panels: the activation's kinks, or 0."""
+    return tuple(act.kinks) or (0.0,)
 
 
-def _weights_kind(weights: str) -> str:
-    if weights not in WEIGHT_KINDS:
+def check_depth(depth: object) -> int:
+    """The number of layers, an integer ``≥ 1``."""
+    return check_count(depth, "depth", minimum=1)
+
+
+def check_weights(weights: object) -> str:
+    """The weight law: one of :data:`WEIGHT_KINDS`."""
+    return check_choice(weights, "weights", WEIGHT_KINDS)
+
+
+def check_sigma_w(sigma_w: object) -> float:
+    """The weight standard deviation, ``> 0`` (with ``σ_w = 0`` the Jacobian is 0)."""
+    value = check_sigma(sigma_w, "sigma_w")
+    if value == 0.0:
+        raise HyperParameterError("sigma_w must be > 0: with sigma_w = 0 the Jacobian is 0")
+    return value
+
+
+def check_q0(q0: object) -> float | None:
+    """The input's per-coordinate second moment (``≥ 0``) or None (layers at ``q*``)."""
+    return None if q0 is None else check_real(q0, "q0 (input second moment)", minimum=0.0)
+
+
+def width_profile(width_ratios: Sequence[float] | None, depth: int) -> Array:
+    """Relative widths ``n_0..n_L`` normalised to ``n_L = 1`` (all ones by default)."""
+    if width_ratios is None:
+        return np.ones(depth + 1)
+    n = real_array(width_ratios, "width_ratios", ndim=1)
+    if n.shape != (depth + 1,) or np.any(n <= 0):
         raise HyperParameterError(
-            f"unknown weights kind {weights!r}; choose one of {', '.join(WEIGHT_KINDS)}")
-    return weights
+            f"width_ratios must be {depth + 1} positive numbers (relative widths n_0..n_L), "
+            f"got {width_ratios!r}")
+    return n / n[-1]
 
 
 def is_homogeneous(act: Activation) -> bool:
@@ -62,19 +101,47 @@ def is_homogeneous(act: Activation) -> bool:
     return bool(np.allclose(act.deriv(x), act.deriv(3.7 * x), rtol=0, atol=1e-14))
 
 
-def variance_map(act: Activation, q: float, sigma_w: float, sigma_b: float) -> float:
-    """``σ_w² E φ(√q Z)² + σ_b²``."""
-    return sigma_w**2 * gaussian_expectation(lambda h: act.fn(h) ** 2, q, kinks(act)) + sigma_b**2
+def variance_map(act: Activation, q: float | Array, sigma_w: float, sigma_b: float) -> float | Array:
+    """``σ_w² E φ(√q Z)² + σ_b²`` (elementwise over an array of ``q``)."""
+    value = sigma_w**2 * expect_1d(lambda h: act.fn(h) ** 2, q, features(act)) + sigma_b**2
+    return float(value) if np.ndim(value) == 0 else value
 
 
-def fixed_point(act: Activation, sigma_w: float, sigma_b: float) -> float:
-    """The stable fixed point ``q*`` of the variance map reached from ``q = 1``.
+def variance_gap(act: Activation, q: float | Array, sigma_w: float, sigma_b: float) -> Array:
+    """``V(q) − q = E[σ_w² φ(h)² − h²] + σ_b²``, ``h ~ N(0, q)``: one expectation, so that for
+    activations close to the identity near 0 (hard-tanh, tanh at small ``q``) the small
+    difference keeps its sign instead of being rounded from two nearly equal numbers."""
+    return expect_1d(lambda h: sigma_w**2 * act.fn(h) ** 2 - h * h, q, features(act)) + sigma_b**2
 
-    For positively homogeneous activations with ``σ_b = 0`` the map is linear,
-    ``q ↦ c q``: ``q* = 0`` if ``c < 1``, ``nan`` (every ``q`` is fixed) if ``c = 1``,
-    ``inf`` if ``c > 1``; with ``σ_b > 0``, ``σ_b²/(1 − c)`` or ``inf``. Otherwise a
-    diverging recursion raises :class:`~netsor.errors.HyperParameterError`.
+
+def _root(gap, lo: float, hi: float) -> float:
+    """The root of ``gap`` in ``[lo, hi]`` (a sign change is known); scipy's errors become
+    :class:`~netsor.errors.NumericalError`."""
+    try:
+        return float(optimize.brentq(lambda v: float(gap(v)), lo, hi, xtol=1e-300, rtol=Q_RTOL,
+                                     maxiter=500))
+    except (ValueError, RuntimeError) as exc:
+        raise NumericalError(f"the fixed point of the variance map was not found in "
+                             f"[{lo:.6g}, {hi:.6g}]: {exc}") from None
+
+
+def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 1.0) -> float:
+    """The fixed point ``q*`` of the variance map ``V`` that the recursion reaches from ``start``.
+
+    ``V`` increases with ``q`` for the usual activations, so the recursion moves monotonically
+    towards the nearest root of ``V(q) − q`` in the direction of ``V(start) − start``: the
+    largest root below ``start``, or the smallest above it. Both are bracketed on a geometric
+    scan of :func:`variance_gap` (one vectorised quadrature) and polished by Brent's method.
+    When ``V(q) < q`` all the way down and ``V(0) = 0`` (``σ_b = 0``, ``φ(0) = 0``) the answer is
+    ``q* = 0``, however slowly the recursion gets there (tanh at ``σ_w = 1``: ``q_l ~ 1/(2l)``;
+    hard-tanh at ``σ_w = 1``, whose map is the identity up to ``O(e^{−1/(2q)})``).
+
+    Positively homogeneous activations with ``σ_b = 0`` have the linear map ``q ↦ c q``:
+    ``q* = 0`` if ``c < 1``, ``nan`` (every ``q`` is fixed) if ``c = 1``, ``inf`` if ``c > 1``; with
+    ``σ_b > 0``, ``σ_b²/(1 − c)`` or ``inf``. Otherwise a recursion that grows past ``Q_MAX``
+    raises :class:`~netsor.errors.HyperParameterError`.
     """
+    start = check_real(start, "start", minimum=0.0, strict=True)
     if is_homogeneous(act):
         c = variance_map(act, 1.0, sigma_w, 0.0)
         if abs(c - 1.0) < 1e-12:
@@ -82,51 +149,95 @@ def fixed_point(act: Activation, sigma_w: float, sigma_b: float) -> float:
         if c > 1.0:
             return float("inf")
         return sigma_b**2 / (1.0 - c)
-    q = 1.0
-    for _ in range(5000):
-        new = variance_map(act, q, sigma_w, sigma_b)
-        if not np.isfinite(new) or new > 1e12:
-            raise HyperParameterError(
-                f"the variance recursion of {act.name} diverges at sigma_w={sigma_w}, "
-                f"sigma_b={sigma_b}: no fixed point q*; pass q0 (and a finite depth)")
-        if abs(new - q) <= 1e-15 * max(q, 1e-300):
-            return new
-        q = new
-    if sigma_b == 0 and abs(float(act.fn(np.zeros(1))[0])) < 1e-15 and q < 1e-2:
-        return 0.0  # critical slowing down towards q* = 0 (e.g. tanh at σ_w = 1)
-    f = lambda v: variance_map(act, v, sigma_w, sigma_b) - v  # noqa: E731
-    return float(optimize.brentq(f, q * 0.5, q * 2.0, xtol=1e-15, rtol=1e-14))
+    gap = lambda v: variance_gap(act, v, sigma_w, sigma_b)  # noqa: E731
+    with np.errstate(over="ignore", invalid="ignore"):
+        g_start = float(gap(start))
+        if g_start == 0.0:
+            return start
+        if g_start < 0.0:
+            qs = start * np.logspace(0.0, -40.0, 161)
+            g = gap(qs)
+            above = np.flatnonzero(g > 0)  # exact zeros are the rule's truncation, not roots
+            if above.size:
+                k = int(above[0])
+                j = int(np.flatnonzero(g[:k] < 0)[-1])
+                return _root(gap, qs[k], qs[j])
+            v0 = sigma_b**2 + sigma_w**2 * float(act.fn(np.zeros(1))[0]) ** 2
+            return 0.0 if v0 == 0.0 else _root(gap, 0.0, float(qs[-1]))
+        qs = start * np.logspace(0.0, np.log10(Q_MAX / start), 97) if start < Q_MAX else np.array([start])
+        g = gap(qs)
+        below = np.flatnonzero(~(g > 0) & np.isfinite(g))
+    if below.size == 0:
+        raise HyperParameterError(
+            f"the variance recursion of {act.name} diverges at sigma_w={sigma_w}, "
+            f"sigma_b={sigma_b}: no fixed point q* below {Q_MAX:g}; pass q0 (and a finite depth)")
+    k = int(below[0])
+    return float(qs[k]) if g[k] == 0 else _root(gap, qs[k - 1], qs[k])
 
 
 def derivative_law(act: Activation, q: float) -> SpectralLaw:
     """The law of ``φ'(h)²``, ``h ~ N(0, q)``.
 
-    Panels where ``φ'²`` is constant become exact atoms; the rest (8 Gauss–Legendre nodes per
-    panel in ``h``, ``|h| ≤ 8√q``) is compressed to the ``GAUSS_NODES``-point Gauss rule of the
-    law of ``φ'(h)²`` itself (:func:`~netsor.matrixlaws.gauss.gauss_rule`): the solver's cost is
-    linear in the number of nodes. 24 nodes already reproduce the depth-20 tanh (Gaussian
-    weights) density of the ~130-node panel rule to ~1e−12, but lose 4 % of the mass near 0
-    for erf at σ_w = 1.5 (the small values of ``φ'²`` matter there); 48 agree with 64.
-    Returns a :class:`DiscreteLaw` when everything is atoms
-    (identity, ReLU, hard-tanh, leaky ReLU), else a :class:`QuadratureLaw`.
+    Nodes and weights of the shared Gaussian rule (:func:`netsor.gaussian.gaussian_rule`,
+    panels split at ``act.kinks``). Between consecutive kinks, an interval where ``φ'²`` is
+    constant becomes an exact atom with the interval's Gaussian mass (``Φ`` differences); so do
+    runs of ``≥ 4`` consecutive nodes with equal ``φ'²`` (to 1e−13 relative) carrying a mass
+    ``≥ 1e−12`` (custom activations whose kinks are not declared: ``φ'`` is used as given).
+    The rest is compressed to the ``GAUSS_NODES``-point Gauss rule of the law of ``φ'(h)²``
+    itself (:func:`~netsor.matrixlaws.gauss.gauss_rule`): the solver's cost is linear in the
+    number of nodes. 24 nodes already reproduce the depth-20 tanh (Gaussian weights) density
+    of the full rule to ~1e−12, but lose 4 % of the mass near 0 for erf at σ_w = 1.5 (the
+    small values of ``φ'²`` matter there); 48 agree with 64. Returns a :class:`DiscreteLaw`
+    when everything is atoms (identity, ReLU, hard-tanh, leaky ReLU), else a
+    :class:`QuadratureLaw`.
     """
+    q = check_real(q, "q (pre-activation variance)", minimum=0.0)
     if q == 0.0:
         return DiscreteLaw([float(act.deriv(np.zeros(1))[0]) ** 2], [1.0])
-    h, w, panel = gaussian_panels(q, kinks(act), order=8, cut=8.0)
-    values = act.deriv(h) ** 2
-    vmax = np.maximum.reduceat(values, np.arange(0, h.size, 8))
-    vmin = np.minimum.reduceat(values, np.arange(0, h.size, 8))
-    constant = (vmax - vmin <= 1e-13 * np.maximum(1.0, vmax))[panel]
-    keep = w > 1e-18
-    atom_vals, inverse = np.unique(np.round(values[constant & keep], 13), return_inverse=True)
-    atom_mass = np.bincount(inverse, weights=w[constant & keep], minlength=atom_vals.size)
-    cont = ~constant & keep
-    total = atom_mass.sum() + w[cont].sum()
-    if not cont.any():
-        return DiscreteLaw(atom_vals, atom_mass / total)
-    nodes, weights = gauss_rule(values[cont], w[cont] / total, GAUSS_NODES)
-    return QuadratureLaw(nodes, weights, (atom_vals, atom_mass / total),
-                         name=f"{act.name}'(h)^2, q={q:.6g}")
+    sd = np.sqrt(q)
+    h, w = (a[0] for a in gaussian_rule(np.zeros(1), np.array([sd]), features(act)))
+    keep = w > 0
+    order = np.argsort(h[keep], kind="stable")
+    h, w = h[keep][order], w[keep][order]
+    values = np.asarray(act.deriv(h), dtype=float) ** 2
+    if not np.all(np.isfinite(values)):
+        raise HyperParameterError(f"φ' of {act.name} is not finite at some h ~ N(0, {q:g})")
+    atom_vals: list[float] = []
+    atom_mass: list[float] = []
+    cont_x: list[Array] = []
+    cont_w: list[Array] = []
+    cuts = np.array([-np.inf, *sorted(act.kinks), np.inf])
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        mass = float(special.ndtr(b / sd) - special.ndtr(a / sd))
+        if mass < _NEGLIGIBLE_MASS:
+            continue
+        inside = (h > a) & (h < b)
+        if not inside.any():  # an interval the rule does not reach (|z| > 10): φ'² at its middle
+            mid = 0.5 * (a + b) if np.isfinite(a + b) else (a + sd if np.isfinite(a) else b - sd)
+            atom_vals.append(float(act.deriv(np.array([mid]))[0]) ** 2)
+            atom_mass.append(mass)
+            continue
+        v, wv = values[inside], w[inside] * (mass / w[inside].sum())
+        same = np.abs(np.diff(v)) <= 1e-13 * np.maximum(np.abs(v[1:]), np.abs(v[:-1]))
+        run_id = np.concatenate([[0], np.cumsum(~same)])
+        run_len = np.bincount(run_id)[run_id]
+        run_mass = np.bincount(run_id, weights=wv)[run_id]
+        in_run = (run_len >= min(_RUN, v.size)) & ((run_len == v.size) | (run_mass >= _RUN_MASS))
+        if in_run.any():
+            ids, inv = np.unique(run_id[in_run], return_inverse=True)
+            atom_vals.extend(float(v[in_run][inv == i][0]) for i in range(ids.size))
+            atom_mass.extend(float(m) for m in np.bincount(inv, weights=wv[in_run]))
+        cont_x.append(v[~in_run])
+        cont_w.append(wv[~in_run])
+    vals, inverse = np.unique(np.round(np.array(atom_vals), 13), return_inverse=True)
+    masses = np.bincount(inverse, weights=np.array(atom_mass), minlength=vals.size)
+    cx = np.concatenate(cont_x) if cont_x else np.zeros(0)
+    cw = np.concatenate(cont_w) if cont_w else np.zeros(0)
+    total = masses.sum() + cw.sum()
+    if cx.size == 0:
+        return DiscreteLaw(vals, masses / total)
+    nodes, weights = gauss_rule(cx, cw / total, GAUSS_NODES)
+    return QuadratureLaw(nodes, weights, (vals, masses / total), name=f"{act.name}'(h)^2, q={q:.6g}")
 
 
 class JacobianLaw(FreeProductLaw):
@@ -187,49 +298,40 @@ class JacobianLaw(FreeProductLaw):
                 "smoothed_points": float(self.smoothed_points)}
 
 
-def _widths(width_ratios: Sequence[float] | None, depth: int) -> Array:
-    if width_ratios is None:
-        return np.ones(depth + 1)
-    n = np.asarray(width_ratios, dtype=float)
-    if n.shape != (depth + 1,) or not np.all(np.isfinite(n)) or np.any(n <= 0):
-        raise HyperParameterError(
-            f"width_ratios must be {depth + 1} positive numbers (relative widths n_0..n_L), "
-            f"got {width_ratios!r}")
-    return n / n[-1]
-
-
 def layer_variances(act: Activation, depth: int, sigma_w: float, sigma_b: float,
                     q0: float | None) -> tuple[Array, float, float]:
-    """``(q_1..q_L, q*, m_0)``: per-layer pre-activation variances, the fixed point and
-    the input second moment (see the module docstring)."""
-    q_star = fixed_point(act, sigma_w, sigma_b) if q0 is None else float("nan")
+    """``(q_1..q_L, q*, m_0)``: per-layer pre-activation variances, the fixed point reached
+    from ``q = 1`` and the input second moment (see the module docstring)."""
     if q0 is None:
+        q_star = fixed_point(act, sigma_w, sigma_b)
         q_ref = q_star if np.isfinite(q_star) else 1.0
         return np.full(depth, q_ref), q_star, max(q_ref - sigma_b**2, 0.0) / sigma_w**2
-    m0 = positive(q0, "q0 (input second moment)", allow_zero=True)
     q = np.empty(depth)
-    q[0] = sigma_w**2 * m0 + sigma_b**2
-    for layer in range(1, depth):
-        q[layer] = variance_map(act, q[layer - 1], sigma_w, sigma_b)
-        if not np.isfinite(q[layer]) or q[layer] > 1e200:
-            raise HyperParameterError(f"the variance recursion overflows at layer {layer + 1}")
+    q[0] = sigma_w**2 * q0 + sigma_b**2
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(1, depth):
+            q[layer] = variance_map(act, q[layer - 1], sigma_w, sigma_b)
+            if not np.isfinite(q[layer]) or q[layer] > 1e200:
+                raise HyperParameterError(
+                    f"the variance recursion of {act.name} overflows at layer {layer + 1} "
+                    f"(q = {q[layer - 1]:.3g} at layer {layer}); use a smaller q0, sigma_w or depth")
     try:
         q_star = fixed_point(act, sigma_w, sigma_b)
     except HyperParameterError:
         q_star = float("inf")
-    return q, q_star, m0
+    return q, q_star, q0
 
 
-def jacobian_spectrum(activation_: str | Activation, depth: int, sigma_w: float,
-                      sigma_b: float = 0.0, weights: str = "gaussian", q0: float | None = None,
+def jacobian_spectrum(activation: str | Activation, depth: int, sigma_w: float,
+                      sigma_b: float = 0.0, *, weights: str = "gaussian", q0: float | None = None,
                       width_ratios: Sequence[float] | None = None,
                       grid_size: int = 1000) -> JacobianLaw:
     """Limiting law of the eigenvalues of ``JJᵀ`` for a deep MLP (module docstring).
 
     Parameters
     ----------
-    activation_ : str or Activation
-        Any activation of :mod:`netsor.nonlin` (needs ``φ'``).
+    activation : str or Activation
+        Any activation of :mod:`netsor.activations` (needs ``φ'``), or a custom one.
     depth : int
         Number of layers ``L ≥ 1``.
     sigma_w, sigma_b : float
@@ -241,7 +343,7 @@ def jacobian_spectrum(activation_: str | Activation, depth: int, sigma_w: float,
     width_ratios : sequence of float, optional
         Relative widths ``n_0..n_L`` (length ``depth + 1``); Gaussian weights only.
     grid_size : int
-        Points of the density grid (cdf, plots).
+        Initial points of the adaptive density grid (cdf, plots), at least 16.
 
     Returns
     -------
@@ -249,19 +351,22 @@ def jacobian_spectrum(activation_: str | Activation, depth: int, sigma_w: float,
         Exact moments, density by Stieltjes inversion, atoms, ``q``, ``q_star``,
         ``chi``, ``chi_layers``.
     """
-    act = activation(activation_)
-    depth = _depth(depth)
-    sigma_w = positive(sigma_w, "sigma_w")
-    sigma_b = positive(sigma_b, "sigma_b", allow_zero=True)
-    weights = _weights_kind(weights)
-    n = _widths(width_ratios, depth)
+    act = resolve_activation(activation)
+    depth = check_depth(depth)
+    sigma_w = check_sigma_w(sigma_w)
+    sigma_b = check_sigma(sigma_b, "sigma_b")
+    weights = check_weights(weights)
+    q0 = check_q0(q0)
+    grid_size = check_count(grid_size, "grid_size", minimum=16)
+    n = width_profile(width_ratios, depth)
     if weights == "orthogonal" and not np.allclose(n, 1.0):
         raise UnsupportedError("orthogonal weights need equal widths; drop width_ratios")
     q, q_star, m0 = layer_variances(act, depth, sigma_w, sigma_b, q0)
     homogeneous = is_homogeneous(act)
-    d_laws = [derivative_law(act, 1.0 if homogeneous else float(ql)) for ql in q]
     if homogeneous or q0 is None:  # identical layers
-        d_laws = [d_laws[0]] * depth
+        d_laws = [derivative_law(act, 1.0 if homogeneous else float(q[0]))] * depth
+    else:
+        d_laws = [derivative_law(act, float(ql)) for ql in q]
     means = np.array([law.mean for law in d_laws])
     if np.any(means <= 0):
         raise HyperParameterError(

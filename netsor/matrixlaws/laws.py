@@ -24,51 +24,22 @@ import numpy as np
 from scipy import interpolate
 
 from netsor.errors import HyperParameterError, InputError, UnsupportedError
+from netsor.validate import (
+    Seed,
+    check_count,
+    check_real,
+    complex_array,
+    generator,
+    real_array,
+)
 
 Array = np.ndarray
 _EMPTY = (np.zeros(0), np.zeros(0))
 
 
-def as_generator(seed: int | np.random.Generator) -> np.random.Generator:
-    """A :class:`numpy.random.Generator` from an int seed or a Generator."""
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return np.random.default_rng(int(seed))
-    raise HyperParameterError(f"seed must be an int or a numpy.random.Generator, got {seed!r}")
-
-
-def positive(value: float, name: str, allow_zero: bool = False) -> float:
-    """``value`` as a float, or a HyperParameterError naming ``name``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise HyperParameterError(f"{name} must be a number, got {value!r}") from None
-    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise HyperParameterError(f"{name} must be finite and {bound}, got {value!r}")
-    return v
-
-
-def finite_array(x: object, name: str) -> Array:
-    """``x`` as a float64 array, or an InputError if it has NaN/Inf entries."""
-    a = np.asarray(x, dtype=float)
-    if not np.all(np.isfinite(a)):
-        raise InputError(f"{name} contains NaN or Inf entries; pass finite numbers")
-    return a
-
-
-def _upper_z(z: object) -> Array:
-    zz = np.asarray(z, dtype=complex)
-    if np.any(~np.isfinite(zz)):
-        raise InputError("z contains NaN or Inf entries")
-    return zz
-
-
-def _sample_size(n: int) -> int:
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise HyperParameterError(f"matrix size n must be a positive integer, got {n!r}")
-    return int(n)
+def check_positive(value: object, what: str) -> float:
+    """A finite real ``> 0`` (variances, ratios)."""
+    return check_real(value, what, minimum=0.0, strict=True)
 
 
 class SpectralLaw(ABC):
@@ -98,29 +69,53 @@ class SpectralLaw(ABC):
 
     def cdf(self, x: Array) -> Array:
         """``μ((−∞, x])`` at ``x`` (same shape as ``x``)."""
-        xx = finite_array(x, "x")
-        grid, cum = self._cdf_table()
+        xx = real_array(x, "x")
+        grid, cum = self.cdf_table()
         cont = np.interp(xx, grid, cum, left=0.0, right=cum[-1])
         loc, mass = self.atoms
         return cont + np.sum(mass * (loc <= xx[..., None]), axis=-1)
 
-    def _cdf_table(self) -> tuple[Array, Array]:
-        """(grid, cumulative mass of the continuous part) for :meth:`cdf`."""
+    def cdf_table(self) -> tuple[Array, Array]:
+        """``(x, C)``: increasing points and the cumulative mass of the continuous part at
+        them (atoms excluded); :meth:`cdf` interpolates it linearly."""
         raise UnsupportedError(f"{type(self).__name__} has no distribution function")
+
+    def quadrature(self) -> tuple[Array, Array]:
+        """``(nodes, weights)`` representing the law in integrals ``∫ f dμ ≈ Σ w_i f(x_i)``
+        (atoms included): by default the midpoints and masses of the cdf table's cells."""
+        x, cum = self.cdf_table()
+        loc, mass = self.atoms
+        return np.concatenate([0.5 * (x[1:] + x[:-1]), loc]), np.concatenate([np.diff(cum), mass])
+
+    def quantile(self, u: Array) -> Array:
+        """The quantile function ``inf{x : F(x) ≥ u}`` at ``u ∈ [0, 1]`` (same shape as ``u``),
+        from the cdf table and the atoms (linear between table points)."""
+        uu = real_array(u, "u")
+        if np.any((uu < 0) | (uu > 1)):
+            raise InputError("quantile levels u must lie in [0, 1]")
+        x, cum = self.cdf_table()
+        loc, mass = self.atoms
+        pts = np.unique(np.concatenate([x, loc]))
+        cont = np.interp(pts, x, cum, left=0.0, right=cum[-1])
+        before = cont + np.sum(mass * (loc < pts[:, None]), axis=1)
+        after = cont + np.sum(mass * (loc <= pts[:, None]), axis=1)
+        xs = np.repeat(pts, 2)
+        fs = np.column_stack([before, after]).ravel()
+        return np.interp(uu, np.maximum.accumulate(fs), xs)
 
     @property
     def mean(self) -> float:
         """First moment ``m_1``."""
         return float(self.moments(1)[0])
 
-    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
-        """An ``n × n`` symmetric random matrix whose spectrum tends to this law."""
+    def sample_matrix(self, n: int, seed: Seed = 0) -> Array:
+        """An ``n × n`` symmetric random matrix whose spectrum tends to this law (``seed``
+        under the seed policy of :mod:`netsor.validate`)."""
         raise UnsupportedError(f"{type(self).__name__} has no natural random-matrix model")
 
-    def _moment_check(self, k: int) -> int:
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-            raise HyperParameterError(f"number of moments k must be a positive integer, got {k!r}")
-        return int(k)
+    @staticmethod
+    def _moment_check(k: int) -> int:
+        return check_count(k, "number of moments k", minimum=1)
 
 
 def _sqrt_branch(z: Array, a: float, b: float) -> Array:
@@ -137,8 +132,8 @@ class Semicircle(SpectralLaw):
     """
 
     def __init__(self, variance: float = 1.0, center: float = 0.0) -> None:
-        self.variance = positive(variance, "semicircle variance")
-        self.center = float(finite_array(center, "semicircle center"))
+        self.variance = check_positive(variance, "semicircle variance")
+        self.center = check_real(center, "semicircle center")
         self._radius = 2.0 * np.sqrt(self.variance)
 
     def __repr__(self) -> str:
@@ -149,12 +144,17 @@ class Semicircle(SpectralLaw):
         return (self.center - self._radius, self.center + self._radius)
 
     def density(self, x: Array) -> Array:
-        u = finite_array(x, "x") - self.center
+        u = real_array(x, "x") - self.center
         return np.sqrt(np.maximum(self._radius**2 - u * u, 0.0)) / (2.0 * np.pi * self.variance)
 
     def cdf(self, x: Array) -> Array:
-        u = np.clip((finite_array(x, "x") - self.center) / self._radius, -1.0, 1.0)
+        u = np.clip((real_array(x, "x") - self.center) / self._radius, -1.0, 1.0)
         return 0.5 + (u * np.sqrt(1.0 - u * u) + np.arcsin(u)) / np.pi
+
+    def cdf_table(self) -> tuple[Array, Array]:
+        t = np.linspace(0.0, np.pi, 4097)
+        x = self.center - self._radius * np.cos(t)
+        return x, self.cdf(x)
 
     def moments(self, k: int) -> Array:
         k = self._moment_check(k)
@@ -167,12 +167,12 @@ class Semicircle(SpectralLaw):
         return np.asarray(raw, dtype=float)
 
     def stieltjes(self, z: Array) -> Array:
-        w = _upper_z(z) - self.center
+        w = complex_array(z, "z") - self.center
         return (w - _sqrt_branch(w, -self._radius, self._radius)) / (2.0 * self.variance)
 
-    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
-        n = _sample_size(n)
-        g = as_generator(seed).standard_normal((n, n))
+    def sample_matrix(self, n: int, seed: Seed = 0) -> Array:
+        n = check_count(n, "matrix size n", minimum=1)
+        g = generator(seed).standard_normal((n, n))
         return self.center * np.eye(n) + np.sqrt(self.variance / (2.0 * n)) * (g + g.T)
 
 
@@ -187,8 +187,8 @@ class MarchenkoPastur(SpectralLaw):
     """
 
     def __init__(self, ratio: float = 1.0, variance: float = 1.0) -> None:
-        self.ratio = positive(ratio, "Marchenko–Pastur ratio")
-        self.variance = positive(variance, "Marchenko–Pastur variance")
+        self.ratio = check_positive(ratio, "Marchenko–Pastur ratio")
+        self.variance = check_positive(variance, "Marchenko–Pastur variance")
         r = np.sqrt(self.ratio)
         self._edges = (self.variance * (1.0 - r) ** 2, self.variance * (1.0 + r) ** 2)
 
@@ -207,14 +207,14 @@ class MarchenkoPastur(SpectralLaw):
         return _EMPTY
 
     def density(self, x: Array) -> Array:
-        xx = finite_array(x, "x")
+        xx = real_array(x, "x")
         a, b = self._edges
         inside = (xx > a) & (xx < b)
         safe = np.where(inside, xx, 0.5 * (a + b))
         value = np.sqrt((b - safe) * (safe - a)) / (2.0 * np.pi * self.variance * self.ratio * safe)
         return np.where(inside, value, 0.0)
 
-    def _cdf_table(self) -> tuple[Array, Array]:
+    def cdf_table(self) -> tuple[Array, Array]:
         a, b = self._edges
         t = np.linspace(0.0, np.pi, 4097)
         x = a + (b - a) * (1.0 - np.cos(t)) / 2.0  # dx = (b − a) sin t / 2 dt: smooth integrand
@@ -230,15 +230,15 @@ class MarchenkoPastur(SpectralLaw):
                                     for r in range(1, j + 1)) for j in range(1, k + 1)])
 
     def stieltjes(self, z: Array) -> Array:
-        zz = _upper_z(z)
+        zz = complex_array(z, "z")
         a, b = self._edges
         v, lam = self.variance, self.ratio
         return (zz - v * (1.0 - lam) - _sqrt_branch(zz, a, b)) / (2.0 * lam * v * zz)
 
-    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
-        n = _sample_size(n)
+    def sample_matrix(self, n: int, seed: Seed = 0) -> Array:
+        n = check_count(n, "matrix size n", minimum=1)
         m = max(1, int(round(n / self.ratio)))
-        x = as_generator(seed).standard_normal((m, n))
+        x = generator(seed).standard_normal((m, n))
         return self.variance * (x.T @ x) / m
 
 
@@ -255,11 +255,8 @@ class FussCatalan(SpectralLaw):
     """
 
     def __init__(self, order: int, variance: float = 1.0) -> None:
-        if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
-            raise HyperParameterError(
-                f"Fuss–Catalan order must be a positive integer, got {order!r}")
-        self.order = int(order)
-        self.variance = positive(variance, "Fuss–Catalan variance")
+        self.order = check_count(order, "Fuss–Catalan order", minimum=1)
+        self.variance = check_positive(variance, "Fuss–Catalan variance")
         self._scale = self.variance**self.order
         self._table, self._quad = self._parametric_table()
 
@@ -316,13 +313,13 @@ class FussCatalan(SpectralLaw):
         return phi
 
     def density(self, x: Array) -> Array:
-        xx = finite_array(x, "x")
+        xx = real_array(x, "x")
         inside = (xx > 0) & (xx < self.support[1])
         phi = self._phi_of_x(np.where(inside, xx, self.support[1] / 2))
         return np.where(inside, self._x_rho(phi)[1] / self._scale, 0.0)
 
     def cdf(self, x: Array) -> Array:
-        xx = finite_array(x, "x")
+        xx = real_array(x, "x")
         inside = (xx > 0) & (xx < self.support[1])
         phi_t, _, cum = self._table
         phi = self._phi_of_x(np.where(inside, xx, self.support[1] / 2))
@@ -338,18 +335,25 @@ class FussCatalan(SpectralLaw):
     def stieltjes(self, z: Array) -> Array:
         # Gauss–Legendre quadrature of the parametric density in φ (bounded integrand)
         qx, qw = self._quad
-        return np.sum(qw / (_upper_z(z)[..., None] - qx), axis=-1)
+        return np.sum(qw / (complex_array(z, "z")[..., None] - qx), axis=-1)
 
-    def sample_matrix(self, n: int, seed: int | np.random.Generator = 0) -> Array:
-        n = _sample_size(n)
-        rng = as_generator(seed)
+    def cdf_table(self) -> tuple[Array, Array]:
+        _, x, cum = self._table
+        return x, cum
+
+    def quadrature(self) -> tuple[Array, Array]:
+        return self._quad
+
+    def sample_matrix(self, n: int, seed: Seed = 0) -> Array:
+        n = check_count(n, "matrix size n", minimum=1)
+        rng = generator(seed)
         prod = np.eye(n)
         for _ in range(self.order):
             prod = rng.standard_normal((n, n)) @ prod * np.sqrt(self.variance / n)
         return prod @ prod.T
 
 
-class _NodeLaw(SpectralLaw):
+class NodeLaw(SpectralLaw):
     """A law whose integrals are sums over weighted nodes (atoms and/or quadrature nodes)."""
 
     _nodes: Array
@@ -364,17 +368,17 @@ class _NodeLaw(SpectralLaw):
         return np.array([np.dot(self._weights, self._nodes**j) for j in range(1, k + 1)])
 
     def stieltjes(self, z: Array) -> Array:
-        zz = _upper_z(z)
+        zz = complex_array(z, "z")
         return np.sum(self._weights / (zz[..., None] - self._nodes), axis=-1)
 
-    def nodes(self) -> tuple[Array, Array]:
+    def quadrature(self) -> tuple[Array, Array]:
         """``(nodes, weights)``: the discrete representation used for integrals."""
         return self._nodes, self._weights
 
 
 def _validated_nodes(nodes: object, weights: object, what: str) -> tuple[Array, Array]:
-    x = finite_array(nodes, f"{what} locations").ravel()
-    w = finite_array(weights, f"{what} masses").ravel()
+    x = real_array(nodes, f"{what} locations").ravel()
+    w = real_array(weights, f"{what} masses").ravel()
     if x.shape != w.shape:
         raise InputError(
             f"{what}: {x.size} locations but {w.size} masses; pass one mass per location")
@@ -383,7 +387,7 @@ def _validated_nodes(nodes: object, weights: object, what: str) -> tuple[Array, 
     return x, w
 
 
-class DiscreteLaw(_NodeLaw):
+class DiscreteLaw(NodeLaw):
     """A finitely supported law ``Σ_i w_i δ_{x_i}`` (all of it atoms).
 
     Parameters
@@ -410,14 +414,14 @@ class DiscreteLaw(_NodeLaw):
         return self._nodes, self._weights
 
     def density(self, x: Array) -> Array:
-        return np.zeros_like(finite_array(x, "x"))
+        return np.zeros_like(real_array(x, "x"))
 
-    def _cdf_table(self) -> tuple[Array, Array]:
+    def cdf_table(self) -> tuple[Array, Array]:
         lo, hi = self.support
         return np.array([lo, hi]), np.zeros(2)
 
 
-class QuadratureLaw(_NodeLaw):
+class QuadratureLaw(NodeLaw):
     """A law whose continuous part is known through quadrature nodes, plus exact atoms.
 
     ``∫ f dμ ≈ Σ_i w_i f(x_i) + Σ_j p_j f(a_j)``: the nodes ``x_i`` discretise a
@@ -458,7 +462,7 @@ class QuadratureLaw(_NodeLaw):
         raise UnsupportedError(
             f"{self.name} is known through quadrature nodes only: use cdf, moments or stieltjes")
 
-    def _cdf_table(self) -> tuple[Array, Array]:
+    def cdf_table(self) -> tuple[Array, Array]:
         x, w = self._continuous
         order = np.argsort(x)
         return x[order], np.cumsum(w[order])
@@ -482,7 +486,7 @@ class DensityLaw(SpectralLaw):
                  atoms: tuple[Array, Array] | None = None) -> None:
         if not callable(density):
             raise HyperParameterError("DensityLaw: density must be a vectorised callable")
-        lo, hi = (float(v) for v in finite_array(support, "support"))
+        lo, hi = (float(v) for v in real_array(support, "support", ndim=1))
         if not hi > lo:
             raise HyperParameterError(f"DensityLaw: support must satisfy lo < hi, got {(lo, hi)}")
         self._fn, self._interval = density, (lo, hi)
@@ -492,7 +496,7 @@ class DensityLaw(SpectralLaw):
         g, gw = np.polynomial.legendre.leggauss(16)
         mid, half = (edges[1:] + edges[:-1]) / 2.0, (edges[1:] - edges[:-1]) / 2.0
         self._qx = (mid[:, None] + half[:, None] * g).ravel()
-        rho = finite_array(density(self._qx), "density values")
+        rho = real_array(density(self._qx), "density values")
         if np.any(rho < 0):
             raise InputError("DensityLaw: the density takes negative values")
         self._qw = (half[:, None] * gw).ravel() * rho
@@ -516,13 +520,17 @@ class DensityLaw(SpectralLaw):
         return self._atoms
 
     def density(self, x: Array) -> Array:
-        xx = finite_array(x, "x")
+        xx = real_array(x, "x")
         lo, hi = self._interval
         inside = (xx >= lo) & (xx <= hi)
         return np.where(inside, np.asarray(self._fn(np.where(inside, xx, lo)), dtype=float), 0.0)
 
-    def _cdf_table(self) -> tuple[Array, Array]:
+    def cdf_table(self) -> tuple[Array, Array]:
         return self._edges_cum
+
+    def quadrature(self) -> tuple[Array, Array]:
+        loc, mass = self._atoms
+        return np.concatenate([self._qx, loc]), np.concatenate([self._qw, mass])
 
     def moments(self, k: int) -> Array:
         k = self._moment_check(k)
@@ -530,6 +538,6 @@ class DensityLaw(SpectralLaw):
         return np.array([np.dot(self._qw, self._qx**j) + np.dot(p, a**j) for j in range(1, k + 1)])
 
     def stieltjes(self, z: Array) -> Array:
-        zz = _upper_z(z)[..., None]
+        zz = complex_array(z, "z")[..., None]
         a, p = self._atoms
         return np.sum(self._qw / (zz - self._qx), axis=-1) + np.sum(p / (zz - a), axis=-1)
