@@ -1,17 +1,23 @@
-"""Timing of Jacobian-spectrum densities (1000 grid points, depth 20) against quoted baselines.
+"""Timing of Jacobian-spectrum densities (1000 initial grid points, depth 20) against quoted baselines.
 
 Baselines on these 2-core machines (from the matrix-laws issue): Newton-lilypads
 0.31 s (Cython) / 1.2 s (Python) for a depth-20 linear network, 2.1 s for depth-20
 ReLU; Pennington et al.'s Algorithm 1, 5.7 s. Also reported: W1 to the exact
-Fuss–Catalan law and a depth-20 tanh network (implicit D² law). Medians of 7 runs.
-Run: ``python benchmarks/bench_jacobian_spectrum.py``.
+Fuss–Catalan law, a depth-20 tanh network (implicit D² law), and the critical tanh
+network (q* = 0.5, orthogonal, depth 8) whose density needs the adaptive grid. The
+timings include the adaptive refinement and the mass check (``law.grid`` and ``law.cdf``
+build the same table). Medians of 7 runs (3 for tanh), all in one process.
+Run: ``python benchmarks/bench_jacobian_spectrum.py [--json FILE]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import time
 
 import numpy as np
+from common import finish
 
 from netsor.matrixlaws import FussCatalan, jacobian_spectrum
 
@@ -26,13 +32,18 @@ def _median_time(fn, repeats: int = 7) -> float:
     return float(np.median(times))
 
 
-def _density(act: str, sigma_w: float):
-    law = jacobian_spectrum(act, 20, sigma_w, grid_size=1000)
-    _ = law.grid  # the density on 1000 points
+def _density(act: str, sigma_w: float, sigma_b: float = 0.0, depth: int = 20, weights: str = "gaussian"):
+    law = jacobian_spectrum(act, depth, sigma_w, sigma_b, weights=weights, grid_size=1000)
+    _ = law.grid  # the density on the adaptive grid (1000 initial points) and its mass check
+    law.cdf(np.zeros(1))
     return law
 
 
-def main() -> None:
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    args = parser.parse_args()
+    fig: dict = {"loadavg_start": os.getloadavg()}
     t_lin = _median_time(lambda: _density("identity", 1.0))
     t_relu = _median_time(lambda: _density("relu", np.sqrt(2.0)))
     law = _density("identity", 1.0)
@@ -41,13 +52,22 @@ def main() -> None:
     w1 = float(np.trapezoid(np.abs(law.cdf(xx) - fc.cdf(xx)), xx))
     print(f"depth-20 linear : {t_lin * 1e3:7.1f} ms   (goal ≤ 100 ms)  ratios: "
           f"lilypads-Cython {0.31 / t_lin:5.1f}x  lilypads-Python {1.2 / t_lin:5.1f}x  "
-          f"Algorithm-1 {5.7 / t_lin:5.1f}x faster")
+          f"Algorithm-1 {5.7 / t_lin:5.1f}x faster   ({law.grid[0].size} grid points)")
     print(f"depth-20 ReLU   : {t_relu * 1e3:7.1f} ms   (goal ≤ 500 ms)  ratio: "
           f"lilypads {2.1 / t_relu:5.1f}x  Algorithm-1 {5.7 / t_relu:5.1f}x faster")
-    print(f"W1(linear depth 20, exact Fuss–Catalan) = {w1:.2e}   (goal ≤ 5e-3)")
-    t_tanh = _median_time(lambda: jacobian_spectrum("tanh", 20, 1.05, 0.05).grid, repeats=3)
+    print(f"W1(linear depth 20, exact Fuss–Catalan) = {w1:.2e}   (goal ≤ 5e-3); mass defect "
+          f"{law.mass_defect:.1e}")
+    t_tanh = _median_time(lambda: _density("tanh", 1.05, 0.05), repeats=3)
     print(f"depth-20 tanh (implicit D² law, 48-node Gauss rule): {t_tanh:.2f} s")
+    crit = ("tanh", 1.2992209668018506, 0.19504153688706546)
+    t_crit = _median_time(lambda: _density(*crit, depth=8, weights="orthogonal"), repeats=3)
+    law_c = _density(*crit, depth=8, weights="orthogonal")
+    print(f"critical tanh, q* = 0.5, orthogonal, depth 8: {t_crit:.2f} s, {law_c.grid[0].size} grid points, "
+          f"mass defect {law_c.mass_defect:.1e}")
+    fig.update(linear_s=t_lin, relu_s=t_relu, w1_fuss_catalan=w1, tanh_s=t_tanh, critical_tanh_s=t_crit,
+               critical_tanh_points=int(law_c.grid[0].size), critical_tanh_mass_defect=law_c.mass_defect)
+    return finish(fig, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

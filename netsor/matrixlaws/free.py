@@ -439,8 +439,9 @@ class FreeProductLaw(SolvedLaw):
             self.smoothed_points += int(np.sum(ok))
         if not np.all(ok):
             raise NumericalError(
-                f"free multiplicative convolution: Newton continuation failed at {np.sum(~ok)} "
-                f"of {x.size} points (e.g. x = {x[~ok][0]:.6g})")
+                f"{self!r}: the density cannot be computed at {np.sum(~ok)} of {x.size} points "
+                f"(e.g. x = {x[~ok][0]:.6g}): the Newton continuation of the Cauchy transform lost "
+                "the branch of the true solution there, even stopped at ε = 1e−4 x₊")
         return g
 
     # ---- the support
@@ -580,7 +581,8 @@ class FreeSumLaw(SolvedLaw):
                 omega = omega.real + 1j * np.maximum(omega.imag, 0.5 * eps_j)
         g = self.mu.stieltjes(omega)
         if not np.all(np.isfinite(g)) or np.any(g.imag > 1e-9 * np.abs(g)):
-            raise NumericalError("free additive convolution: subordination did not converge")
+            raise NumericalError(f"{self!r}: the subordination fixed point did not converge, so the "
+                                 "density cannot be computed")
         return g
 
 

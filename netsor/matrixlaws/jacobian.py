@@ -152,6 +152,10 @@ def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 
     gap = lambda v: variance_gap(act, v, sigma_w, sigma_b)  # noqa: E731
     with np.errstate(over="ignore", invalid="ignore"):
         g_start = float(gap(start))
+        if not np.isfinite(g_start):
+            raise HyperParameterError(
+                f"E {act.name}(h)² is not finite for h ~ N(0, {start:g}): the variance recursion "
+                f"has no fixed point; pass q0 (and a finite depth)")
         if g_start == 0.0:
             return start
         if g_start < 0.0:

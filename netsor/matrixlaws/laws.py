@@ -100,8 +100,11 @@ class SpectralLaw(ABC):
         before = cont + np.sum(mass * (loc < pts[:, None]), axis=1)
         after = cont + np.sum(mass * (loc <= pts[:, None]), axis=1)
         xs = np.repeat(pts, 2)
-        fs = np.column_stack([before, after]).ravel()
-        return np.interp(uu, np.maximum.accumulate(fs), xs)
+        fs = np.maximum.accumulate(np.column_stack([before, after]).ravel())
+        idx = np.clip(np.searchsorted(fs, uu, side="left"), 1, fs.size - 1)  # first F ≥ u
+        f0, f1 = fs[idx - 1], fs[idx]
+        frac = np.clip((uu - f0) / np.where(f1 > f0, f1 - f0, 1.0), 0.0, 1.0)
+        return np.where(uu <= fs[0], xs[0], xs[idx - 1] + frac * (xs[idx] - xs[idx - 1]))
 
     @property
     def mean(self) -> float:

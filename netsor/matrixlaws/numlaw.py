@@ -39,7 +39,7 @@ import numpy as np
 
 from netsor.errors import NumericalError
 from netsor.matrixlaws.laws import SpectralLaw
-from netsor.validate import real_array
+from netsor.validate import complex_array, real_array
 
 Array = np.ndarray
 EPS_REL = 1e-10
@@ -220,7 +220,10 @@ class SolvedLaw(SpectralLaw):
             g = g - np.sum(mass / (z[:, None] - loc), axis=1)
         rho = -g.imag / np.pi
         if not np.all(np.isfinite(rho)):
-            raise NumericalError("the Cauchy transform solver returned non-finite values")
+            bad = x[~np.isfinite(rho)][0]
+            raise NumericalError(
+                f"{self!r} cannot be represented by a density: its Cauchy transform came out "
+                f"non-finite at x = {bad:.6g} (overflow in the solver)")
         lo, hi = self._support_bounds()
         inner = loc[loc > lo]
         guard = np.any(np.abs(x[:, None] - inner) <= _ATOM_GUARD * (hi - lo), axis=1)
@@ -244,7 +247,10 @@ class SolvedLaw(SpectralLaw):
         scale = self.continuous_mass / (hi_b - lo_b)  # the density of a uniform law
         positive = np.flatnonzero(rho > _DENSITY_FLOOR * scale)
         if positive.size == 0:
-            raise NumericalError("no continuous spectrum found inside the predicted support")
+            raise NumericalError(
+                f"{self!r} has continuous mass {self.continuous_mass:.6g} by its atoms, but its density "
+                f"is below {_DENSITY_FLOOR:g} of a uniform law's everywhere on the predicted support "
+                f"[{lo_b:.6g}, {hi_b:.6g}]: the continuous part is too thin or too narrow to be located")
         first, last = positive[0], positive[-1]
         touches = first == 0
         lo = lo_b if touches else self._refine_edge(probe[first], probe[first + 1], scale, True)
@@ -386,7 +392,7 @@ class SolvedLaw(SpectralLaw):
     def stieltjes(self, z: Array) -> Array:
         """``G(z)`` from the density grid (midpoint masses) plus the atoms; accurate when
         ``Im z`` is large compared with the grid spacing."""
-        zz = np.asarray(z, dtype=complex)[..., None]
+        zz = complex_array(z, "z")[..., None]
         x, cum = self.cdf_table()
         loc, mass = self.atoms
         cont = np.sum(np.diff(cum) / (zz - 0.5 * (x[1:] + x[:-1])), axis=-1)
