@@ -4,6 +4,7 @@ Agg canvas: no pyplot, no global backend, safe on headless machines and in threa
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,7 +111,7 @@ def loglog_plot(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
-        ax.set_title(title)
+        ax.set_title(textwrap.fill(title, 60), fontsize="medium")
     ax.legend(fontsize="small")
     fig.tight_layout()
     out = Path(path)
