@@ -9,9 +9,10 @@ have kinks or jumps. Three tools:
   singular). The innermost variable's panels are split exactly where each hyperplane crosses
   it; a hyperplane parallel to it, and the crossing of two hyperplanes, become hyperplanes of
   the next variable out. Piecewise-smooth functions of this kind converge spectrally in every
-  dimension. The error estimate is the difference with the same rule at half the nodes per
-  panel. Dimensions above ``NESTED_MAX_DIM`` use randomised quasi-Monte-Carlo (scrambled Sobol',
-  independent replicates) and report 5 standard errors.
+  dimension. The error estimate is twice the difference with a second rule of the same order
+  whose panels are shifted by half a panel (both split at the same breakpoints). Dimensions
+  above ``NESTED_MAX_DIM``, or rules larger than ``NESTED_BUDGET`` nodes, use randomised
+  quasi-Monte-Carlo (scrambled Sobol', independent replicates) and report 5 standard errors.
 * :class:`HermiteTable2` — per point, the multivariate Hermite coefficients
   ``F_α = E[F(Lξ) h_α(ξ)]`` (``h_α`` products of normalised Hermite polynomials) up to total
   degree ``K``, and the energy beyond each degree (Parseval).
@@ -29,28 +30,33 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 from scipy import special, stats
 
-from netsor.gaussian.quadrature import INV_SQRT_2PI, check_finite
+from netsor.gaussian.quadrature import INV_SQRT_2PI, Z_MAX, check_finite
 
 Array = np.ndarray
 Plane = tuple[Array, float]
 
 #: Highest dimension integrated by nested quadrature (above: randomised QMC).
 NESTED_MAX_DIM = 4
-#: Half-width of the integration box in each whitened coordinate (tail mass 1.2e-15 per axis
-#: at 8; functions growing faster than polynomially need variances of moderate size).
-BOX = 8.0
+#: Half-width of the integration box in each whitened coordinate: the one-dimensional rules'
+#: Z_MAX (tail mass 1.5e-23 per axis; polynomially growing functions lose ~1e-19 relative).
+BOX = Z_MAX
 #: Nodes per panel by dimension, and the base panels per axis.
 _NODES = {1: 20, 2: 16, 3: 10, 4: 8}
-_BASE = {1: 9, 2: 7, 3: 5, 4: 4}
-_GRADING = (1.0, 0.25, 1.0 / 16.0)
+_BASE = {1: 8, 2: 4, 3: 3, 4: 2}
+#: Most nodes per axis by dimension (bounds a point's rule to ~1e6 nodes in 3-4 dimensions; the
+#: error estimate then says whether that was enough).
+_AXIS_CAP = {1: 2000, 2: 600, 3: 100, 4: 32}
+#: Nested rules larger than this (nodes per point) are replaced by randomised QMC.
+NESTED_BUDGET = 400_000
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
 _RANK_TOL = 1e-12
-#: Points evaluated at once (bounds the working memory of the nested rule to ~100 MB).
-_CHUNK_NODES = 1 << 21
+#: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
+_CHUNK_NODES = 1 << 22
 #: Randomised QMC: log2 of points per replicate and number of replicates.
 QMC_LOG2_POINTS = 16
 QMC_REPLICATES = 8
@@ -127,26 +133,54 @@ def whiten(cov: Array) -> tuple[Array, int]:
 
 
 # ------------------------------------------------------------------ nested quadrature
-def _axis_rule(cuts: Array, dim: int, coarse: bool, spread: float) -> tuple[Array, Array]:
-    """Standard-normal rule on [−BOX, BOX] per row, split at ``cuts`` (M, c) with grading:
-    nodes and weights of shape (M, Q). ``spread`` is the largest scale of the function's
-    arguments along this axis: analytic functions of ``spread·ξ`` need panels of width ≲ 1/spread
-    (their singularities sit at a distance of that order from the real line)."""
+def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int = 0) -> tuple[Array, Array]:
+    """Standard-normal rule on [−BOX, BOX] per row, split exactly at ``cuts`` (M, c) (the function
+    is smooth on each side): nodes and weights of shape (M, Q). ``spread`` is the largest scale of
+    the function's arguments along this axis: analytic functions of ``spread·ξ`` need panels of
+    width ≲ 3/spread for 16 nodes to reach ~1e-10 (their singularities sit at a distance of
+    order 1/spread from the real line, e.g. tanh's at iπ/2); Hermite
+    polynomials of degree ``order`` oscillate with frequency ≈ √(2·order+1) and need panels of
+    width ≲ 12/√(2·order+1) (a few half-waves per panel of 16 nodes)."""
     M = cuts.shape[0]
-    panels = max(_BASE[dim], int(np.ceil(2.0 * BOX * max(spread, 1e-12) / 1.5)))
-    base = np.linspace(-BOX, BOX, min(panels, 64) + 1)
-    graded = [cuts]
-    for g in _GRADING:
-        graded += [cuts - g, cuts + g]
-    edges = np.concatenate([np.broadcast_to(base, (M, base.size))] + graded, axis=1)
+    panels = _base_panels(cuts.shape[1], dim, spread, order)
+    base = np.linspace(-BOX, BOX, panels + 1)
+    if shifted:  # the second rule of the error estimate: base panels moved by half a panel
+        base = np.concatenate([[-BOX], base[1:-1] + BOX / panels, [BOX]])
+    edges = np.concatenate([np.broadcast_to(base, (M, base.size)), cuts], axis=1)
     edges = np.sort(np.clip(np.nan_to_num(edges, nan=BOX, posinf=BOX, neginf=-BOX), -BOX, BOX), axis=1)
-    n = _NODES[dim] // 2 if coarse else _NODES[dim]
+    n = _NODES[dim]
     t, w = np.polynomial.legendre.leggauss(n)
     half = 0.5 * (edges[:, 1:] - edges[:, :-1])
     mid = 0.5 * (edges[:, 1:] + edges[:, :-1])
     z = (mid[..., None] + half[..., None] * t).reshape(M, -1)
     wz = (half[..., None] * w).reshape(M, -1) * INV_SQRT_2PI * np.exp(-0.5 * z * z)
     return z, wz
+
+
+def _base_panels(ncuts: int, dim: int, spread: float, order: int) -> int:
+    width = min(3.0 / max(spread, 1e-12), 12.0 / math.sqrt(2.0 * order + 1.0))
+    room = _AXIS_CAP[dim] // _NODES[dim] - ncuts
+    return max(_BASE[dim], min(int(np.ceil(2.0 * BOX / width)), room, 64))
+
+
+def rule_size(planes: list[tuple[Array, Array]], r: int, spread: Array, order: int = 0) -> int:
+    """Nodes per point of the nested rule (without building it)."""
+    size = 1
+    for axis, level in enumerate(_nested_levels(planes, r)):
+        ncuts = len(level)
+        size *= (_base_panels(ncuts, r, float(spread[axis]), order) + ncuts) * _NODES[r]
+    return size
+
+
+def _nested_levels(planes: list[tuple[Array, Array]], r: int) -> list[list[tuple[Array, Array]]]:
+    """``levels[axis]``: the breakpoints ``(a, b)`` of ξ_axis given ξ_0..ξ_{axis−1}."""
+    levels = []
+    current = planes
+    for axis in range(r - 1, -1, -1):
+        current, crossing = _project_planes(current, axis)
+        levels.append(crossing)
+    levels.reverse()
+    return levels
 
 
 def _project_planes(planes: list[tuple[Array, Array]], axis: int) -> tuple[list[tuple[Array, Array]], Array]:
@@ -170,29 +204,28 @@ def _project_planes(planes: list[tuple[Array, Array]], axis: int) -> tuple[list[
     return outer, crossing
 
 
-def _nested_nodes(planes: list[tuple[Array, Array]], r: int, coarse: bool, P: int,
-                  spread: Array) -> tuple[Array, Array]:
+def _nested_nodes(planes: list[tuple[Array, Array]], r: int, shifted: bool, P: int,
+                  spread: Array, order: int = 0, with_sizes: bool = False) -> Any:
     """Nodes ξ (P, Q, r) and weights (P, Q) of the nested rule in r whitened coordinates
-    (``spread[i]``: the largest scale of the arguments along ξ_i, see :func:`_axis_rule`)."""
-    levels = []
-    current = planes
-    for axis in range(r - 1, -1, -1):
-        current, crossing = _project_planes(current, axis)
-        levels.append(crossing)
-    levels.reverse()  # levels[axis]: breakpoints of ξ_axis given ξ_0..ξ_{axis-1}
+    (``spread[i]``: the largest scale of the arguments along ξ_i, see :func:`_axis_rule`).
+    Nodes are outer-major: the Q = Q₁·…·Q_r nodes enumerate ξ₁'s nodes, each with the nodes
+    of ξ₂ given it, and so on."""
+    levels = _nested_levels(planes, r)
     xi = np.zeros((P, 1, 0))
     w = np.ones((P, 1))
+    sizes = []
     for axis in range(r):
         Pq = xi.shape[1]
         if levels[axis]:
             cuts = np.stack([np.einsum("pqj,pj->pq", xi, a) + b[:, None] for a, b in levels[axis]], axis=-1)
         else:
             cuts = np.full((P, Pq, 0), np.nan)
-        z, wz = _axis_rule(cuts.reshape(P * Pq, -1), r, coarse, float(spread[axis]))
+        z, wz = _axis_rule(cuts.reshape(P * Pq, -1), r, shifted, float(spread[axis]), order)
         Q = z.shape[1]
+        sizes.append(Q)
         xi = np.concatenate([np.repeat(xi, Q, axis=1), z.reshape(P, Pq * Q, 1)], axis=2)
         w = np.repeat(w, Q, axis=1) * wz.reshape(P, Pq * Q)
-    return xi, w
+    return (xi, w, sizes) if with_sizes else (xi, w)
 
 
 def _whitened_planes(F: JointFunction, L: Array) -> list[tuple[Array, Array]]:
@@ -206,7 +239,7 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     """``(E F(U), error estimate)`` by nested quadrature, for ``cov`` of shape (P, k, k).
 
     With ``hermite_order`` the result has shape (P, n_α + 1): the Hermite coefficients
-    ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (order of :func:`_hermite_products`) and
+    ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁ descending) and
     ``E F²`` last. With ``moments`` it has shape (P, 2 + 2k): ``E F², E F⁴``, ``E (∂_i F)²`` for
     each argument and ``E |∇F|²|U|²``, ``E |∇F|²`` — what error propagation needs.
     """
@@ -215,29 +248,31 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     L, r = whiten(cov)
     if r > NESTED_MAX_DIM:
         raise ValueError("nested_expectation: dimension too high")
-    width = 1 if hermite_order is None and not moments else 16
+    width = 1 if hermite_order is None else 4
     spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0) if P else np.zeros(r)  # column norms
     results = []
-    for coarse in (False, True):
-        per_point = _nested_nodes(_whitened_planes(F, L[:1]), r, coarse, 1, spread)[0].shape[1]
+    for shifted in (False, True):
+        order = hermite_order or 0
+        per_point = rule_size(_whitened_planes(F, L[:1]), r, spread, order)
         step = max(1, _CHUNK_NODES // max(per_point * width, 1))
         parts = []
         for i in range(0, P, step):
             sl = slice(i, min(i + step, P))
-            xi, w = _nested_nodes(_whitened_planes(F, L[sl]), r, coarse, sl.stop - sl.start, spread)
-            u = np.einsum("pkr,pqr->pqk", L[sl], xi)
+            xi, w, sizes = _nested_nodes(_whitened_planes(F, L[sl]), r, shifted, sl.stop - sl.start, spread, order,
+                                         with_sizes=True)
+            u = np.matmul(xi, np.swapaxes(L[sl], 1, 2))
             f = F(u)
             fw = f * w
             if hermite_order is not None:
-                h, _ = _hermite_products(xi, hermite_order)
-                parts.append(np.concatenate([np.einsum("pq,pqm->pm", fw, h), np.sum(fw * f, axis=1)[:, None]],
-                                            axis=1))
+                parts.append(np.concatenate([_hermite_contract(xi, fw, r, hermite_order, sizes[0]),
+                                             np.sum(fw * f, axis=1)[:, None]], axis=1))
             elif moments:
                 parts.append(_moment_integrals(F, u, f, w))
             else:
                 parts.append(fw.sum(axis=1))
         results.append(np.concatenate(parts))
-    return results[0], np.abs(results[0] - results[1])
+    # two rules of the same order whose errors are independent-ish: twice their difference
+    return results[0], 2.0 * np.abs(results[0] - results[1])
 
 
 def _moment_integrals(F: JointFunction, u: Array, f: Array, w: Array) -> Array:
@@ -283,8 +318,9 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0) -> tuple[Arra
     cov = np.asarray(cov, dtype=float)
     if not cov.shape[0]:
         return np.empty(0), np.empty(0), np.empty(0)
-    _, r = whiten(cov)
-    if r <= NESTED_MAX_DIM:
+    L, r = whiten(cov)
+    spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0)
+    if r <= NESTED_MAX_DIM and rule_size(_whitened_planes(F, L[:1]), r, spread) <= NESTED_BUDGET:
         value, err = nested_expectation(F, cov)
         return value, err, np.zeros_like(value)
     value, se = qmc_expectation(F, cov, seed)
@@ -299,23 +335,48 @@ def _multi_indices(dim: int, degree: int) -> list[tuple[int, ...]]:
     return [(i, *rest) for i in range(degree, -1, -1) for rest in _multi_indices(dim - 1, degree - i)]
 
 
-def _hermite_products(xi: Array, order: int) -> tuple[Array, list[tuple[int, ...]]]:
-    """``h_α(ξ) = Π_i He_{α_i}(ξ_i)/√α_i!`` for all ``|α| ≤ order``: shape (P, Q, n_α)."""
-    P, Q, r = xi.shape
-    h = np.empty((r, order + 1, P, Q))
-    h[:, 0] = 1.0
+def _hermite_1d(x: Array, order: int) -> Array:
+    """``He_k(x)/√k!`` for k ≤ order, shape (order+1, *x.shape)."""
+    h = np.empty((order + 1, *x.shape))
+    h[0] = 1.0
     if order:
-        h[:, 1] = np.moveaxis(xi, -1, 0)
+        h[1] = x
     for k in range(1, order):
-        h[:, k + 1] = (np.moveaxis(xi, -1, 0) * h[:, k] - math.sqrt(k) * h[:, k - 1]) / math.sqrt(k + 1.0)
-    index = [a for deg in range(order + 1) for a in _multi_indices(r, deg)]
-    out = np.empty((P, Q, len(index)))
-    for j, alpha in enumerate(index):
-        prod = h[0, alpha[0]].copy()
-        for i in range(1, r):
-            prod *= h[i, alpha[i]]
-        out[..., j] = prod
-    return out, index
+        h[k + 1] = (x * h[k] - math.sqrt(k) * h[k - 1]) / math.sqrt(k + 1.0)
+    return h
+
+
+def _contract_last(x: Array, fw: Array, order: int) -> Array:
+    """``Σ_last fw · He_k(x)/√k!`` for k ≤ order (shape fw.shape[:-1] + (order+1,)), running the
+    three-term recurrence without storing every degree."""
+    out = np.empty((*fw.shape[:-1], order + 1))
+    prev, cur = np.zeros_like(x), np.ones_like(x)
+    out[..., 0] = fw.sum(axis=-1)
+    for k in range(order):
+        prev, cur = cur, (x * cur - math.sqrt(k) * prev) / math.sqrt(k + 1.0)
+        out[..., k + 1] = np.einsum("...q,...q->...", cur, fw)
+    return out
+
+
+def _hermite_contract(xi: Array, fw: Array, r: int, order: int, outer: int) -> Array:
+    """``Σ_q fw_q h_α(ξ_q)`` for all ``|α| ≤ order`` (order of :func:`_multi_indices` by degree).
+
+    The nested rule is a rule in ξ₁ (outer) whose every node carries a rule in ξ₂ (inner), so
+    the sum factorises: contract the inner axis with ``h_{α₂}`` first, then the outer with
+    ``h_{α₁}`` — O(Q·K) per point instead of O(Q·K²) for forming every product.
+    """
+    P, Q = fw.shape
+    if r == 1:
+        return _contract_last(xi[..., 0], fw, order)
+    Q1 = outer
+    Q2 = Q // Q1
+    x1 = xi[:, ::Q2, 0]  # (P, Q1)
+    inner = _contract_last(xi[..., 1].reshape(P, Q1, Q2), fw.reshape(P, Q1, Q2), order)  # (P, Q1, K+1)
+    full = np.matmul(_hermite_1d(x1, order).transpose(1, 0, 2), inner)  # (P, K+1, K+1): [α₁, α₂]
+    index = [a for deg in range(order + 1) for a in _multi_indices(2, deg)]
+    first = np.array([a[0] for a in index])
+    second = np.array([a[1] for a in index])
+    return full[:, first, second]
 
 
 @dataclass
@@ -360,8 +421,8 @@ def hermite_table(F: JointFunction, cov: Array, order: int) -> HermiteTable2:
     energy = np.cumsum(np.stack([np.sum(c * c, axis=1) for c in coef], axis=1), axis=1)
     tail = np.maximum(m2[:, None] - energy, 0.0) + 1e-14 * m2[:, None]
     root = np.sqrt(m2)
-    qerr = (np.max(err[:, :-1], axis=1) + np.where(root > 0, err[:, -1] / (2 * np.maximum(root, 1e-300)), 0.0)
-            + 1e-15 * root)
+    qerr = (np.max(err[:, :-1], axis=1)
+            + np.where(root > 0, err[:, -1] / (2 * np.maximum(root, 1e-300)), 0.0) + 1e-15 * root)
     return HermiteTable2(L, coef, m2, tail, qerr, order, r)
 
 
@@ -509,7 +570,7 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     uy = uy.reshape(-1, G.dim, G.dim)
     series = np.zeros(M, dtype=bool)
     if whiten(ux)[1] <= 2 and whiten(uy)[1] <= 2:
-        order = 12
+        order = 16
         while True:
             tf, tg = memo.tables(F, ux, order), memo.tables(G, uy, order)
             inv_x = _pinv_factor(tf.L)
@@ -517,20 +578,24 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
             R = np.einsum("mrk,mkl,msl->mrs", inv_x[ix], C, inv_y[iy])
             norm = np.minimum(_operator_norm(R), 1.0)
             scale = np.sqrt(tf.m2[ix] * tg.m2[iy])
-            with np.errstate(divide="ignore"):
-                log_norm = np.log(np.maximum(norm, 1e-300))
             # smallest degree K whose tail bound meets the tolerance
             bound = norm[:, None] ** (np.arange(order + 1) + 1.0) * np.sqrt(tf.tail[ix] * tg.tail[iy])
             ok = bound <= rtol * np.maximum(scale, 1e-300)[:, None]
             reach = ok.any(axis=1)
             need = np.where(reach, np.argmax(ok, axis=1), order + 1)
-            if reach.mean() > 0.9 or order >= MAX_DEGREE or not reach.any() and order >= 24:
+            # nearly colinear pairs go to quadrature whatever the degree; grow the degree while
+            # other pairs are out of reach
+            others = norm < 0.98
+            if order >= MAX_DEGREE or reach[others].all():
                 break
-            order = min(MAX_DEGREE, 2 * order)
-        del log_norm
+            order = min(MAX_DEGREE, _predicted_degree(tf, tg, ix, iy, norm, rtol, others & ~reach))
         series = reach
-        if series.any():
-            idx = np.flatnonzero(series)
+        idx_all = np.flatnonzero(series)
+        # evaluate each pair at (about) the degree it needs: the cost grows like degree³
+        for lo, hi in zip((-1, 8, 12, 16, 24, 32), (8, 12, 16, 24, 32, MAX_DEGREE), strict=True):
+            idx = idx_all[(need[idx_all] > lo) & (need[idx_all] <= hi)]
+            if not idx.size:
+                continue
             top = int(need[idx].max())
             value[idx] = pair_series(tf, tg, R[idx], ix[idx], iy[idx], top)
             n_coef = (top + 1) * (top + 2) / 2
@@ -545,6 +610,21 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
         joint[:, F.dim:, :F.dim] = np.swapaxes(C[rest], 1, 2)
         value[rest], err[rest], se[rest] = point_expectation(product_function(F, G), joint, seed)
     return value, err, se
+
+
+def _predicted_degree(tf: HermiteTable2, tg: HermiteTable2, ix: Array, iy: Array, norm: Array, rtol: float,
+                      todo: Array) -> int:
+    """The degree the pairs ``todo`` need, from the decay of the tails between degrees K/2 and K
+    (a power law ``T(k) ∝ k^{−p}``, as for kinked functions; faster decay only helps)."""
+    K = tf.order
+    t_hi = np.sqrt(tf.tail[ix[todo], K] * tg.tail[iy[todo], K])
+    t_lo = np.sqrt(tf.tail[ix[todo], K // 2] * tg.tail[iy[todo], K // 2])
+    p = np.clip(np.log(np.maximum(t_lo, 1e-300) / np.maximum(t_hi, 1e-300)) / math.log(2.0), 0.0, 8.0)
+    target = rtol * np.sqrt(tf.m2[ix[todo]] * tg.m2[iy[todo]])
+    for k in range(K + 4, MAX_DEGREE + 1, 4):
+        if np.all(norm[todo] ** (k + 1) * t_hi * (k / K) ** (-p) <= target):
+            return k
+    return MAX_DEGREE
 
 
 def _pinv_factor(L: Array) -> Array:

@@ -66,3 +66,11 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
             planes.append((normal, float(offset)))
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe())
+
+
+def shifted(act: Activation, offset: float) -> Activation:
+    """``x ↦ act(x + offset)`` (kinks shifted by −offset)."""
+    return Activation(name=f"{act.name}(·{offset:+g})", fn=lambda x: act.fn(x + offset),
+                      deriv=lambda x: act.deriv(x + offset), smooth=act.smooth,
+                      kinks=tuple(k - offset for k in act.kinks), kinks_known=act.kinks_known,
+                      continuous=act.continuous, registered=False, cache_key=("shift", act.key, offset))

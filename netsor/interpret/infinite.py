@@ -49,10 +49,10 @@ from netsor.gaussian.pairs import (
     pair_expectation,
 )
 from netsor.interpret import propagation
-from netsor.interpret.functions import activation_of, joint_function
+from netsor.interpret.functions import activation_of, joint_function, shifted
 from netsor.interpret.rules import DataForm, FunctionForm, LinearForm, SourceCovariance, SourceForm, data_view, rule_for
 from netsor.ir import Program, Vector
-from netsor.ir.expr import Monomial, Polynomial, Var, expand
+from netsor.ir.expr import Apply, Monomial, Polynomial, Var, expand
 from netsor.linalg import PSD_TOLERANCE, ensure_psd
 from netsor.validate import (
     check_choice,
@@ -89,6 +89,16 @@ class Component:
 
     left: Monomial | None
     right: Monomial | None
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A monomial that is a function of one linear form ``w = Σ coefs · args`` of G-vectors:
+    ``act(w)`` (one-dimensional, whatever the number of arguments)."""
+
+    args: tuple[Vector, ...]
+    coefs: Array
+    act: Activation
 
 
 class Analysis:
@@ -180,10 +190,13 @@ class Analysis:
         self._components[key] = out
         return out
 
-    def activation(self, m: Monomial) -> Activation:
-        key = ("act", m.key)
+    def projection(self, m: Monomial) -> Projection | None:
+        """``m`` as a function of one linear form of G-vectors, when it is one: a function of a
+        single G-vector, or one activation of an affine combination (``relu(a − b)``, the traced
+        ``max(a, b) = b + relu(a − b)``); None otherwise."""
+        key = ("proj", m.key)
         if key not in self._functions:
-            self._functions[key] = activation_of(m.expr, m.args[0])
+            self._functions[key] = _projection(m)
         return self._functions[key]
 
     def joint(self, m: Monomial) -> joint.JointFunction:
@@ -191,6 +204,21 @@ class Analysis:
         if key not in self._functions:
             self._functions[key] = joint_function(m.expr, m.args)
         return self._functions[key]
+
+
+def _projection(m: Monomial) -> Projection | None:
+    if len(m.args) == 1:
+        return Projection(m.args, np.ones(1), activation_of(m.expr, m.args[0]))
+    if len(m.atoms) != 1 or not isinstance(m.atoms[0], Apply):
+        return None
+    form = m.atoms[0].child.affine()
+    if form is None:
+        return None
+    terms, offset = form
+    act = m.atoms[0].act
+    if offset != 0.0:
+        act = shifted(act, offset)
+    return Projection(tuple(v for v, _ in terms), np.array([c for _, c in terms]), act)
 
 
 _ANALYSES: weakref.WeakKeyDictionary[Program, Analysis] = weakref.WeakKeyDictionary()
@@ -328,11 +356,8 @@ class MonomialPair(Quantity):
                 continue
             if diag:
                 union = _union(comp.left.args, comp.right.args)
-                own += _block_keys(union)
-                if len(comp.left.args) == 1 and len(comp.right.args) == 1 and len(union) == 2:
-                    own += [("pm", comp.left.key), ("pm", comp.right.key)]
-                else:
-                    own.append(("pm", an.register(comp.left.atoms + comp.right.atoms).key))
+                own += _block_keys(union) + [("pm", comp.left.key), ("pm", comp.right.key),
+                                             ("pm", an.register(comp.left.atoms + comp.right.atoms).key)]
             else:
                 own += [("g", x, y) for x in comp.left.args for y in comp.right.args]
                 side += [canonical(k) for k in _block_keys(comp.left.args) + _block_keys(comp.right.args)]
@@ -351,11 +376,13 @@ class MonomialPair(Quantity):
                 v, e = run.same_point(comp)
             else:
                 v, e = run.pair(comp)
-            # (v₁ ± e₁)(v₂ ± e₂): the error of a product, exactly bounded
+            # rounding of the expectation's evaluation (summation over nodes and pairs of terms),
+            # then (v₁ ± e₁)(v₂ ± e₂): the error of a product, exactly bounded
+            e = e + 16 * _EPS * np.abs(v)
             err = np.abs(value) * e + err * (np.abs(v) + e)
             value = value * v
         value = np.broadcast_to(np.asarray(value, dtype=float), run.shape)
-        return value, np.broadcast_to(np.asarray(err, dtype=float), run.shape) + 4 * _EPS * np.abs(value)
+        return value, np.broadcast_to(np.asarray(err, dtype=float), run.shape)
 
 
 class MonomialMean(Quantity):
@@ -367,9 +394,10 @@ class MonomialMean(Quantity):
         m = run.an.monomials[key[1]]
         cov, d_cov = run.block(m.args)
         stats = run.get(("pm", key[1]))[0]
-        if len(m.args) == 1:
-            a, da = cov[:, 0, 0], d_cov[:, 0, 0]
-            value, err = mean(run.an.activation(m), a, run.term_rtol)
+        proj = run.an.projection(m)
+        if proj is not None:
+            a, da = _form_variance(proj, cov, d_cov)
+            value, err = mean(proj.act, a, run.term_rtol)
             return value, err + propagation.point_1d(a, da, stats)
         value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key))
         run.note_stderr(se)
@@ -384,9 +412,10 @@ class PointMoments(Quantity):
 
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
-        cov, _ = run.block(m.args)
-        if len(m.args) == 1:
-            return moments_1d(run.an.activation(m), cov[:, 0, 0]), None
+        cov, d_cov = run.block(m.args)
+        proj = run.an.projection(m)
+        if proj is not None:
+            return moments_1d(proj.act, _form_variance(proj, cov, d_cov)[0]), None
         return joint.point_moments(run.an.joint(m), cov, seed=_seed(key)), None
 
 
@@ -394,6 +423,12 @@ QUANTITIES: dict[str, Quantity] = {
     "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
     "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(),
 }
+
+
+def _form_variance(proj: Projection, cov: Array, d_cov: Array) -> tuple[Array, Array]:
+    """Variance ``cᵀΣc`` of a linear form at each point (cov (P, k, k)) and its error bound."""
+    c = proj.coefs
+    return np.einsum("i,pij,j->p", c, cov, c), np.einsum("i,pij,j->p", np.abs(c), d_cov, np.abs(c))
 
 
 def _union(a: tuple[Vector, ...], b: tuple[Vector, ...]) -> tuple[Vector, ...]:
@@ -552,17 +587,18 @@ class Run:
         left, right = comp.left, comp.right
         union = _union(left.args, right.args)
         cov, d_cov = self.block(union)
-        if len(left.args) == 1 and len(right.args) == 1:
-            i, j = union.index(left.args[0]), union.index(right.args[0])
-            a, b, c = cov[:, i, i], cov[:, j, j], cov[:, i, j]
-            value, err = pair_expectation(an.activation(left), an.activation(right), a, b, c, memo=self.memo,
-                                          rtol=self.term_rtol)
-            if len(union) == 1:  # one argument: E[(φψ)(u)]
+        pl, pr = an.projection(left), an.projection(right)
+        if pl is not None and pr is not None:
+            cl, cr = _embed(pl, union), _embed(pr, union)
+            a, da = _quadratic(cl, cov, d_cov, cl)
+            b, db = _quadratic(cr, cov, d_cov, cr)
+            c, dc = _quadratic(cl, cov, d_cov, cr)
+            value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
+            if len(union) == 1 or np.allclose(cl, cr):  # one linear form: E[(φψ)(w)]
                 stats = self.get(("pm", an.register(left.atoms + right.atoms).key))[0]
-                return value, err + propagation.point_1d(a, d_cov[:, 0, 0], stats)
+                return value, err + propagation.point_1d(a, da, stats)
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
-            return value, err + propagation.pair_1d(a, b, c, d_cov[:, i, i], d_cov[:, j, j], d_cov[:, i, j],
-                                                    s_left, s_right)
+            return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
         product = an.register(left.atoms + right.atoms)
         stats = self.get(("pm", product.key))[0]
         value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key))
@@ -575,39 +611,51 @@ class Run:
         left, right = comp.left, comp.right
         s_left = self.point(("pm", left.key), "left")[0]
         s_right = self.point(("pm", right.key), "right")[0]
-        if len(left.args) == 1 and len(right.args) == 1:
-            (a, da), (b, db) = (self.point(("g", left.args[0], left.args[0]), "left"),
-                                self.point(("g", right.args[0], right.args[0]), "right"))
-            c, dc = self.values[("g", left.args[0], right.args[0])]
-            phi, psi = an.activation(left), an.activation(right)
+        cov_x, d_x = self.block(left.args, "left")
+        cov_y, d_y = self.block(right.args, "right")
+        C, dC = self.cross(left.args, right.args)
+        pl, pr = an.projection(left), an.projection(right)
+        if pl is not None and pr is not None:
+            a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
+            b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
+            c = np.einsum("i,xyij,j->xy", pl.coefs, C, pr.coefs)
+            dc = np.einsum("i,xyij,j->xy", np.abs(pl.coefs), dC, np.abs(pr.coefs))
+            phi, psi = pl.act, pr.act
             value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol)
             if phi.kernel is not None and is_elementary(phi, psi) and not (phi.continuous and psi.continuous):
                 # a closed form of a discontinuous activation: its exact change over the error interval
                 delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
-                limit = np.sqrt(a * b)
-                prop = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
-                                  np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
+                bound = np.sqrt(a * b)
+                prop = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, bound)) - value),
+                                  np.abs(phi.kernel(a, b, np.maximum(c - delta, -bound)) - value))
             else:
                 prop = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
             return value, err + prop
-        cov_x, d_x = self.block(left.args, "left")
-        cov_y, d_y = self.block(right.args, "right")
-        C, dC = self.cross(left.args, right.args)
         b1, b2 = self.shape
         M = b1 * b2
-        rep = {"left": lambda x: np.repeat(x, b2, axis=0), "right": lambda x: np.tile(x, (b1,) + (1,) * (x.ndim - 1))}
-        cx, dx = rep["left"](cov_x), rep["left"](d_x)
-        cy, dy = rep["right"](cov_y), rep["right"](d_y)
+        cx, dx = np.repeat(cov_x, b2, axis=0), np.repeat(d_x, b2, axis=0)
+        cy, dy = np.tile(cov_y, (b1, 1, 1)), np.tile(d_y, (b1, 1, 1))
         Cf, dCf = C.reshape(M, *C.shape[2:]), dC.reshape(M, *dC.shape[2:])
         value, err, se = joint.pair_expectation(an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol,
                                                 memo=self.tables, seed=_seed((left.key, right.key)))
         self.note_stderr(se)
-        stats_l = {k: rep["left"](np.broadcast_to(v, (b1,) + v.shape[1:]) if np.ndim(v) else v)
-                   for k, v in _rows(s_left).items()}
-        stats_r = {k: rep["right"](np.broadcast_to(v, (b2,) + v.shape[1:]) if np.ndim(v) else v)
-                   for k, v in _cols(s_right).items()}
+        stats_l = {k: np.repeat(v[:, 0], b2, axis=0) for k, v in s_left.items()}
+        stats_r = {k: np.tile(v[0], (b1,) + (1,) * (v.ndim - 2)) for k, v in s_right.items()}
         prop = propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
         return value.reshape(self.shape), (err + prop).reshape(self.shape)
+
+
+def _embed(proj: Projection, args: tuple[Vector, ...]) -> Array:
+    """The coefficients of a projection over a larger argument list."""
+    out = np.zeros(len(args))
+    for v, c in zip(proj.args, proj.coefs, strict=True):
+        out[args.index(v)] += c
+    return out
+
+
+def _quadratic(u: Array, cov: Array, d_cov: Array, v: Array) -> tuple[Array, Array]:
+    """``uᵀ Σ v`` per point and its error bound ``|u|ᵀ δΣ |v|``."""
+    return np.einsum("i,pij,j->p", u, cov, v), np.einsum("i,pij,j->p", np.abs(u), d_cov, np.abs(v))
 
 
 def _rows(stats: dict[str, Array]) -> dict[str, Array]:
@@ -693,7 +741,6 @@ class Limit:
         self._diag: dict[str, Side] = {}
         self._memo = CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
         self._tables = joint.TableMemo()
-        self._used_joint = False
 
     @property
     def term_rtol(self) -> float:
@@ -759,10 +806,10 @@ class Limit:
             for comp in an.components(k[1], k[2], False):
                 if comp.left is None or comp.right is None:
                     continue
-                if len(comp.left.args) > 1 or len(comp.right.args) > 1:
-                    self._used_joint = True
+                pl, pr = an.projection(comp.left), an.projection(comp.right)
+                if pl is None or pr is None:
                     return "joint"
-                if not is_elementary(an.activation(comp.left), an.activation(comp.right)):
+                if not is_elementary(pl.act, pr.act):
                     kind = "series"
         return kind
 

@@ -497,6 +497,24 @@ class FreeProductLaw(SolvedLaw):
     def _support_bounds(self) -> tuple[float, float]:
         return self._lower, self._upper * (1.0 + 1e-9)
 
+    def _unrepresentable(self) -> str | None:
+        """A single factor known through quadrature nodes, to the power 1, times point masses,
+        is that discrete rule rescaled: nothing smooths it into a density."""
+        if self._explicit or len(self._implicit) != 1 or self._implicit[0].power != 1:
+            return None
+        law = next(f.law for f in self.factors if f.power and _point_mass(f.law) is None)
+        return (f"{self!r} is {law!r} times a constant: that law is known only through "
+                f"{self._implicit[0].nodes.size} nodes (Gauss quadrature nodes and atoms), and no free "
+                "convolution spreads them, so it has no density or cdf here (its moments are exact); e.g. a depth-1 "
+                "network with orthogonal weights: use Gaussian weights or depth >= 2")
+
+    def _representation_note(self) -> str:
+        if not self._implicit:
+            return ""
+        return ("; some factors are known only through the quadrature nodes of φ'(h)², and when "
+                "the other factors barely spread them (layers at tiny pre-activation variance, "
+                "whose φ'(h)² is nearly constant) the density keeps spikes at those nodes")
+
     def _exact_upper_edge(self) -> float | None:
         """``1 / max χ``, the upper edge of the whole support: that of the continuous part
         unless an atom sits there (then None: the edge is located by the probe)."""

@@ -23,11 +23,16 @@ geometrically closer to the edge, where densities rise or diverge like powers) u
 estimated error of the continuous mass is below ``REFINE_TARGET = 2e−4`` of it, within
 ``MAX_POINTS_FACTOR = 16`` times ``grid_size`` points and ``MAX_ROUNDS`` vectorised solver
 calls. The cdf table is the trapezoid rule on that grid, with a tail below the first point
-(``1e−30`` of the width above the lower edge) when the density diverges there: the tail
-gets the mass not found on the grid, and a power-law extrapolation of the density checks
-it. The mismatch (or, without a tail, the continuous mass found minus expected) is kept in
-``mass_defect``; above ``MASS_TOLERANCE = 1e−3`` of the continuous mass the law is refused
-with a :class:`~netsor.errors.NumericalError` that says where the grid failed.
+when the density diverges at the lower edge: the tail gets the mass not found on the grid,
+and a power-law extrapolation of the density checks it; while that check is off by more than
+the target, the geometric part of the grid (from ``1e−30`` of the width above the edge) is
+extended 30 decades further down, to ``1e−290`` at most (critical erf networks put a percent
+of their mass below ``1e−29``). The mismatch (or, without a tail, the continuous mass found
+minus expected) is kept in ``mass_defect``; above ``MASS_TOLERANCE = 1e−3`` of the continuous
+mass the law is refused with a :class:`~netsor.errors.NumericalError` that names the law,
+what was found and where the grid failed. A law known in advance to have no computable
+density (``_unrepresentable``) is refused with an :class:`~netsor.errors.UnsupportedError`
+saying why.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from functools import cached_property
 
 import numpy as np
 
-from netsor.errors import NumericalError
+from netsor.errors import NumericalError, UnsupportedError
 from netsor.matrixlaws.laws import SpectralLaw
 from netsor.validate import complex_array, real_array
 
@@ -192,6 +197,14 @@ class SolvedLaw(SpectralLaw):
         """The upper edge of the continuous part when known in closed form (else None)."""
         return None
 
+    def _unrepresentable(self) -> str | None:
+        """Why the law has no density this class can compute, when that is known in advance."""
+        return None
+
+    def _representation_note(self) -> str:
+        """What the law's representation implies for its density (appended to grid errors)."""
+        return ""
+
     @property
     def continuous_support(self) -> tuple[float, float]:
         """``(lo, hi)``: the support of the absolutely continuous part (atoms excluded)."""
@@ -213,6 +226,9 @@ class SolvedLaw(SpectralLaw):
     def _density_1d(self, x: Array) -> Array:
         if self.continuous_mass <= 1e-14:
             return np.zeros_like(x)
+        reason = self._unrepresentable()
+        if reason is not None:
+            raise UnsupportedError(reason)
         z = x + 1j * self._eps(x)
         g = self._cauchy_on_axis(x)
         loc, mass = self.atoms
@@ -369,7 +385,7 @@ class SolvedLaw(SpectralLaw):
                 f"{self.continuous_mass + defect:.6f} instead of {self.continuous_mass:.6f} "
                 f"(tolerance {MASS_TOLERANCE:g}); the largest remaining quadrature error is near "
                 f"x = {where:.6g}, where the density is steeper than the grid resolves or the "
-                "Cauchy-transform solver lost accuracy; a larger grid_size may help")
+                f"Cauchy-transform solver lost accuracy{self._representation_note()}")
         return x, cum * (self.continuous_mass / cum[-1]), float(defect)
 
     def _tail_defect(self, s: Array, x: Array, rho: Array, jac: Array) -> float:

@@ -1,0 +1,193 @@
+"""Independent references for kernels of joint (several-argument) nonlinearities.
+
+Written from textbook identities, not from netsor's code: the arc-cosine, arcsine and |·|
+kernels, Stein's lemma, the moments of a truncated bivariate normal (derived with Gaussian
+integration by parts, checked against Monte Carlo in the tests), and plain tensor
+Gauss–Legendre rules on the smooth pieces of an integrand. Every function returns the kernel
+``E[h(x_i) h(x_j)]`` for all pairs of inputs, given the covariances of the G-vectors involved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+SQRT2PI = np.sqrt(2 * np.pi)
+
+
+def _angle(a, b, c):
+    """θ = arccos(c/√(ab)) computed as atan2(√(ab − c²), c): exact at colinear pairs (ab = c²)."""
+    return np.arctan2(np.sqrt(np.maximum(a * b - c * c, 0.0)), c)
+
+
+def relu_kernel(a, b, c):
+    """E[relu u relu v], (u, v) ~ N(0, [[a, c], [c, b]]) (Cho & Saul, order 1)."""
+    th = _angle(a, b, c)
+    return (np.sqrt(np.maximum(a * b - c * c, 0.0)) + (np.pi - th) * c) / (2 * np.pi)
+
+
+def step_kernel(a, b, c):
+    """E[step u step v] = (π − θ)/(2π)."""
+    return (np.pi - _angle(a, b, c)) / (2 * np.pi)
+
+
+def abs_kernel(a, b, c):
+    """E[|u||v|] = (2/π)(√(ab − c²) + c·arcsin(c/√(ab)))."""
+    return 2 / np.pi * (np.sqrt(np.maximum(a * b - c * c, 0.0)) + c * (np.pi / 2 - _angle(a, b, c)))
+
+
+def pairwise(K):
+    """(a_i, a_j, c_ij) of a covariance matrix, broadcast over pairs."""
+    d = np.diag(K)
+    return d[:, None], d[None, :], K
+
+
+def owens_bvn(h, k, r):
+    """P(X ≤ h, Y ≤ k) for standard bivariate normal with correlation r (Owen's T formula)."""
+    h, k, r = np.broadcast_arrays(np.asarray(h, float), np.asarray(k, float), np.asarray(r, float))
+    s = np.sqrt(1 - r * r)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ah = np.where(h != 0, (k - r * h) / (h * s), np.inf)
+        ak = np.where(k != 0, (h - r * k) / (k * s), np.inf)
+    th = np.where(h != 0, special.owens_t(h, ah), np.where(k >= 0, 0.25, -0.25))
+    tk = np.where(k != 0, special.owens_t(k, ak), np.where(h >= 0, 0.25, -0.25))
+    beta = np.where((h * k < 0) | ((h * k == 0) & (h + k < 0)), 0.5, 0.0)
+    return 0.5 * special.ndtr(h) + 0.5 * special.ndtr(k) - th - tk - beta
+
+
+def relu_relu_noncentral(m1, m2, s1, s2, r):
+    """E[X⁺ Y⁺] for (X, Y) Gaussian with means m1, m2, sds s1, s2 and correlation r.
+
+    Gaussian integration by parts twice: E[X G] = m1 E[G] + s1² E[∂ₓG] + r s1 s2 E[∂ᵧG] with
+    G = Y 1{X>0, Y>0}, and the same for E[Y 1{X>0, Y>0}].
+    """
+    q = np.sqrt(1 - r * r)
+    P = owens_bvn(m1 / s1, m2 / s2, r)  # P(X > 0, Y > 0) = P(−X < 0, −Y < 0)
+    px0 = np.exp(-0.5 * (m1 / s1) ** 2) / (SQRT2PI * s1)
+    py0 = np.exp(-0.5 * (m2 / s2) ** 2) / (SQRT2PI * s2)
+    m_y = m2 - r * s2 * m1 / s1  # Y | X = 0
+    m_x = m1 - r * s1 * m2 / s2  # X | Y = 0
+    tau_y, tau_x = s2 * q, s1 * q
+    ey_pos = m_y * special.ndtr(m_y / tau_y) + tau_y * np.exp(-0.5 * (m_y / tau_y) ** 2) / SQRT2PI
+    e_y_box = m2 * P + s2**2 * py0 * special.ndtr(m_x / tau_x) + r * s1 * s2 * px0 * special.ndtr(m_y / tau_y)
+    return m1 * e_y_box + s1**2 * px0 * ey_pos + r * s1 * s2 * P
+
+
+def relu_times_relu_correlated(Kaa, Kbb, Kab, nodes=200):
+    """E[relu(a)relu(b) relu(a')relu(b')] for jointly Gaussian (a, b) at each input, given the
+    covariance matrices over inputs ``Kaa = E[a a']``, ``Kbb``, ``Kab = E[a b']``.
+
+    Condition on (a, a'); (b, b') | (a, a') is Gaussian and E[relu b relu b' | a, a'] is
+    :func:`relu_relu_noncentral`; the outer integral over the quadrant a, a' > 0 of the smooth
+    result uses a tensor Gauss–Legendre rule on [0, 10σ]².
+    """
+    n = Kaa.shape[0]
+    out = np.empty((n, n))
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    for i in range(n):
+        for j in range(n):
+            S = np.array([[Kaa[i, i], Kaa[i, j], Kab[i, i], Kab[i, j]],
+                          [Kaa[j, i], Kaa[j, j], Kab[j, i], Kab[j, j]],
+                          [Kab[i, i], Kab[j, i], Kbb[i, i], Kbb[i, j]],
+                          [Kab[i, j], Kab[j, j], Kbb[j, i], Kbb[j, j]]])
+            A, B, Cm = S[:2, :2], S[2:, 2:], S[2:, :2]
+            if i == j:  # a = a', b = b': E[relu(a)² relu(b)²] by the 1-D conditional rule
+                out[i, j] = _same_point_relu2(A[0, 0], B[0, 0], Cm[0, 0], t, w)
+                continue
+            M = Cm @ np.linalg.inv(A)
+            Sc = B - M @ Cm.T
+            s1, s2 = np.sqrt(Sc[0, 0]), np.sqrt(Sc[1, 1])
+            r = Sc[0, 1] / (s1 * s2)
+            L1, L2 = 10 * np.sqrt(A[0, 0]), 10 * np.sqrt(A[1, 1])
+            x = 0.5 * L1 * (t + 1)
+            y = 0.5 * L2 * (t + 1)
+            X, Y = np.meshgrid(x, y, indexing="ij")
+            W = np.outer(0.5 * L1 * w, 0.5 * L2 * w)
+            Ainv = np.linalg.inv(A)
+            dens = np.exp(-0.5 * (Ainv[0, 0] * X * X + 2 * Ainv[0, 1] * X * Y + Ainv[1, 1] * Y * Y)) / (
+                2 * np.pi * np.sqrt(np.linalg.det(A)))
+            m1 = M[0, 0] * X + M[0, 1] * Y
+            m2 = M[1, 0] * X + M[1, 1] * Y
+            out[i, j] = np.sum(W * dens * X * Y * relu_relu_noncentral(m1, m2, s1, s2, r))
+    return out
+
+
+def _same_point_relu2(a, b, c, t, w):
+    """E[relu(a)² relu(b)²] for (a, b) ~ N(0, [[a, c], [c, b]]): condition on a; b | a ~ N(βa, τ²)
+    and E[relu(b)² | a] = (m² + τ²)Φ(m/τ) + m τ φ(m/τ); outer integral over a > 0 by Gauss–Legendre."""
+    beta = c / a
+    tau = np.sqrt(max(b - c * c / a, 0.0))
+    L = 10 * np.sqrt(a)
+    x = 0.5 * L * (t + 1)
+    m = beta * x
+    inner = (m * m + tau * tau) * special.ndtr(m / tau) + m * tau * np.exp(-0.5 * (m / tau) ** 2) / SQRT2PI
+    dens = np.exp(-0.5 * x * x / a) / np.sqrt(2 * np.pi * a)
+    return float(np.sum(0.5 * L * w * dens * x * x * inner))
+
+
+def relu_times_linear_correlated(Kaa, Kbb, Kab):
+    """E[relu(a) b · relu(a') b'] for jointly Gaussian (a, b): Stein's lemma twice,
+    E[b b' F] = E[b b'] E[F] + Σ_{u,v ∈ {a, a'}} Cov(b, u) Cov(b', v) E[∂u ∂v F], F = relu(a) relu(a')."""
+    A, Bd, Cd = pairwise(Kaa)
+    K1 = relu_kernel(A, Bd, Cd)
+    K0 = step_kernel(A, Bd, Cd)
+    s = np.sqrt(np.maximum(A * Bd - Cd * Cd, 0.0))
+    # E[δ(a) relu(a')] = p_a(0) E[relu(a') | a = 0] = (1/√(2πa)) · √(Var(a'|a=0)/(2π))
+    d_aa = s / (2 * np.pi * A)  # E[∂²_a F] = E[δ(a) relu(a')]
+    d_bb = s / (2 * np.pi * Bd)  # E[∂²_a' F]
+    cb_a = np.diag(Kab)[:, None] * np.ones_like(Kaa)  # Cov(b_i, a_i)
+    cb_ap = Kab.T  # Cov(b_i, a'_j) = E[a_j b_i] = Kab[j, i]
+    cbp_a = Kab  # Cov(b'_j, a_i) = Kab[i, j]
+    cbp_ap = np.diag(Kab)[None, :] * np.ones_like(Kaa)
+    return (Kbb * K1 + cb_a * cbp_a * d_aa + cb_ap * cbp_ap * d_bb
+            + (cb_a * cbp_ap + cb_ap * cbp_a) * K0)
+
+
+def tanh_of_relu_plus(Kaa, Kbb, nodes_outer=48, nodes_inner=80):
+    """E[tanh(relu(a) + b) tanh(relu(a') + b')] for independent Gaussian families a and b:
+    outer integral over (a, a') split into the four quadrants where relu is linear, inner
+    integral over (b, b') (independent of (a, a')); both by tensor Gauss–Legendre rules."""
+    n = Kaa.shape[0]
+    out = np.empty((n, n))
+    to, wo = np.polynomial.legendre.leggauss(nodes_outer)
+    ti, wi = np.polynomial.legendre.leggauss(nodes_inner)
+    for i in range(n):
+        for j in range(n):
+            A = np.array([[Kaa[i, i], Kaa[i, j]], [Kaa[j, i], Kaa[j, j]]])
+            B = np.array([[Kbb[i, i], Kbb[i, j]], [Kbb[j, i], Kbb[j, j]]])
+            # inner: (b, b') = L z, z standard on [-9, 9]²
+            Lb = np.linalg.cholesky(B + 1e-300 * np.eye(2)) if i != j else None
+            z = 9 * ti
+            wz = 9 * wi * np.exp(-0.5 * z * z) / SQRT2PI
+            if i == j:
+                bb = np.sqrt(B[0, 0]) * z
+                wb = wz
+                total = 0.0
+                for lo, hi in ((-10 * np.sqrt(A[0, 0]), 0.0), (0.0, 10 * np.sqrt(A[0, 0]))):
+                    x = 0.5 * (hi - lo) * to + 0.5 * (hi + lo)
+                    wx = 0.5 * (hi - lo) * wo * np.exp(-0.5 * x * x / A[0, 0]) / np.sqrt(2 * np.pi * A[0, 0])
+                    f = np.tanh(np.maximum(x, 0)[:, None] + bb[None, :]) ** 2
+                    total += np.sum(wx[:, None] * wb[None, :] * f)
+                out[i, j] = total
+                continue
+            Z1, Z2 = np.meshgrid(z, z, indexing="ij")
+            Wz = np.outer(wz, wz)
+            b1 = Lb[0, 0] * Z1
+            b2 = Lb[1, 0] * Z1 + Lb[1, 1] * Z2
+            Ainv = np.linalg.inv(A)
+            det = np.linalg.det(A)
+            total = 0.0
+            for (l1, h1) in ((-10 * np.sqrt(A[0, 0]), 0.0), (0.0, 10 * np.sqrt(A[0, 0]))):
+                for (l2, h2) in ((-10 * np.sqrt(A[1, 1]), 0.0), (0.0, 10 * np.sqrt(A[1, 1]))):
+                    x = 0.5 * (h1 - l1) * to + 0.5 * (h1 + l1)
+                    y = 0.5 * (h2 - l2) * to + 0.5 * (h2 + l2)
+                    X, Y = np.meshgrid(x, y, indexing="ij")
+                    W = np.outer(0.5 * (h1 - l1) * wo, 0.5 * (h2 - l2) * wo)
+                    dens = np.exp(-0.5 * (Ainv[0, 0] * X * X + 2 * Ainv[0, 1] * X * Y + Ainv[1, 1] * Y * Y)) / (
+                        2 * np.pi * np.sqrt(det))
+                    rx, ry = np.maximum(X, 0).reshape(-1), np.maximum(Y, 0).reshape(-1)
+                    f = (np.tanh(rx[:, None, None] + b1[None]) * np.tanh(ry[:, None, None] + b2[None]))
+                    inner = np.sum(f * Wz[None], axis=(1, 2)).reshape(X.shape)
+                    total += np.sum(W * dens * inner)
+            out[i, j] = total
+    return out
