@@ -147,6 +147,17 @@ def test_unrepresentable_law_says_why(monkeypatch):
         law.cdf(1.0)
 
 
+def test_depth_one_orthogonal_smooth_activation_says_why():
+    """Depth 1, orthogonal weights, tanh: the law is σ_w² φ'(h)², which the library holds only as a
+    Gauss rule of 48 nodes; nothing smooths it, so the density is refused up front with the reason
+    (the moments stay exact: E φ'(h)² by quad)."""
+    law = jacobian_spectrum("tanh", 1, 1.3, 0.0, weights="orthogonal")
+    with pytest.raises(NetsorError, match=r"JacobianLaw\(tanh, depth=1.*48 nodes.*no free convolution"):
+        law.cdf(0.5)
+    assert np.isclose(law.moments(1)[0], 1.69 * quad_expect(lambda h: (1 - np.tanh(h) ** 2) ** 2, law.q_star),
+                      rtol=1e-10)
+
+
 # ------------------------------------------------------------- 2. the fixed point near q = 0
 
 def _clip_second_moment(q):

@@ -49,9 +49,9 @@ Q_RTOL = 1e-13
 _NEGLIGIBLE_MASS = 1e-16
 #: Consecutive quadrature nodes with equal φ'² (to 1e−13 relative) that make an atom...
 _RUN = 4
-#: ... when they carry at least this mass (saturating activations such as gelu repeat a value
+#: ... when they carry at least this mass (saturating activations such as gelu reach φ' = 1
 #: to rounding in their far tails: that is not an atom).
-_RUN_MASS = 1e-12
+_RUN_MASS = 1e-6
 
 
 def features(act: Activation) -> tuple[float, ...]:
@@ -186,7 +186,7 @@ def derivative_law(act: Activation, q: float) -> SpectralLaw:
     panels split at ``act.kinks``). Between consecutive kinks, an interval where ``φ'²`` is
     constant becomes an exact atom with the interval's Gaussian mass (``Φ`` differences); so do
     runs of ``≥ 4`` consecutive nodes with equal ``φ'²`` (to 1e−13 relative) carrying a mass
-    ``≥ 1e−12`` (custom activations whose kinks are not declared: ``φ'`` is used as given).
+    ``≥ 1e−6`` (custom activations whose kinks are not declared: ``φ'`` is used as given).
     The rest is compressed to the ``GAUSS_NODES``-point Gauss rule of the law of ``φ'(h)²``
     itself (:func:`~netsor.matrixlaws.gauss.gauss_rule`): the solver's cost is linear in the
     number of nodes. 24 nodes already reproduce the depth-20 tanh (Gaussian weights) density
