@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from netsor.activations import Activation, identity
-from netsor.activations.registry import from_ufunc
+from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import LinCombLine, MatMulLine, Matrix, NonLinLine, Vector
-from netsor.ir.expr import Const, Expr, Opaque, Var, apply, call_user_function, linear, product
+from netsor.ir.expr import Const, Expr, Opaque, Var, apply, linear, product
 from netsor.ir.trace import trace
 
 

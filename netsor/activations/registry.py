@@ -29,12 +29,28 @@ from netsor.activations.kernels import (
     leaky_relu_kernel,
     sin_kernel,
 )
-from netsor.errors import HyperParameterError
+from netsor.errors import HyperParameterError, ProgramError
 
 Array = np.ndarray
 MeanRule = Callable[[Array], Array]
 
 _TWO_PI = 2.0 * np.pi
+
+
+def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: str) -> Array:
+    """``fn(*values)`` for a user-supplied vectorised function, checked: any exception, a wrong
+    shape or a non-numeric result becomes a :class:`ProgramError` that names the function (a
+    user's nonlinearity is part of the program), wherever and on whatever array it is called."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+    try:
+        out = np.asarray(fn(*values), dtype=float)
+    except Exception as exc:  # noqa: BLE001 - user code: report whatever it raised
+        raise ProgramError(f"the custom nonlinearity {name!r} failed on arrays of shape {shape}: {exc!r}; "
+                           "it must be vectorised (numpy operations, no Python branching)") from None
+    if out.shape != shape:
+        raise ProgramError(f"the custom nonlinearity {name!r} returned shape {out.shape} on arrays of shape "
+                           f"{shape}; it must act elementwise")
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -327,27 +343,21 @@ def custom(
         raise HyperParameterError("custom activation: fn must be callable")
     if deriv is not None and not callable(deriv):
         raise HyperParameterError("custom activation: deriv must be callable")
-    try:
-        probe = np.asarray(fn(np.linspace(-1.0, 1.0, 5)), dtype=float)
-    except Exception as exc:  # noqa: BLE001 - any failure of user code is reported the same way
-        raise HyperParameterError(f"custom activation failed on a test array: {exc!r}") from None
-    if probe.shape != (5,):
-        raise HyperParameterError(
-            "custom activation must be vectorised: fn(array of shape (5,)) returned shape "
-            f"{probe.shape}; use numpy operations (np.where instead of if)"
-        )
+    with np.errstate(all="ignore"):  # values out of a domain (log of a negative) show later, where they matter
+        call_user_function(fn, (np.linspace(-1.0, 1.0, 5),), name or getattr(fn, "__name__", "custom"))
     try:
         kinks = tuple(sorted(float(k) for k in kinks))
     except (TypeError, ValueError):
         raise HyperParameterError(f"kinks must be real numbers, got {kinks!r}") from None
 
     def fd_deriv(x: Array, h: float = 1e-6) -> Array:
-        return (np.asarray(fn(x + h), dtype=float) - np.asarray(fn(x - h), dtype=float)) / (2 * h)
+        return (call_user_function(fn, (x + h,), "custom") - call_user_function(fn, (x - h,), "custom")) / (2 * h)
 
+    label = name or getattr(fn, "__name__", "custom")
     return Activation(
-        name=name or getattr(fn, "__name__", "custom"),
-        fn=lambda x: np.asarray(fn(x), dtype=float),
-        deriv=deriv if deriv is not None else fd_deriv,
+        name=label,
+        fn=lambda x: call_user_function(fn, (x,), label),
+        deriv=(lambda x: call_user_function(deriv, (x,), label + "'")) if deriv is not None else fd_deriv,
         smooth=bool(smooth),
         kinks=kinks,
         kinks_known=bool(smooth) or bool(kinks),

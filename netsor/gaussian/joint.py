@@ -46,13 +46,13 @@ NESTED_MAX_DIM = 4
 #: Z_MAX (tail mass 1.5e-23 per axis; polynomially growing functions lose ~1e-19 relative).
 BOX = Z_MAX
 #: Nodes per panel by dimension, and the base panels per axis.
-_NODES = {1: 20, 2: 16, 3: 10, 4: 8}
+_NODES = {1: 20, 2: 16, 3: 12, 4: 10}
 _BASE = {1: 8, 2: 4, 3: 3, 4: 2}
 #: Most nodes per axis by dimension (bounds a point's rule to ~1e6 nodes in 3-4 dimensions; the
 #: error estimate then says whether that was enough).
-_AXIS_CAP = {1: 2000, 2: 600, 3: 100, 4: 32}
+_AXIS_CAP = {1: 2000, 2: 600, 3: 156, 4: 50}
 #: Nested rules larger than this (nodes per point) are replaced by randomised QMC.
-NESTED_BUDGET = 400_000
+NESTED_BUDGET = 4_000_000
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
 _RANK_TOL = 1e-12
 #: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
@@ -158,7 +158,7 @@ def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int =
 
 
 def _base_panels(ncuts: int, dim: int, spread: float, order: int) -> int:
-    width = min(3.0 / max(spread, 1e-12), 12.0 / math.sqrt(2.0 * order + 1.0))
+    width = min(3.0 / max(spread, 1e-12), 12.0 / math.sqrt(2.0 * order + 1.0), 24.0 / _NODES[dim])
     room = _AXIS_CAP[dim] // _NODES[dim] - ncuts
     return max(_BASE[dim], min(int(np.ceil(2.0 * BOX / width)), room, 64))
 

@@ -293,10 +293,11 @@ def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array
 
 
 def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
-    # Panels narrow enough for the oscillation of He_K (frequency ≈ √(2K+1)) under 20 GL nodes.
-    width = min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0))
-    edges = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+    # Panels narrow enough for the oscillation of He_K (frequency ≈ √(2K+1)) under 20 GL nodes,
+    # and for oscillating φ (sin, cos: frequency √var in z) under the 10 nodes of the estimate.
     sd = np.sqrt(var)
+    width = min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0), 4.0 / max(float(np.max(sd, initial=0.0)), 1e-12))
+    edges = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
     name = f"E {act.name}(u)²"
     if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
         e = panel_edges(np.zeros(1), np.ones(1), (0.0,), extra_z=edges[None])
@@ -532,20 +533,32 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     safe = np.where(np.abs(slope) > 0, slope, 1.0)
     extra = np.stack([np.where(np.abs(slope) > 0, k / safe, Z_MAX) for k in features(psi)]
                      + [k / sa for k in phi.kinks], axis=1)
-    outer_edges = panel_edges(np.zeros(a.size), np.ones(a.size), (0.0,), extra_z=extra)
+    # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes
+    outer_grid = _uniform_grid(max(float(np.max(sa)), float(np.max(np.abs(slope)))))
+    outer_edges = panel_edges(np.zeros(a.size), np.ones(a.size), (0.0,),
+                              extra_z=np.concatenate([extra, np.broadcast_to(outer_grid, (a.size, outer_grid.size))],
+                                                     axis=1))
+    inner_grid = _uniform_grid(float(np.max(sb * s)))
     vals = []
     for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
         z1, w1 = rule_on_panels(outer_edges, nodes, weights)
         P, Q1 = z1.shape
         loc = (slope[:, None] * z1).reshape(-1)
         scale = np.repeat(sb * s, Q1)
-        inner_edges = panel_edges(loc, scale, features(psi))
+        inner_edges = panel_edges(loc, scale, features(psi),
+                                  extra_z=np.broadcast_to(inner_grid, (loc.size, inner_grid.size)))
         z2, w2 = rule_on_panels(inner_edges, nodes, weights)
         inner = np.sum(w2 * psi.fn(loc[:, None] + scale[:, None] * z2), axis=1).reshape(P, Q1)
         f = phi.fn(sa[:, None] * z1) * inner
         check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
         vals.append(np.sum(w1 * f, axis=1))
     return vals[0], np.abs(vals[0] - vals[1])
+
+
+def _uniform_grid(spread: float) -> Array:
+    """Panel edges in z of width ≲ 4/spread (at most 2) over [−Z_MAX, Z_MAX]."""
+    width = min(2.0, 4.0 / max(spread, 1e-12))
+    return np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
 
 
 def _same_activation(phi: Activation, psi: Activation) -> bool:

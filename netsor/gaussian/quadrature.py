@@ -33,8 +33,10 @@ GL_NODES, GL_WEIGHTS = np.polynomial.legendre.leggauss(20)
 GL10_NODES, GL10_WEIGHTS = np.polynomial.legendre.leggauss(10)
 INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
 _TAIL_DENSITY = INV_SQRT_2PI * np.exp(-0.5 * Z_MAX**2)
-#: Bisections of a panel at most (a jump is then located to 20·2⁻⁶⁰).
+#: Bisections of a panel at most (a jump is then located to 20·2⁻⁶⁰), and panels of one integral
+#: at most (a divergent integral stops there, with a large error estimate).
 MAX_BISECTIONS = 60
+MAX_PANELS = 4096
 
 
 def panel_edges(loc: Array, scale: Array, features: tuple[float, ...] = (0.0,),
@@ -105,9 +107,10 @@ def expect_1d_err(f: Callable[[Array], Array], variance: Array, features: tuple[
     """``(E f(u), error estimate)`` for ``u ~ N(0, variance)`` elementwise over ``variance``.
 
     Panels whose 20- and 10-node results differ are bisected until the summed difference is
-    at most ``atol`` (absolute, broadcastable to ``variance``) or ``MAX_BISECTIONS`` is reached
-    (then the estimate says what was reached). Raises :class:`NumericalError` when ``f``
-    returns NaN or ±inf at a node.
+    at most ``atol`` (absolute, broadcastable to ``variance``; 0: no refinement, the estimate
+    only) or ``MAX_BISECTIONS`` is reached, or an integral holds ``MAX_PANELS`` panels (then the
+    estimate says what was reached). Raises :class:`NumericalError` when ``f`` returns NaN or
+    ±inf at a node.
     """
     var = np.asarray(variance, dtype=float)
     flat = np.maximum(var.reshape(-1), 0.0)
@@ -128,9 +131,14 @@ def expect_1d_err(f: Callable[[Array], Array], variance: Array, features: tuple[
         # A panel is final when its owner already meets the tolerance, or when it holds less
         # than its share of the owner's tolerance; the others are bisected.
         share = tol[owner] * (hi - lo) / (2.0 * Z_MAX)
-        final = ~over[owner] | (diff <= share) | (level == MAX_BISECTIONS)
+        crowded = np.bincount(owner, minlength=P) >= MAX_PANELS
+        final = (~over[owner] | (diff <= share) | (level == MAX_BISECTIONS) | (tol[owner] <= 0)
+                 | crowded[owner])
         value += np.bincount(owner[final], weights=q20[final], minlength=P)
-        err += np.bincount(owner[final], weights=diff[final], minlength=P)
+        # a panel still unresolved at the limits may hide a singularity: its whole content is uncertain
+        stuck = final & over[owner] & (diff > share)
+        err += np.bincount(owner[final], weights=diff[final] + np.where(stuck[final], np.abs(q20[final]), 0.0),
+                           minlength=P)
         if final.all():
             break
         mid = 0.5 * (lo + hi)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netsor.activations import Activation, identity
-from netsor.errors import ProgramError
+from netsor.activations.registry import call_user_function
 
 if TYPE_CHECKING:
     from netsor.ir.variables import Vector
@@ -40,21 +40,6 @@ Key = tuple[Any, ...]
 AffineForm = tuple[tuple[tuple["Vector", float], ...], float]
 #: Products of sums are distributed into monomials while they stay this small.
 EXPANSION_LIMIT = 64
-
-
-def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: str) -> Array:
-    """``fn(*values)`` for a user-supplied vectorised function, checked: any exception, a wrong
-    shape or a non-numeric result becomes a :class:`ProgramError` that names the function."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in values))
-    try:
-        out = np.asarray(fn(*values), dtype=float)
-    except Exception as exc:  # noqa: BLE001 - user code: report whatever it raised
-        raise ProgramError(f"the custom nonlinearity {name!r} failed on arrays of shape {shape}: {exc!r}; "
-                           "it must be vectorised (numpy operations, no Python branching)") from None
-    if out.shape != shape:
-        raise ProgramError(f"the custom nonlinearity {name!r} returned shape {out.shape} on arrays of shape "
-                           f"{shape}; it must act elementwise")
-    return out
 
 
 class Expr:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from netsor.errors import UnsupportedError
+from netsor.errors import NumericalError, UnsupportedError
 from netsor.interpret.forward import CoupledState, FiniteState
 from netsor.interpret.rules.base import LineRule, SourceCovariance, SourceForm
 from netsor.ir import Line, MatMulLine
@@ -116,7 +116,11 @@ def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Arr
         coef = projection_coefficients(H, h)  # (S, k, B)
         residual = h - np.matmul(coef.transpose(0, 2, 1), H)
         mean = np.matmul(coef.transpose(0, 2, 1), G)
-    cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (sigma**2 / n_in)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cov = np.matmul(residual, residual.transpose(0, 2, 1)) * (sigma**2 / n_in)
+    if not np.all(np.isfinite(cov)):
+        raise NumericalError("a finite network overflowed (a MatMul input is too large for float64); "
+                             "reduce sigma_w, depth or the input scale")
     g = np.matmul(psd_sqrt(cov), xi)
     if mean is not None:
         g += mean
