@@ -58,12 +58,13 @@ _RANK_TOL = 1e-12
 #: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
 _CHUNK_NODES = 1 << 22
 #: Randomised QMC: log2 of points per replicate and number of replicates.
-QMC_LOG2_POINTS = 16
+QMC_LOG2_POINTS = 14
+QMC_MAX_LOG2_POINTS = 18
 QMC_REPLICATES = 8
 #: Reported error of a Monte-Carlo estimate, in standard errors.
 MC_ERROR_SIGMAS = 5.0
 #: Highest total degree of the pair series.
-MAX_DEGREE = 40
+MAX_DEGREE = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -309,21 +310,28 @@ def qmc_expectation(F: JointFunction, cov: Array, seed: int = 0, log2_points: in
     return estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / math.sqrt(QMC_REPLICATES)
 
 
-def point_expectation(F: JointFunction, cov: Array, seed: int = 0) -> tuple[Array, Array, Array]:
+def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array | float | None = None
+                      ) -> tuple[Array, Array, Array]:
     """``(E F(U), error, standard error)`` for ``U ~ N(0, cov[p])``, ``cov`` of shape (P, k, k).
 
-    Nested quadrature up to ``NESTED_MAX_DIM`` effective dimensions (standard error 0), randomised
-    QMC above (error = ``MC_ERROR_SIGMAS`` standard errors).
+    Nested quadrature up to ``NESTED_MAX_DIM`` effective dimensions when the kinks are known
+    hyperplanes (standard error 0). Otherwise randomised QMC (error = ``MC_ERROR_SIGMAS``
+    standard errors), with 4× more points per round until the error meets ``atol`` (absolute,
+    per point) or ``QMC_MAX_LOG2_POINTS`` is reached.
     """
     cov = np.asarray(cov, dtype=float)
     if not cov.shape[0]:
         return np.empty(0), np.empty(0), np.empty(0)
     L, r = whiten(cov)
     spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0)
-    if r <= NESTED_MAX_DIM and rule_size(_whitened_planes(F, L[:1]), r, spread) <= NESTED_BUDGET:
+    if (r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1)
+            and rule_size(_whitened_planes(F, L[:1]), r, spread) <= NESTED_BUDGET):
         value, err = nested_expectation(F, cov)
         return value, err, np.zeros_like(value)
-    value, se = qmc_expectation(F, cov, seed)
+    for log2 in range(QMC_LOG2_POINTS, QMC_MAX_LOG2_POINTS + 1, 2):
+        value, se = qmc_expectation(F, cov, seed, log2)
+        if atol is None or np.all(MC_ERROR_SIGMAS * se <= atol):
+            break
     return value, MC_ERROR_SIGMAS * se, se
 
 
@@ -541,7 +549,8 @@ def _pad_cols(L: Array, rank: int) -> Array:
 
 
 def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Array, C: Array, *,
-                     rtol: float, memo: TableMemo | None = None, seed: int = 0) -> tuple[Array, Array, Array]:
+                     rtol: float, memo: TableMemo | None = None, seed: int = 0,
+                     scale: Array | None = None) -> tuple[Array, Array, Array]:
     """``(E[F(U) G(V)], error, standard error)`` for pairs of points.
 
     Parameters
@@ -554,6 +563,8 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
         Cross-covariances ``Cov(U, V)``.
     rtol : float
         Target error relative to ``√(E F² E G²)``.
+    scale : array (M,), optional
+        ``√(E F² E G²)`` per pair, when known (the target of the Monte-Carlo fallback).
 
     The Mehler series is used where both sides have rank ≤ 2 and it converges within
     ``MAX_DEGREE``; the other pairs are integrated as one (k₁ + k₂)-dimensional expectation.
@@ -569,7 +580,8 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     ux = ux.reshape(-1, F.dim, F.dim)
     uy = uy.reshape(-1, G.dim, G.dim)
     series = np.zeros(M, dtype=bool)
-    if whiten(ux)[1] <= 2 and whiten(uy)[1] <= 2:
+    known_kinks = not (F.hidden_kinks or G.hidden_kinks)  # else the tables' quadrature is not reliable
+    if known_kinks and whiten(ux)[1] <= 2 and whiten(uy)[1] <= 2:
         order = 16
         while True:
             tf, tg = memo.tables(F, ux, order), memo.tables(G, uy, order)
@@ -592,7 +604,7 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
         series = reach
         idx_all = np.flatnonzero(series)
         # evaluate each pair at (about) the degree it needs: the cost grows like degree³
-        for lo, hi in zip((-1, 8, 12, 16, 24, 32), (8, 12, 16, 24, 32, MAX_DEGREE), strict=True):
+        for lo, hi in zip((-1, 8, 12, 16, 24, 32, 48), (8, 12, 16, 24, 32, 48, MAX_DEGREE), strict=True):
             idx = idx_all[(need[idx_all] > lo) & (need[idx_all] <= hi)]
             if not idx.size:
                 continue
@@ -603,13 +615,46 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
                                                                + tg.qerr[iy[idx]] * np.sqrt(tf.m2[ix[idx]])))
     rest = np.flatnonzero(~series)
     if rest.size:
+        atol = None if scale is None else rtol * scale[rest]
         joint = np.zeros((rest.size, F.dim + G.dim, F.dim + G.dim))
         joint[:, :F.dim, :F.dim] = ux[ix[rest]]
         joint[:, F.dim:, F.dim:] = uy[iy[rest]]
         joint[:, :F.dim, F.dim:] = C[rest]
         joint[:, F.dim:, :F.dim] = np.swapaxes(C[rest], 1, 2)
-        value[rest], err[rest], se[rest] = point_expectation(product_function(F, G), joint, seed)
+        if whiten(joint)[1] <= NESTED_MAX_DIM // 2 + 1 or F.hidden_kinks or G.hidden_kinks:
+            value[rest], err[rest], se[rest] = point_expectation(product_function(F, G), joint, seed, atol)
+        else:
+            for j, m in enumerate(rest):
+                value[m], err[m], se[m] = _control_variate_pair(
+                    F, G, ux[ix[m]], joint[j], seed, None if atol is None else atol[j])
     return value, err, se
+
+
+def _control_variate_pair(F: JointFunction, G: JointFunction, cov_u: Array, joint_cov: Array, seed: int,
+                          atol: float | None) -> tuple[float, float, float]:
+    """``E[F(U) G(V)]`` for a nearly colinear pair: ``V = A U + W`` with ``A = Cov(V, U) Σ_U⁺`` and
+    ``W`` independent of ``U`` and small. The control variate ``E[F(U) G(AU)]`` is an expectation
+    over ``U`` alone (nested quadrature, G's kink planes mapped through A); the rest,
+    ``E[F(U)(G(V) − G(AU))]``, has a small variance and goes to randomised QMC."""
+    k1 = F.dim
+    A = joint_cov[k1:, :k1] @ np.linalg.pinv(cov_u, hermitian=True)
+
+    def control(u: Array) -> Array:
+        return F.fn(u) * G.fn(u @ A.T)
+
+    planes = F.planes + tuple((A.T @ n, o) for n, o in G.planes)
+    H = JointFunction(k1, control, None, planes, False, F.continuous and G.continuous,
+                      ("control", F.key, G.key, A.tobytes()), f"{F.name}·{G.name}(A·)")
+    base, base_err, _ = point_expectation(H, cov_u[None], seed)
+
+    def rest(x: Array) -> Array:
+        u, v = x[..., :k1], x[..., k1:]
+        return F.fn(u) * (G.fn(v) - G.fn(u @ A.T))
+
+    D = JointFunction(joint_cov.shape[0], rest, None, (), True, False, ("residual", H.key), f"{H.name} residual")
+    remaining = None if atol is None else max(atol - float(base_err[0]), 0.5 * atol)
+    delta, delta_err, se = point_expectation(D, joint_cov[None], seed, remaining)
+    return float(base[0] + delta[0]), float(base_err[0] + delta_err[0]), float(se[0])
 
 
 def _predicted_degree(tf: HermiteTable2, tg: HermiteTable2, ix: Array, iy: Array, norm: Array, rtol: float,
@@ -635,9 +680,9 @@ def _pinv_factor(L: Array) -> Array:
 
 
 def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Array]:
-    """Per-point moments used to propagate errors: ``m2 = E F²``, ``m4 = E F⁴``, ``grad2`` (P, k)
-    ``= E (∂_i F)²``, ``euler = E |∇F|²|U|²`` and ``gradnorm2 = E |∇F|²`` (inf when F is not known
-    to be absolutely continuous)."""
+    """Per-point moments used to propagate errors: ``m2 = E F²``, ``m4 = E F⁴``, ``arg_grad2``
+    (P, k) ``= E (∂_i F)²``, ``joint_euler = E |∇F|²|U|²`` and ``gradnorm2 = E |∇F|²`` (inf when F
+    is not known to be absolutely continuous)."""
     cov = np.asarray(cov, dtype=float)
     k = F.dim
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
@@ -647,5 +692,5 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
         cols = [qmc_expectation(JointFunction(k, lambda u, p=p: F.fn(u) ** p, None, (), True, False,
                                               ("pow", F.key, p)), cov, seed, 12)[0] for p in (2, 4)]
         value = np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
-    return {"m2": value[:, 0], "m4": value[:, 1], "grad2": value[:, 2:2 + k], "euler": value[:, 2 + k],
+    return {"m2": value[:, 0], "m4": value[:, 1], "arg_grad2": value[:, 2:2 + k], "joint_euler": value[:, 2 + k],
             "gradnorm2": value[:, 3 + k]}

@@ -47,6 +47,7 @@ from netsor.gaussian.pairs import (
     mean,
     moments_1d,
     pair_expectation,
+    product_activation,
 )
 from netsor.interpret import propagation
 from netsor.interpret.functions import activation_of, joint_function, shifted
@@ -399,7 +400,8 @@ class MonomialMean(Quantity):
             a, da = _form_variance(proj, cov, d_cov)
             value, err = mean(proj.act, a, run.term_rtol)
             return value, err + propagation.point_1d(a, da, stats)
-        value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key))
+        value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key),
+                                                 atol=run.term_rtol * np.sqrt(stats["m2"]))
         run.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
@@ -415,7 +417,9 @@ class PointMoments(Quantity):
         cov, d_cov = run.block(m.args)
         proj = run.an.projection(m)
         if proj is not None:
-            return moments_1d(proj.act, _form_variance(proj, cov, d_cov)[0]), None
+            var = _form_variance(proj, cov, d_cov)[0]
+            stats = moments_1d(proj.act, var)
+            return _with_joint_moments(stats, proj.coefs, cov, var), None
         return joint.point_moments(run.an.joint(m), cov, seed=_seed(key)), None
 
 
@@ -423,6 +427,17 @@ QUANTITIES: dict[str, Quantity] = {
     "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
     "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(),
 }
+
+
+def _with_joint_moments(stats: dict[str, Array], c: Array, cov: Array, var: Array) -> dict[str, Array]:
+    """Add to the moments of φ(w), w = cᵀU, those of F(U) = φ(cᵀU) as a function of U
+    (:func:`netsor.interpret.propagation.pair_joint`): ∂ᵢF = cᵢ φ'(w), and with U = βw + U⊥
+    (β = Σc / var w, U⊥ independent of w), E|∇F|²|U|² = |c|² (|β|² E φ'²w² + E φ'² E|U⊥|²)."""
+    c2 = float(c @ c)
+    beta2 = np.einsum("pij,j,pik,k->p", cov, c, cov, c) / np.maximum(var, 1e-300) ** 2
+    orth = np.maximum(np.trace(cov, axis1=1, axis2=2) - beta2 * var, 0.0)
+    return {**stats, "arg_grad2": stats["grad2"][:, None] * (c * c)[None, :], "gradnorm2": c2 * stats["grad2"],
+            "joint_euler": c2 * (beta2 * stats["euler"] + stats["grad2"] * orth)}
 
 
 def _form_variance(proj: Projection, cov: Array, d_cov: Array) -> tuple[Array, Array]:
@@ -594,14 +609,15 @@ class Run:
             b, db = _quadratic(cr, cov, d_cov, cr)
             c, dc = _quadratic(cl, cov, d_cov, cr)
             value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
-            if len(union) == 1 or np.allclose(cl, cr):  # one linear form: E[(φψ)(w)]
-                stats = self.get(("pm", an.register(left.atoms + right.atoms).key))[0]
+            if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)]
+                stats = moments_1d(product_activation(pl.act, pr.act), a)
                 return value, err + propagation.point_1d(a, da, stats)
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
         product = an.register(left.atoms + right.atoms)
         stats = self.get(("pm", product.key))[0]
-        value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key))
+        value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key),
+                                                 atol=self.term_rtol * np.sqrt(stats["m2"]))
         self.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
@@ -632,17 +648,28 @@ class Run:
                 prop = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
             return value, err + prop
         b1, b2 = self.shape
-        M = b1 * b2
-        cx, dx = np.repeat(cov_x, b2, axis=0), np.repeat(d_x, b2, axis=0)
-        cy, dy = np.tile(cov_y, (b1, 1, 1)), np.tile(d_y, (b1, 1, 1))
-        Cf, dCf = C.reshape(M, *C.shape[2:]), dC.reshape(M, *dC.shape[2:])
-        value, err, se = joint.pair_expectation(an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol,
-                                                memo=self.tables, seed=_seed((left.key, right.key)))
+        # Pairs of two identical inputs are per-point quantities: their entries are replaced by
+        # per-point values (Limit._pairs), so the expensive joint engine skips them here.
+        todo = np.flatnonzero(~_identical_rows(self.X_left, self.X_right).ravel())
+        rows, cols = np.divmod(todo, b2)
+        cx, dx, cy, dy = cov_x[rows], d_x[rows], cov_y[cols], d_y[cols]
+        Cf, dCf = C[rows, cols], dC[rows, cols]
+        stats_l = {k: v[rows, 0] for k, v in s_left.items()}
+        stats_r = {k: v[0, cols] for k, v in s_right.items()}
+        value, err = np.zeros(b1 * b2), np.zeros(b1 * b2)
+        value[todo], err[todo], se = joint.pair_expectation(
+            an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
+            seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
         self.note_stderr(se)
-        stats_l = {k: np.repeat(v[:, 0], b2, axis=0) for k, v in s_left.items()}
-        stats_r = {k: np.tile(v[0], (b1,) + (1,) * (v.ndim - 2)) for k, v in s_right.items()}
-        prop = propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
-        return value.reshape(self.shape), (err + prop).reshape(self.shape)
+        err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
+        return value.reshape(self.shape), err.reshape(self.shape)
+
+
+def _identical_rows(A: Array, B: Array) -> Array:
+    """(len(A), len(B)) mask of pairs of identical input rows."""
+    a = A.reshape(A.shape[0], -1)
+    b = B.reshape(B.shape[0], -1)
+    return np.all(a[:, None, :] == b[None, :, :], axis=-1)
 
 
 def _embed(proj: Projection, args: tuple[Vector, ...]) -> Array:

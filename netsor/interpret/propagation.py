@@ -89,19 +89,20 @@ def _frobenius(x: Array) -> Array:
 def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c: Array,
                left: dict[str, Array], right: dict[str, Array]) -> Array:
     """Propagated error of ``E[F(U) G(V)]`` for pairs (M, …): covariances and their error bounds,
-    ``left``/``right`` the per-pair :func:`point_moments` of F and G."""
+    ``left``/``right`` the per-pair moments of F and G (keys ``m2``, ``m4``, ``arg_grad2`` (M, k)
+    ``= E(∂ᵢF)²``, ``joint_euler = E|∇F|²|U|²``, ``gradnorm2 = E|∇F|²``)."""
     scale = np.sqrt(left["m2"] * right["m2"])
     lx, tx = _spectrum(cov_x)
     ly, ty = _spectrum(cov_y)
     ex, ey = _ratio(_frobenius(d_x), lx), _ratio(_frobenius(d_y), ly)
     if np.all(np.isfinite(left["gradnorm2"])) and np.all(np.isfinite(right["gradnorm2"])):
-        sf, sg = np.sqrt(left["grad2"]), np.sqrt(right["grad2"])  # (M, k1), (M, k2)
+        sf, sg = np.sqrt(left["arg_grad2"]), np.sqrt(right["arg_grad2"])  # (M, k1), (M, k2)
         cross = np.einsum("mi,mij,mj->m", sf, d_c, sg)
         spread = np.sqrt(np.sum(sf * sf, axis=1) * np.sum(sg * sg, axis=1)) * _frobenius(C)
         ax = 0.5 * np.sqrt(_ratio(tx, lx)) * ex
         ay = 0.5 * np.sqrt(_ratio(ty, ly)) * ey
-        bound = (cross + ax * (np.sqrt(left["euler"] * right["m2"]) + spread)
-                 + ay * (np.sqrt(right["euler"] * left["m2"]) + spread))
+        bound = (cross + ax * (np.sqrt(left["joint_euler"] * right["m2"]) + spread)
+                 + ay * (np.sqrt(right["joint_euler"] * left["m2"]) + spread))
         return _cap(bound, scale)
     R = np.einsum("mij,mjk,mkl->mil", _inv_sqrt(cov_x), C, _inv_sqrt(cov_y))
     norm_r = np.minimum(np.sqrt(np.maximum(np.linalg.eigvalsh(np.einsum("mij,mkj->mik", R, R))[..., -1], 0.0)),
@@ -117,5 +118,5 @@ def point_joint(cov: Array, d_cov: Array, stats: dict[str, Array]) -> Array:
     lmin, lmax = _spectrum(cov)
     eps = _ratio(_frobenius(d_cov), lmin)
     if np.all(np.isfinite(stats["gradnorm2"])):
-        return _cap(0.5 * np.sqrt(_ratio(lmax, lmin)) * eps * np.sqrt(stats["euler"]), scale)
+        return _cap(0.5 * np.sqrt(_ratio(lmax, lmin)) * eps * np.sqrt(stats["joint_euler"]), scale)
     return _cap(scale * eps / _SQRT2, scale)

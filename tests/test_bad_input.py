@@ -1,0 +1,236 @@
+"""What random programs and bad input broke (the engine issue's list): each case ends as a correct
+result, checked against an independent value, or a NetsorError that says what to change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+import netsor
+from netsor.errors import HyperParameterError, InputError, NetsorError, NumericalError, ProgramError
+
+X = np.random.default_rng(0).standard_normal((5, 3))
+
+
+def one_input(build, sigma=1.0):
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=sigma)
+    build(p, n, g)
+    return p
+
+
+def gauss_expect(f, var):
+    """E f(u), u ~ N(0, var), by scipy quad (independent reference)."""
+    return integrate.quad(lambda z: f(np.sqrt(var) * z) * np.exp(-z * z / 2) / np.sqrt(2 * np.pi), -14, 14,
+                          epsabs=1e-14, epsrel=1e-13, limit=200, points=[0.0])[0]
+
+
+# ---- a vector plus a constant (crashed the limit with a raw ValueError)
+def test_a_constant_shift_is_an_h_vector_with_the_right_kernel():
+    p = one_input(lambda p, n, g: p.readout(netsor.tanh(g) + 1.0))
+    K = netsor.nngp(p, X)
+    a = np.diag(X @ X.T / 3)
+    # E[(tanh(u) + 1)²] = E tanh(u)² + 1 (tanh is odd)
+    want = np.array([gauss_expect(lambda x: np.tanh(x) ** 2, v) + 1.0 for v in a])
+    np.testing.assert_allclose(np.diag(K), want, rtol=1e-10)
+
+
+def test_a_matmul_of_a_shifted_vector():
+    """W(relu(g) + 0.5): Cov = σ² E[(relu(u) + 0.5)(relu(u') + 0.5)] = σ²(K_relu + 0.5(m + m') + 0.25)."""
+    def build(p, n, g):
+        p.readout(p.matrix(n, n, sigma=1.3) @ (netsor.relu(g) + 0.5))
+    K = netsor.nngp(one_input(build), X)
+    G = X @ X.T / 3
+    d = np.sqrt(np.diag(G))
+    rho = np.clip(G / np.outer(d, d), -1, 1)
+    th = np.arccos(rho)
+    krelu = np.outer(d, d) * (np.sin(th) + (np.pi - th) * rho) / (2 * np.pi)
+    m = d / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(K, 1.69 * (krelu + 0.5 * (m[:, None] + m[None, :]) + 0.25), rtol=1e-12)
+
+
+# ---- compositions of one-argument activations are exact
+@pytest.mark.parametrize("outer, inner, same", [("relu", "relu", "relu"), ("hard_tanh", "step", "step"),
+                                                ("abs", "relu", "relu")])
+def test_compositions_equal_to_one_activation(outer, inner, same):
+    """relu∘relu = relu, hard_tanh∘step = step, |relu| = relu: the composite (a numerical
+    one-argument function) agrees with the closed form within its bound."""
+    f, g, h = (netsor.activation(name) for name in (outer, inner, same))
+    K1, E1 = netsor.limit(one_input(lambda p, n, x: p.readout(f(g(x)))), X).nngp(with_error=True)
+    K2 = netsor.nngp(one_input(lambda p, n, x: p.readout(h(x))), X)
+    assert np.all(np.abs(K1 - K2) <= E1 + 1e-15 * np.abs(K2).max())
+    assert np.max(np.abs(K1 - K2)) <= 1e-8 * np.abs(K2).max()
+
+
+def test_custom_product_of_independent_arguments_factorises():
+    """nonlin(tanh(x)·y) of independent u, v: E = E tanh(u)² · E v²."""
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n, sigma=1.0), p.input(n, sigma=0.8)
+    p.readout(netsor.nonlin(lambda x, y: np.tanh(x) * y, u, v))
+    x = np.array([[2.0]])
+    K = netsor.nngp(p, x)
+    want = gauss_expect(lambda t: np.tanh(t) ** 2, 4.0) * 0.64 * 4.0
+    np.testing.assert_allclose(K[0, 0], want, rtol=1e-11)
+
+
+def test_var_is_the_diagonal_of_cov():
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n), p.input(n, bias=0.3)
+    h = netsor.nonlin(lambda x, y: np.tanh(x) * y + np.abs(x - 2 * y), u, v)
+    p.readout(h)
+    lim = netsor.limit(p, X)
+    np.testing.assert_array_equal(lim.var(h), np.diag(lim.cov(h)))
+
+
+# ---- symmetric and PSD results
+def test_kernels_with_numerical_terms_are_symmetric_and_psd():
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n), p.input(n, bias=0.2)
+    p.readout(netsor.relu(u) * netsor.relu(0.5 * u + v), netsor.tanh(netsor.relu(u) + v))
+    # inputs in 4 dimensions: highly correlated pairs whose joint terms reach ~1e-4 (Monte Carlo)
+    K = netsor.nngp(p, np.random.default_rng(3).standard_normal((12, 4)), rtol=1e-3)
+    np.testing.assert_array_equal(K, K.T)
+    assert np.linalg.eigvalsh(K).min() >= -1e-9 * np.abs(K).max()
+
+
+# ---- functions that are not defined for Gaussian arguments, overflow, misbehaving user code
+@pytest.mark.parametrize("fn", [np.log, lambda x: 1.0 / x])
+def test_activations_without_a_gaussian_expectation_are_refused(fn):
+    with np.errstate(all="ignore"):
+        p = one_input(lambda p, n, g: p.readout(netsor.activation(fn)(g)))
+        with pytest.raises(NumericalError):
+            netsor.nngp(p, X)
+
+
+def test_overflowing_inputs_are_reported_not_zero():
+    with pytest.raises(NumericalError, match="NaN or Inf|overflow|non-finite"):
+        netsor.nngp(netsor.zoo.mlp(3, "gelu"), X * 1e160)
+    with pytest.raises(NumericalError, match="overflow"):
+        netsor.sample(netsor.zoo.mlp(3, "gelu"), X * 1e160, width=8, samples=3)
+
+
+def boom_on_large(x):
+    if x.size > 100:
+        raise RuntimeError("boom")
+    return np.tanh(x)
+
+
+def shrink_on_large(x):
+    return np.tanh(x) if x.size <= 100 else np.tanh(x).ravel()[:10]
+
+
+@pytest.mark.parametrize("fn", [boom_on_large, shrink_on_large])
+def test_user_code_failing_on_large_arrays_is_a_clear_error(fn):
+    p = one_input(lambda p, n, g: p.readout(netsor.activation(fn)(g)))
+    with pytest.raises(ProgramError, match="custom nonlinearity"):
+        netsor.nngp(p, X)
+    q = one_input(lambda p, n, g: p.readout(netsor.nonlin(lambda x: fn(x) * 2.0, g)))
+    with pytest.raises(ProgramError, match="custom nonlinearity"):
+        netsor.sample(q, X, width=64, samples=4)
+
+
+def test_products_of_independent_terms_are_fast_and_within_budget():
+    """relu(g)·tanh(g2) on 200 inputs took 143 s and 12.8 GB: it factorises into two kernels."""
+    import time
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g, g2 = p.input(n), p.input(n)
+    p.readout(netsor.relu(g) * netsor.tanh(g2))
+    Xb = np.random.default_rng(1).standard_normal((200, 10))
+    t0 = time.perf_counter()
+    K = netsor.nngp(p, Xb, memory_budget=2**28)
+    assert time.perf_counter() - t0 < 20.0
+    Kr = netsor.nngp(one_input(lambda p, n, g: p.readout(netsor.relu(g))), Xb)
+    Kt = netsor.nngp(one_input(lambda p, n, g: p.readout(netsor.tanh(g))), Xb)
+    np.testing.assert_allclose(K, Kr * Kt, rtol=1e-9, atol=1e-12)
+
+
+# ---- argument validation
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(memory_budget=-5), HyperParameterError), (dict(memory_budget=None), HyperParameterError),
+    (dict(threads=-1), HyperParameterError), (dict(threads="2"), HyperParameterError),
+    (dict(rtol=0.0), HyperParameterError), (dict(rtol=float("nan")), HyperParameterError),
+    (dict(psd="maybe"), HyperParameterError),
+])
+def test_bad_kernel_options(kwargs, error):
+    with pytest.raises(error):
+        netsor.nngp(netsor.zoo.mlp(2), X, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(width=10**12), dict(width=0), dict(width=2.5), dict(samples=0),
+                                    dict(seed=-1), dict(seed="x"), dict(method="fast"),
+                                    dict(memory_budget=10)])
+def test_bad_sampler_options(kwargs):
+    with pytest.raises(HyperParameterError):
+        netsor.sample(netsor.zoo.mlp(2), X, **{"width": 8, "samples": 2, **kwargs})
+
+
+@pytest.mark.parametrize("bad", ["x", float("nan"), True, None])
+def test_bad_activation_parameters(bad):
+    with pytest.raises(HyperParameterError):
+        netsor.activation("leaky_relu", alpha=bad)
+
+
+@pytest.mark.parametrize("sigma", ["1", True, -1.0, float("inf"), 1 + 2j])
+def test_bad_variances(sigma):
+    p = netsor.Program()
+    n = p.dim("n")
+    with pytest.raises(HyperParameterError):
+        p.matrix(n, n, sigma=sigma)
+
+
+@pytest.mark.parametrize("data", [X + 1j, np.array([["a", "b", "c"]]), np.array([[True, False, True]]),
+                                  np.array([[1.0, np.nan, 0.0]]), np.zeros((0, 3)), np.zeros(3)])
+def test_bad_data_arrays(data):
+    with pytest.raises(InputError):
+        netsor.nngp(netsor.zoo.mlp(2), data)
+
+
+def test_reciprocals_and_powers_of_vectors_are_programs():
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    p.readout(g**2, 1 / (1 + g * g))
+    Y = netsor.sample(p, X, width=16, samples=4)
+    assert np.all(np.isfinite(Y))
+    # E[u⁴] = 3a², E[1/(1+u²)²] by quad
+    lim = netsor.limit(p, X)
+    K = lim.nngp().reshape(5, 2, 5, 2)
+    a = np.diag(X @ X.T / 3)
+    np.testing.assert_allclose(K[np.arange(5), 0, np.arange(5), 0], 3 * a**2, rtol=1e-12)
+    want = [gauss_expect(lambda x: (1 / (1 + x * x)) ** 2, v) for v in a]
+    np.testing.assert_allclose(K[np.arange(5), 1, np.arange(5), 1], want, rtol=1e-9)
+    with pytest.raises(ProgramError, match="powers"):
+        _ = g**2.5
+
+
+def test_cov_of_the_data_point_and_a_vector_is_an_error():
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    p.readout(g)
+    with pytest.raises(ProgramError, match="data point"):
+        netsor.limit(p, X).cov(p.data(), g)
+    np.testing.assert_allclose(netsor.limit(p, X).cov(p.data(), p.data()), X @ X.T / 3, rtol=1e-14)
+
+
+def test_a_seed_sequence_used_twice_gives_the_same_networks():
+    seq = np.random.SeedSequence(5)
+    p = netsor.zoo.mlp(2)
+    a = netsor.sample(p, X, width=8, samples=3, seed=seq)
+    b = netsor.sample(p, X, width=8, samples=3, seed=seq)
+    np.testing.assert_array_equal(a, b)
+    rng = np.random.default_rng(1)
+    c, d = netsor.sample(p, X, width=8, samples=3, seed=rng), netsor.sample(p, X, width=8, samples=3, seed=rng)
+    assert not np.array_equal(c, d)  # a Generator is consumed, as numpy users expect
+
+
+def test_every_error_is_a_netsor_error():
+    for err in (HyperParameterError, InputError, NumericalError, ProgramError):
+        assert issubclass(err, NetsorError)
