@@ -870,10 +870,8 @@ class Limit:
         return outs
 
     def _identical_pairs(self) -> tuple[Array, Array]:
-        """Index arrays (i, j) of pairs with ``X[i] == X2[j]`` exactly."""
-        if self.symmetric:
-            i = np.arange(self.X.shape[0])
-            return i, i
+        """Index arrays (i, j) of all pairs with ``X[i] == X2[j]`` exactly (the diagonal of a
+        kernel of one input set, and any repeated input)."""
         rows2: dict[bytes, list[int]] = {}
         for j, x in enumerate(self.X2):
             rows2.setdefault(x.tobytes(), []).append(j)
@@ -978,7 +976,11 @@ class Limit:
             if psd != "skip":
                 lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
                 tol = max(PSD_TOLERANCE, float(np.sqrt(np.sum(E * E))) / lmax)
-                K = ensure_psd(K, clip=(psd == "clip"), tol=tol, what="nngp")
+                clipped = ensure_psd(K, clip=(psd == "clip"), tol=tol, what="nngp")
+                if clipped is not K:  # the clipping moved entries: that is part of their error
+                    E = E + np.abs(clipped - K)
+                    self.error = float(np.max(E))
+                    K = clipped
         return (K, E) if with_error else K
 
 

@@ -1,0 +1,124 @@
+"""A hypothesis strategy for random Netsor programs.
+
+A program is drawn as a short recipe — a list of steps over a growing pool of vectors — and
+built from it, so that hypothesis can shrink a failing program to a small one. Steps: input
+layers (with and without bias), biases, MatMuls by a new or an already used matrix (weight
+sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous, smooth),
+products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
+products of activations) and, rarely, an opaque function the tracer cannot see through.
+Readouts: one or two, of one or two vectors each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+import netsor
+
+ACTIVATIONS = ["relu", "tanh", "erf", "step", "abs", "sin", "gelu", "hard_tanh", "sigmoid", "leaky_relu",
+               "softplus", "identity"]
+
+
+def _opaque_max(u, v):
+    return np.maximum(np.asarray(u), np.asarray(v))  # np.asarray of a tracer stops the trace
+
+
+TRACED = {
+    "max": lambda u, v: np.maximum(u, v),
+    "where": lambda u, v: np.where(u > v, u, 0.5 * v),
+    "clip": lambda u, v: np.clip(u + v, -1.0, 1.0),
+    "relu*tanh": lambda u, v: np.maximum(u, 0.0) * np.tanh(v),
+    "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    sigmas: tuple[tuple[float, float], ...]  # input layers (sigma, bias)
+    steps: tuple[tuple, ...]
+    readouts: tuple[tuple[tuple[int, ...], float, float], ...]
+
+
+def step_strategy() -> st.SearchStrategy:
+    idx = st.integers(min_value=0, max_value=1000)
+    sig = st.sampled_from([0.5, 0.9, 1.0, 1.3])
+    return st.one_of(
+        st.tuples(st.just("matmul"), idx, st.integers(0, 3), sig),
+        st.tuples(st.just("lincomb"), idx, idx, st.sampled_from([-0.7, 0.5, 1.0])),
+        st.tuples(st.just("act"), idx, st.sampled_from(ACTIVATIONS)),
+        st.tuples(st.just("mul"), idx, idx),
+        st.tuples(st.just("shift"), idx, st.sampled_from([-0.5, 0.3, 1.0])),
+        st.tuples(st.just("traced"), idx, idx, st.sampled_from(sorted(TRACED))),
+        st.tuples(st.just("bias"), st.sampled_from([0.2, 0.5])),
+    )
+
+
+@st.composite
+def recipes(draw, max_steps: int = 5, opaque: bool = False) -> Recipe:
+    n_inputs = draw(st.integers(1, 2))
+    sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
+                   for _ in range(n_inputs))
+    steps = list(draw(st.lists(step_strategy(), min_size=1, max_size=max_steps)))
+    if opaque and draw(st.booleans()):
+        steps.append(("opaque", draw(st.integers(0, 1000)), draw(st.integers(0, 1000))))
+    readouts = tuple(draw(st.tuples(st.lists(st.integers(0, 1000), min_size=1, max_size=2).map(tuple),
+                                    st.sampled_from([1.0, 0.7]), st.sampled_from([0.0, 0.2])))
+                     for _ in range(draw(st.integers(1, 2))))
+    return Recipe(sigmas, tuple(steps), readouts)
+
+
+def build(recipe: Recipe) -> netsor.Program:
+    """The program of a recipe (vector indices are taken modulo the pool size)."""
+    p = netsor.Program("fuzz")
+    n = p.dim("n")
+    pool = [p.input(n, sigma=s, bias=b) for s, b in recipe.sigmas]
+    matrices: list[netsor.Matrix] = []
+
+    def pick(i: int, kind: str | None = None) -> netsor.Vector:
+        cands = [v for v in pool if kind is None or v.kind == kind]
+        return cands[i % len(cands)]
+
+    for step in recipe.steps:
+        op = step[0]
+        if op == "matmul":
+            _, i, which, sigma = step
+            if which < len(matrices):
+                W = matrices[which]  # weight sharing
+            else:
+                W = p.matrix(n, n, sigma=sigma)
+                matrices.append(W)
+            pool.append(W @ pick(i))
+        elif op == "lincomb":
+            _, i, j, c = step
+            pool.append(pick(i, "G") + c * pick(j, "G"))
+        elif op == "act":
+            _, i, name = step
+            pool.append(netsor.activation(name)(pick(i)))
+        elif op == "mul":
+            _, i, j = step
+            pool.append(pick(i) * pick(j))
+        elif op == "shift":
+            _, i, c = step
+            pool.append(pick(i) + c)
+        elif op == "traced":
+            _, i, j, name = step
+            pool.append(netsor.nonlin(TRACED[name], pick(i), pick(j), name=name))
+        elif op == "opaque":
+            _, i, j = step
+            pool.append(netsor.nonlin(_opaque_max, pick(i), pick(j), name="opaque_max"))
+        elif op == "bias":
+            pool.append(p.bias(n, step[1]))
+    for vecs, sigma, bias in recipe.readouts:
+        chosen = tuple(dict.fromkeys(pick(i) for i in vecs))
+        p.readout(*chosen, sigma=sigma, bias=bias)
+    return p
+
+
+def inputs(B: int, d: int, seed: int, duplicate: bool = False) -> np.ndarray:
+    X = np.random.default_rng(seed).standard_normal((B, d))
+    if duplicate and B > 2:
+        X[-1] = X[0]
+    return X

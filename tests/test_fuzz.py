@@ -1,0 +1,83 @@
+"""Random programs (hypothesis, derandomised: the same programs on every run).
+
+Default suite, 200 programs: the NNGP kernel is finite, exactly symmetric and PSD within its
+error bounds; the cross kernel ``nngp(p, X[:k], X[k:])`` equals the block of ``nngp(p, X)``
+within the sum of their bounds; nothing but a NetsorError is ever raised (a program out of
+reach of the default tolerance raises NumericalError saying what was reached; its properties
+are then checked at a looser tolerance).
+
+Slow, 30 programs: the mean conditional kernel of finite networks at widths 1024 and 2048,
+extrapolated in 1/n, agrees with the limit within 4.5 standard errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from strategies import build, inputs, recipes
+
+import netsor
+from netsor.errors import NumericalError
+
+FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def kernel(p, X, X2=None):
+    """(K, E, rtol): at the default tolerance, or at 1e-3 when the default is out of reach."""
+    for rtol in (netsor.interpret.infinite.DEFAULT_RTOL, 1e-3):
+        try:
+            K, E = netsor.limit(p, X, X2, rtol=rtol).nngp(with_error=True)
+            return K, E, rtol
+        except NumericalError as exc:
+            message = str(exc)
+            assert "rtol" in message or "non-finite" in message or "NaN" in message, message
+    return None
+
+
+@FAST
+@given(recipe=recipes(max_steps=5, opaque=True), B=st.integers(2, 4), d=st.integers(3, 6),
+       seed=st.integers(0, 2**16), duplicate=st.booleans())
+def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
+    p = build(recipe)
+    X = inputs(B, d, seed, duplicate)
+    result = kernel(p, X)
+    if result is None:  # a limit out of reach even at 1e-3 (said by a NumericalError): nothing to check
+        return
+    K, E, rtol = result
+    assert np.all(np.isfinite(K)) and np.all(np.isfinite(E))
+    np.testing.assert_array_equal(K, K.T)
+    lam = np.linalg.eigvalsh(K)
+    assert lam[0] >= -(np.sqrt(np.sum(E * E)) + 1e-9 * max(lam[-1], 0.0))
+    R = p.num_outputs
+    for k in range(1, B):
+        K12, E12 = netsor.limit(p, X[:k], X[k:], rtol=rtol).nngp(with_error=True)
+        block, block_err = K[:k * R, k * R:], E[:k * R, k * R:]
+        assert np.all(np.abs(K12 - block) <= E12 + block_err + 1e-15 * np.abs(K).max())
+
+
+SLOW = settings(max_examples=30, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+@pytest.mark.slow
+@SLOW
+@given(recipe=recipes(max_steps=4), seed=st.integers(0, 2**16))
+def test_random_programs_at_large_width_agree_with_the_limit(recipe, seed):
+    p = build(recipe)
+    X = inputs(3, 4, seed)
+    result = kernel(p, X)
+    assume(result is not None)
+    K, E, _ = result
+    means, ses = [], []
+    S = 300
+    for width in (1024, 2048):
+        run = netsor.run_finite(p, X, width=width, samples=S, seed=seed + width, return_kernels=True)
+        means.append(run.kernels.mean(axis=0))
+        ses.append(run.kernels.std(axis=0, ddof=1) / np.sqrt(S))
+    extrapolated = 2 * means[1] - means[0]  # removes the O(1/n) bias
+    se = np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
+    scale = np.sqrt(np.outer(np.diag(K), np.diag(K)))
+    assert np.all(np.abs(extrapolated - K) <= 4.5 * se + E + 1e-9 * scale)
