@@ -16,6 +16,8 @@ class NonLinRule(LineRule):
     def finite(self, line: NonLinLine, state: FiniteState) -> Array:
         with np.errstate(all="ignore"):
             out = line.expr.evaluate({a: state.values[a] for a in line.args})
+        # an expression may not depend on every coordinate (a constant): give it the line's shape
+        out = np.broadcast_to(out, (state.chunk.size, state.batch, state.sizes[line.out.dim]))
         if not np.all(np.isfinite(out)):
             raise NumericalError(
                 f"the nonlinearity {line.out.name} = {line.expr.describe()} returned NaN or Inf on a finite "
