@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
-from netsor.gaussian.quadrature import INV_SQRT_2PI, Z_MAX, check_finite
+from netsor.gaussian.quadrature import INV_SQRT_2PI, Z_MAX, check_finite, hermite_functions
 
 Array = np.ndarray
 Plane = tuple[Array, float]
@@ -343,17 +343,6 @@ def _multi_indices(dim: int, degree: int) -> list[tuple[int, ...]]:
     return [(i, *rest) for i in range(degree, -1, -1) for rest in _multi_indices(dim - 1, degree - i)]
 
 
-def _hermite_1d(x: Array, order: int) -> Array:
-    """``He_k(x)/√k!`` for k ≤ order, shape (order+1, *x.shape)."""
-    h = np.empty((order + 1, *x.shape))
-    h[0] = 1.0
-    if order:
-        h[1] = x
-    for k in range(1, order):
-        h[k + 1] = (x * h[k] - math.sqrt(k) * h[k - 1]) / math.sqrt(k + 1.0)
-    return h
-
-
 def _contract_last(x: Array, fw: Array, order: int) -> Array:
     """``Σ_last fw · He_k(x)/√k!`` for k ≤ order (shape fw.shape[:-1] + (order+1,)), running the
     three-term recurrence without storing every degree."""
@@ -380,7 +369,7 @@ def _hermite_contract(xi: Array, fw: Array, r: int, order: int, outer: int) -> A
     Q2 = Q // Q1
     x1 = xi[:, ::Q2, 0]  # (P, Q1)
     inner = _contract_last(xi[..., 1].reshape(P, Q1, Q2), fw.reshape(P, Q1, Q2), order)  # (P, Q1, K+1)
-    full = np.matmul(_hermite_1d(x1, order).transpose(1, 0, 2), inner)  # (P, K+1, K+1): [α₁, α₂]
+    full = np.matmul(hermite_functions(x1, order).transpose(1, 0, 2), inner)  # (P, K+1, K+1): [α₁, α₂]
     index = [a for deg in range(order + 1) for a in _multi_indices(2, deg)]
     first = np.array([a[0] for a in index])
     second = np.array([a[1] for a in index])

@@ -39,6 +39,7 @@ from netsor.gaussian.quadrature import (
     check_finite,
     expect_1d_err,
     gaussian_rule,
+    hermite_functions,
     panel_edges,
     rule_on_panels,
 )
@@ -247,17 +248,6 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
 
 
 # ------------------------------------------------------------------ Hermite coefficients
-def _hermite_functions(z: Array, order: int) -> Array:
-    """Normalised probabilists' Hermite polynomials ``He_k(z)/√k!``, shape ``(order+1, *z.shape)``."""
-    h = np.empty((order + 1, *z.shape))
-    h[0] = 1.0
-    if order:
-        h[1] = z
-    for k in range(1, order):
-        h[k + 1] = (z * h[k] - np.sqrt(k) * h[k - 1]) / np.sqrt(k + 1.0)
-    return h
-
-
 def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
     """Hermite coefficients, second moment and quadrature error of ``φ(√var Z)``.
 
@@ -309,7 +299,7 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
         fw = f * w
         m2 = np.sum(fw * f, axis=1)
         m2_10 = np.sum(f10 * f10 * w10, axis=1)
-        return _hermite_functions(z[0], order) @ fw.T, m2, _coefficient_error(m2, m2_10)
+        return hermite_functions(z[0], order) @ fw.T, m2, _coefficient_error(m2, m2_10)
     alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
     step = max(1, _GATHER // ((order + 1) * 20 * edges.size))
     for i in range(0, var.size, step):
@@ -321,7 +311,7 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
         f10 = act.fn(s[:, None] * z10)
         check_finite(f, name)
         fw = f * w
-        alpha[:, i:i + step] = np.einsum("kpq,pq->kp", _hermite_functions(z, order), fw)
+        alpha[:, i:i + step] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
         m2[i:i + step] = np.sum(fw * f, axis=1)
         qerr[i:i + step] = _coefficient_error(m2[i:i + step], np.sum(f10 * f10 * w10, axis=1))
     return alpha, m2, qerr

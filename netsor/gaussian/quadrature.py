@@ -172,6 +172,18 @@ def _tail_estimate(f: Callable[[Array], Array], scale: Array) -> Array:
     return ends.sum(axis=1) * _TAIL_DENSITY * (2.0 / Z_MAX)
 
 
+def hermite_functions(z: Array, order: int) -> Array:
+    """Normalised probabilists' Hermite polynomials ``He_k(z)/√k!`` for k ≤ order, shape
+    ``(order+1, *z.shape)`` (three-term recurrence)."""
+    h = np.empty((order + 1, *np.shape(z)))
+    h[0] = 1.0
+    if order:
+        h[1] = z
+    for k in range(1, order):
+        h[k + 1] = (z * h[k] - np.sqrt(k) * h[k - 1]) / np.sqrt(k + 1.0)
+    return h
+
+
 def check_finite(values: Array, what: str) -> None:
     """Raise :class:`NumericalError` if a function returned NaN or ±inf at quadrature nodes."""
     if not np.all(np.isfinite(values)):

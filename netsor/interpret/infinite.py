@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import os
-import weakref
 import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -222,15 +221,10 @@ def _projection(m: Monomial) -> Projection | None:
     return Projection(tuple(v for v, _ in terms), np.array([c for _, c in terms]), act)
 
 
-_ANALYSES: weakref.WeakKeyDictionary[Program, Analysis] = weakref.WeakKeyDictionary()
-
-
 def analysis_of(program: Program) -> Analysis:
-    """The analysis of a program, held as long as the program lives; redone when lines were added."""
-    a = _ANALYSES.get(program)
-    if a is None or a.num_lines != len(program.lines):
-        a = _ANALYSES[program] = Analysis(program)
-    return a
+    """The analysis of a program: held by the program (it lives as long as the program and is
+    redone when lines are added), its quantities keyed by content."""
+    return program.derived("infinite-width analysis", Analysis)
 
 
 # ------------------------------------------------------------------ quantities

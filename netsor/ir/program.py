@@ -12,6 +12,7 @@ weight sharing over time works). :class:`Readout` declares outputs ``yᵣ = vᵀ
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ class Program:
         self._lines: list[Line] = []
         self._readouts: list[Readout] = []
         self._line_of: dict[Vector, Line] = {}
+        self._derived: dict[str, tuple[int, Any]] = {}
         self._data_dim = Dim("d", self, is_data=True)
 
     # ---------------------------------------------------------------- views
@@ -92,6 +94,16 @@ class Program:
         """Number of time steps the data must have (max step + 1), or None if no step is used."""
         used = [ln.step for ln in self._lines if isinstance(ln, DataLine) and ln.step is not None]
         return max(used) + 1 if used else None
+
+    def derived(self, name: str, compute: Callable[[Program], Any]) -> Any:
+        """A value interpreters derive from the program (an analysis), computed once and held by
+        the program — so it lives exactly as long as the program — and recomputed after lines
+        are added. The program itself never looks at it."""
+        version = len(self._lines)
+        cached = self._derived.get(name)
+        if cached is None or cached[0] != version:
+            cached = self._derived[name] = (version, compute(self))
+        return cached[1]
 
     def line_of(self, vector: Vector) -> Line:
         """The line that defines ``vector``."""

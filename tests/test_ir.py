@@ -1,0 +1,173 @@
+"""The IR: expression trees and tracing, program transforms, rule tables, the analysis cache."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import netsor
+from netsor.errors import ProgramError, UnsupportedError
+from netsor.interpret.infinite import analysis_of
+from netsor.interpret.rules import RULES, rule_for
+from netsor.ir import LinCombLine, Line, NonLinLine, Vector
+from netsor.ir.expr import Apply, Opaque, expand
+from netsor.ir.transforms import clone, prune, substitute
+
+X = np.random.default_rng(0).standard_normal((4, 3))
+
+
+def two_inputs():
+    p = netsor.Program()
+    n = p.dim("n")
+    return p, n, p.input(n), p.input(n, sigma=0.7, bias=0.2)
+
+
+# ------------------------------------------------------------------ tracing
+@pytest.mark.parametrize("fn", [
+    lambda u, v: np.maximum(u, v),
+    lambda u, v: np.minimum(u, 2.0 * v) + 1.0,
+    lambda u, v: np.where(u > v, u, 0.5 * v),
+    lambda u, v: np.clip(u + v, -1.0, 1.0),
+    lambda u, v: np.abs(u - v) * np.tanh(v) ** 2,
+    lambda u, v: (u >= 0.3) * np.exp(-v * v / 2),
+])
+def test_traced_functions_evaluate_like_numpy_and_keep_their_kinks_known(fn):
+    p, n, a, b = two_inputs()
+    h = netsor.nonlin(fn, a, b)
+    expr = p.line_of(h).expr
+    assert not isinstance(expr, Opaque) and not expr.hidden_kinks
+    u, v = np.linspace(-2, 2, 11), np.linspace(1.5, -1.5, 11)
+    np.testing.assert_allclose(expr.evaluate({a: u, b: v}), fn(u, v), rtol=1e-15, atol=1e-15)
+
+
+def test_max_is_rewritten_through_relu_of_a_difference():
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(np.maximum, a, b)).expr
+    atoms = [m.atoms for _, m in expand(expr).terms]
+    relu = [x for at in atoms for x in at if isinstance(x, Apply) and x.act is netsor.relu]
+    assert relu and relu[0].child.affine() is not None  # relu(a − b): a function of one linear form
+
+
+def branching(u, v):
+    return u if float(np.mean(u)) > 0 else v  # Python control flow on values
+
+
+@pytest.mark.parametrize("fn", [branching, lambda u, v: np.asarray(u) * v, lambda u, v: np.sort(u) + v])
+def test_untraceable_functions_stay_opaque(fn):
+    p, n, a, b = two_inputs()
+    try:
+        h = netsor.nonlin(fn, a, b)
+    except ProgramError:  # fine as well: not elementwise
+        return
+    assert isinstance(p.line_of(h).expr, Opaque)
+
+
+def test_expansion_into_monomials():
+    p, n, a, b = two_inputs()
+    h = (netsor.relu(a) + b) * (netsor.relu(a) - b) + 2.0
+    poly = expand(p.line_of(h).expr)
+    assert poly.const == 2.0
+    coefs = {tuple(sorted(x.describe() for x in m.atoms)): c for c, m in poly.terms}
+    assert coefs == {("relu(g1)", "relu(g1)"): 1.0, (b.name, b.name): -1.0}
+
+
+# ------------------------------------------------------------------ transforms
+def test_clone_is_an_equal_and_independent_program():
+    p = netsor.zoo.resnet(2, "tanh", 1.2, 0.1)
+    q, ren = clone(p, name="copy")
+    assert len(q.lines) == len(p.lines) and q.num_outputs == p.num_outputs
+    np.testing.assert_array_equal(netsor.nngp(q, X), netsor.nngp(p, X))
+    # extending the clone leaves the original untouched
+    h = q.outputs[0][1]
+    q.readout(netsor.relu(q.matrix(h.dim, h.dim) @ h))
+    assert q.num_outputs == p.num_outputs + 1 and len(p.lines) < len(q.lines)
+    with pytest.raises(ProgramError):
+        p.readout(ren[p.outputs[0][1]])  # a vector of the copy is not a vector of p
+
+
+def test_substitute_rewrites_a_degenerate_matmul_as_a_lincomb():
+    """W relu(g) and W (2 relu(g)): the second use is 2·(the first) in law — rewriting it as a
+    LinComb gives the same kernel."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    W = p.matrix(n, n, sigma=1.3)
+    first = W @ netsor.relu(g)
+    second = W @ (2.0 * netsor.relu(g))
+    p.readout(netsor.tanh(first + second))
+
+    def as_lincomb(line: Line, new: netsor.Program, ren) -> Vector:
+        return 2.0 * ren[first]
+
+    q, _ = substitute(p, {second: as_lincomb})
+    assert any(isinstance(ln, LinCombLine) for ln in q.lines)
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    Kq, Eq = netsor.limit(q, X).nngp(with_error=True)
+    assert np.all(np.abs(K - Kq) <= E + Eq)
+
+
+def test_prune_keeps_what_the_readouts_need():
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    dead = netsor.tanh(p.matrix(n, n) @ netsor.relu(g))
+    p.readout(netsor.relu(g))
+    q, ren = prune(p)
+    assert len(q.lines) < len(p.lines)
+    with pytest.raises(ProgramError, match="no image"):
+        ren[dead]
+    np.testing.assert_array_equal(netsor.nngp(q, X), netsor.nngp(p, X))
+
+
+# ------------------------------------------------------------------ rules and the analysis
+def test_every_line_kind_has_its_rules():
+    for kind, rule in RULES.items():
+        for method in ("finite", "coupled", "limit"):
+            assert callable(getattr(rule, method)), (kind, method)
+
+    @dataclass(frozen=True, eq=False)
+    class NewLine:
+        out: Vector
+
+        @property
+        def inputs(self) -> tuple:
+            return ()
+
+    with pytest.raises(UnsupportedError, match="NewLine"):
+        rule_for(NewLine(None))
+
+
+def test_the_analysis_is_held_by_the_program_and_keyed_by_content():
+    p, n, a, b = two_inputs()
+    h1 = netsor.relu(a) * b
+    h2 = netsor.relu(a) * b  # another line, the same expression
+    p.readout(h1, h2)
+    an = analysis_of(p)
+    (_, m1), = an.polys[h1].terms
+    (_, m2), = an.polys[h2].terms
+    assert m1.key == m2.key  # computed once
+    assert analysis_of(p) is an  # cached while unchanged
+    p.readout(netsor.tanh(a))
+    assert analysis_of(p) is not an  # redone when lines were added
+    ref = weakref.ref(an)
+    del p, an, h1, h2, a, b, n, m1, m2
+    gc.collect()
+    assert ref() is None  # dies with its program: no cache grows without bound
+
+
+def test_data_and_time_steps_do_not_mix():
+    p = netsor.Program()
+    p.data()
+    with pytest.raises(ProgramError, match="time steps"):
+        p.data(step=1)
+
+
+def test_nonlin_lines_hold_expressions():
+    p, n, a, b = two_inputs()
+    h = netsor.nonlin(lambda u, v: u * v, a, b)
+    line = p.line_of(h)
+    assert isinstance(line, NonLinLine) and set(line.args) == {a, b}
