@@ -84,6 +84,10 @@ class Activation:
         Parameters of a parametric activation (``alpha`` of leaky_relu, elu).
     registered : bool
         False for user callables wrapped by :func:`custom`.
+    homogeneous : float, optional
+        ``p`` when φ is positively homogeneous of degree p (``φ(cx) = cᵖ φ(x)`` for ``c > 0``:
+        relu, leaky_relu, abs and identity have p = 1, step p = 0); moments at any variance then
+        follow from those at variance 1.
     cache_key : tuple, optional
         Identity of an unregistered φ for caches (a composite function built from an expression
         uses the expression's content key); default: the object itself.
@@ -101,6 +105,7 @@ class Activation:
     continuous: bool = True
     params: dict[str, Any] = field(default_factory=dict)
     registered: bool = True
+    homogeneous: float | None = None
     cache_key: tuple[Any, ...] | None = None
 
     @property
@@ -169,6 +174,7 @@ def _make_leaky_relu(alpha: float = 0.01) -> Activation:
         smooth=False,
         kinks=(0.0,),
         params={"alpha": alpha},
+        homogeneous=1.0,
     )
 
 
@@ -188,11 +194,12 @@ _FIXED: dict[str, Activation] = {
     a.name: a
     for a in [
         Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like,
-                   kernel=identity_kernel, mean=np.zeros_like, odd=True),
+                   kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0),
         Activation("relu", fn=_relu, deriv=_step, kernel=arccos_kernel_1,
-                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,)),
+                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
         Activation("step", fn=_step, deriv=np.zeros_like, kernel=arccos_kernel_0,
-                   mean=lambda a: np.full(np.shape(a), 0.5), smooth=False, kinks=(0.0,), continuous=False),
+                   mean=lambda a: np.full(np.shape(a), 0.5), smooth=False, kinks=(0.0,), continuous=False,
+                   homogeneous=0.0),
         Activation("erf", fn=special.erf, deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
         Activation("tanh", fn=np.tanh, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
@@ -204,7 +211,7 @@ _FIXED: dict[str, Activation] = {
         Activation("silu", fn=lambda x: x * special.expit(x), deriv=_silu_deriv),
         Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), deriv=special.expit),
         Activation("abs", fn=np.abs, deriv=np.sign, kernel=abs_kernel,
-                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,)),
+                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0),
         Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a))),

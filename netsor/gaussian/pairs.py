@@ -182,7 +182,8 @@ def _same_kernel(phi: Activation, psi: Activation) -> bool:
 
 
 def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Array, *,
-                     memo: CoefficientMemo | None = None, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
+                     memo: CoefficientMemo | None = None, rtol: float = PAIR_RTOL,
+                     errors: bool = True) -> tuple[Array, Array | None]:
     """``(E[φ(u) ψ(v)], error bound)`` for centred Gaussian ``(u, v)``, ``Var u = a, Var v = b, Cov = c``.
 
     Parameters
@@ -196,6 +197,9 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         Reuses Hermite coefficients across calls that meet the same variances.
     rtol : float
         Target of the truncation error relative to ``√(E φ(u)² E ψ(v)²)``.
+    errors : bool
+        False: skip the error array of a closed form (``None``; the caller knows it is rounding,
+        ``≤ 32 eps √(E φ² E ψ²)``) — a few passes over the pairs saved.
 
     Returns
     -------
@@ -209,6 +213,8 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
     phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
     zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
     if not (zero_a.any() or zero_b.any()):
+        if not errors and _same_kernel(phi, psi):
+            return _full(phi.kernel(a, b, c), shape), None
         value, err = _regular_pair(phi, psi, a, b, c, memo, rtol)
         return _full(value, shape), _full(err, shape)
     a, b, c, zero_a, zero_b = np.broadcast_arrays(a, b, c, zero_a, zero_b)
@@ -476,8 +482,24 @@ def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho:
     """Error bound of a series pair truncated after ``order``: the Parseval bound of the rest,
     ``|ρ|^{K+1} √(T_φ T_ψ)``, plus the coefficients' quadrature error summed over the orders used."""
     root_a, root_b = np.sqrt(ta.m2[ia]), np.sqrt(tb.m2[ib])
-    tail = np.abs(rho) ** (order + 1) * np.sqrt(ta.tail[order][ia] * tb.tail[order][ib])
-    return tail + np.sqrt(order + 1.0) * (ta.qerr[ia] * root_b + tb.qerr[ib] * root_a)
+    tail = _abs_power(rho, order + 1)
+    tail *= np.sqrt(ta.tail[order][ia] * tb.tail[order][ib])
+    tail += np.sqrt(order + 1.0) * (ta.qerr[ia] * root_b + tb.qerr[ib] * root_a)
+    return tail
+
+
+def _abs_power(x: Array, k: int) -> Array:
+    """``|x|**k`` for an integer ``k ≥ 1`` by repeated squaring (a few multiplications instead
+    of a ``pow`` call per entry: ~5x faster on large arrays)."""
+    base = np.abs(x)
+    out = None
+    while True:
+        if k & 1:
+            out = base.copy() if out is None else np.multiply(out, base, out=out)
+        k >>= 1
+        if not k:
+            return out
+        base *= base
 
 
 def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: Array) -> tuple[Array, Array]:
@@ -602,8 +624,8 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
     tabs = tables[_table_for(order, tables)]
     out = np.empty(full)
     rest = _mehler(*tabs, ia, ib, sa, sb, c, order, out)
-    err = _series_error(*tabs, np.broadcast_to(ia, full), np.broadcast_to(ib, full),
-                        np.broadcast_to(c / (sa * sb), full), order)
+    # per-point factors gathered per point (ia, ib are a column and a row on a tile)
+    err = _full(_series_error(*tabs, ia, ib, c / (sa * sb), order), full)
     if rest.size:
         sub = np.unravel_index(rest, full)
         sa_r, sb_r = np.broadcast_to(sa, full)[sub], np.broadcast_to(sb, full)[sub]
@@ -675,7 +697,23 @@ def product_activation(phi: Activation, psi: Activation) -> Activation:
         deriv=lambda x: phi.deriv(x) * psi.fn(x) + phi.fn(x) * psi.deriv(x),
         smooth=phi.smooth and psi.smooth, kinks=tuple(sorted(set(phi.kinks) | set(psi.kinks))),
         kinks_known=phi.kinks_known and psi.kinks_known, continuous=phi.continuous and psi.continuous,
-        registered=False, cache_key=("product", phi.key, psi.key))
+        registered=False, cache_key=("product", phi.key, psi.key),
+        homogeneous=(phi.homogeneous + psi.homogeneous
+                     if phi.homogeneous is not None and psi.homogeneous is not None else None))
+
+
+_UNIT_MOMENTS: dict[Any, dict[str, float]] = {}
+#: Gauss–Hermite rule (probabilists') for the moments of smooth φ up to this standard deviation.
+_MOMENT_GH_SD = 4.0
+_MOMENT_GH_Z, _MOMENT_GH_W = np.polynomial.hermite_e.hermegauss(64)
+_MOMENT_GH_W = _MOMENT_GH_W / np.sqrt(2.0 * np.pi)
+
+
+def _unit_moments(act: Activation) -> dict[str, float]:
+    if act.key not in _UNIT_MOMENTS:
+        act_plain = replace(act, homogeneous=None)
+        _UNIT_MOMENTS[act.key] = {k: float(v[0]) for k, v in moments_1d(act_plain, np.ones(1)).items()}
+    return _UNIT_MOMENTS[act.key]
 
 
 def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
@@ -683,8 +721,23 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
     ``grad2 = E φ'²`` and ``euler = E φ'² u²`` (``u ~ N(0, variance)``; inf when φ is not
     absolutely continuous)."""
     var = np.maximum(np.asarray(variance, dtype=float).reshape(-1), 0.0)
-    act = with_located_kinks(act, float(np.sqrt(np.max(var, initial=0.0))))
-    x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
+    if act.homogeneous is not None:  # φ(√a z) = a^{p/2} φ(z): the moments at variance 1, scaled
+        unit = _unit_moments(act)
+        p = act.homogeneous
+        out = {"m2": unit["m2"] * var**p, "m4": unit["m4"] * var ** (2 * p),
+               "grad2": unit["grad2"] * np.where(var > 0, var, 1.0) ** (p - 1), "euler": unit["euler"] * var**p}
+        return {k: np.broadcast_to(v, var.shape).reshape(np.shape(variance)) for k, v in out.items()}
+    sd_max = float(np.sqrt(np.max(var, initial=0.0)))
+    act = with_located_kinks(act, sd_max)
+    if act.smooth and sd_max <= _MOMENT_GH_SD:
+        # smooth and not steep or oscillating on the scale of the nodes: a 64-node Gauss–Hermite
+        # rule gives these moments (factors of error bounds, not results) to many digits
+        x, w = np.sqrt(var)[:, None] * _MOMENT_GH_Z, _MOMENT_GH_W[None, :]
+    elif all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
+        z, w = gaussian_rule(np.zeros(1), np.ones(1), (0.0,))
+        x = np.sqrt(var)[:, None] * z
+    else:
+        x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
     with np.errstate(all="ignore"):
         f = np.asarray(act.fn(x), dtype=float)
     check_finite(f, f"E {act.name}(u)²")

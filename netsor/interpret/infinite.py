@@ -48,7 +48,7 @@ from netsor.gaussian.pairs import (
     pair_expectation,
     product_activation,
 )
-from netsor.interpret import propagation
+from netsor.interpret import bounds, propagation
 from netsor.interpret.functions import activation_of, joint_function, shifted
 from netsor.interpret.rules import DataForm, FunctionForm, LinearForm, SourceCovariance, SourceForm, data_view, rule_for
 from netsor.ir import Program, Vector
@@ -69,14 +69,14 @@ Value = tuple[Any, Any]  # (value, error bound), arrays on a tile or per point
 
 #: Default relative tolerance of every result (relative to √(K_ii K_jj)).
 DEFAULT_RTOL = 1e-8
-#: Fraction of the tolerance given to each expectation (errors add up along the program).
+#: Fraction of the tolerance given to the expectations of one layer (divided by the nesting depth).
 TERM_SHARE = 0.1
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (cache-sized tiles,
 #: spread over threads), when some term needs the Mehler series (whose per-call setup is
 #: amortised over more pairs), and when some term is a joint multi-dimensional expectation.
-TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 256, 512, 128
+TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 384, 512, 128
 PSD_POLICIES = ("auto", "clip", "check", "skip")
 _EPS = np.finfo(float).eps
 
@@ -116,9 +116,12 @@ class Analysis:
         self._correlated: dict[tuple[Vector, Vector], bool] = {}
         self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
         self._functions: dict[Key, Any] = {}
+        self.tile_plans: dict[tuple[Key, ...], Plan] = {}
+        nesting: dict[Vector, int] = {}
         for line in program.lines:
             form = rule_for(line).limit(line)
             out = line.out
+            nesting[out] = max((nesting[v] for v in line.inputs), default=0) + isinstance(form, FunctionForm)
             if isinstance(form, DataForm):
                 self.steps[out] = form.step
             elif isinstance(form, SourceForm):
@@ -136,6 +139,9 @@ class Analysis:
         for g in self.sources:
             m = Monomial((Var(g),))
             self.monomials.setdefault(m.key, m)
+        #: Most NonLin lines on one path of the program: the number of expectations whose errors
+        #: add up (through the layers' gains) in one kernel entry.
+        self.nesting = max(nesting.values(), default=0)
 
     def poly(self, v: Vector) -> Polynomial:
         if v in self.polys:
@@ -265,15 +271,16 @@ class Quantity:
 class GaussianCovariance(Quantity):
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         _, g1, g2 = key
-        return [("s", s1, s2) for s1 in an.sources[g1] for s2 in an.sources[g2]
-                if an.source_cov(s1, s2) is not None], []
+        own: list[Key] = [("s", s1, s2) for s1 in an.sources[g1] for s2 in an.sources[g2]
+                          if an.source_cov(s1, s2) is not None]
+        return own, ([] if diag else envelope_keys(key, an))
 
     def compute(self, key: Key, run: Run) -> Value:
         _, g1, g2 = key
         an = run.an
         parts = [(c1 * c2, run.get(("s", s1, s2))) for s1, c1 in an.sources[g1].items()
                  for s2, c2 in an.sources[g2].items() if an.source_cov(s1, s2) is not None]
-        return linear_combination(parts, run.shape)
+        return linear_combination(parts, run, key)
 
 
 class SourceCovarianceQuantity(Quantity):
@@ -285,9 +292,19 @@ class SourceCovarianceQuantity(Quantity):
         cov = run.an.source_cov(key[1], key[2])
         assert cov is not None
         if cov.moment is None:
-            return np.full(run.shape, cov.scale), np.zeros(run.shape)
+            value = np.full(run.shape, cov.scale)
+            if run.diag:
+                return value, np.zeros(run.shape)
+            root = np.sqrt(cov.scale)
+            return value, bounds.zero(np.full((run.shape[0], 1), root), np.full((1, run.shape[1]), root))
         value, err = run.get(("m", *cov.moment))
-        return cov.scale * value, cov.scale * err + _EPS * cov.scale * np.abs(value)
+        if cov.scale == 1.0:  # exact: no pass over the pairs
+            return value, err
+        if run.diag:
+            return cov.scale * value, cov.scale * err + _EPS * cov.scale * np.abs(value)
+        root = np.sqrt(cov.scale)  # the envelope scales with the variance
+        return cov.scale * value, bounds.Bound(err.eta + _EPS, root * err.left, root * err.right,
+                                              None if err.dense is None else cov.scale * err.dense)
 
 
 class Moment(Quantity):
@@ -301,7 +318,11 @@ class Moment(Quantity):
         own = [("t", m1.key, m2.key) for _, m1 in p1.terms for _, m2 in p2.terms]
         means = ([("mean", m.key) for _, m in p1.terms] if p2.const else []) + (
             [("mean", m.key) for _, m in p2.terms] if p1.const else [])
-        return (own + means, []) if diag else (own, means)
+        if diag:
+            return own + means, []
+        envelopes = ([("pm", m.key) for _, m in p1.terms] if p2.const else []) + (
+            [("pm", m.key) for _, m in p2.terms] if p1.const else [])
+        return own, means + envelopes + envelope_keys(key, an)
 
     def compute(self, key: Key, run: Run) -> Value:
         _, v1, v2 = key
@@ -313,12 +334,12 @@ class Moment(Quantity):
         p1, p2 = an.poly(v1), an.poly(v2)
         parts = [(a1 * a2, run.get(("t", m1.key, m2.key))) for a1, m1 in p1.terms for a2, m2 in p2.terms]
         if p2.const:
-            parts += [(p2.const * a1, run.point(("mean", m1.key), "left")) for a1, m1 in p1.terms]
+            parts += [(p2.const * a1, run.point_mean(m1.key, "left")) for a1, m1 in p1.terms]
         if p1.const:
-            parts += [(p1.const * a2, run.point(("mean", m2.key), "right")) for a2, m2 in p2.terms]
+            parts += [(p1.const * a2, run.point_mean(m2.key, "right")) for a2, m2 in p2.terms]
         if p1.const and p2.const:
-            parts.append((p1.const * p2.const, (np.ones(1), np.zeros(1))))
-        return linear_combination(parts, run.shape)
+            parts.append((p1.const * p2.const, run.constant()))
+        return linear_combination(parts, run, key)
 
 
 class DataInnerProduct(Quantity):
@@ -332,10 +353,10 @@ class DataInnerProduct(Quantity):
         if run.diag:
             value = np.einsum("bi,bi->b", A, B) / d
             scale = np.sqrt(np.einsum("bi,bi->b", A, A) * np.einsum("bi,bi->b", B, B)) / d
-        else:
-            value = (A @ B.T) / d
-            scale = np.outer(np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)) / d
-        return value, (d + 2) * _EPS * scale
+            return value, (d + 2) * _EPS * scale
+        left = np.linalg.norm(A, axis=1)[:, None] / np.sqrt(d)
+        right = np.linalg.norm(B, axis=1)[None, :] / np.sqrt(d)
+        return (A @ B.T) / d, bounds.Bound((d + 2) * _EPS, left, right)
 
 
 class MonomialPair(Quantity):
@@ -348,11 +369,16 @@ class MonomialPair(Quantity):
             if comp.left is None or comp.right is None:
                 only = comp.left or comp.right
                 (own if diag else side).append(("mean", only.key))
+                if not diag:
+                    side.append(("pm", only.key))
                 continue
             if diag:
                 union = _union(comp.left.args, comp.right.args)
-                own += _block_keys(union) + [("pm", comp.left.key), ("pm", comp.right.key),
-                                             ("pm", an.register(comp.left.atoms + comp.right.atoms).key)]
+                own += _block_keys(union)
+                if an.projection(comp.left) is not None and an.projection(comp.right) is not None:
+                    own += [("pm", comp.left.key), ("pm", comp.right.key)]
+                else:
+                    own.append(("pm", an.register(comp.left.atoms + comp.right.atoms).key))
             else:
                 own += [("g", x, y) for x in comp.left.args for y in comp.right.args]
                 side += [canonical(k) for k in _block_keys(comp.left.args) + _block_keys(comp.right.args)]
@@ -360,24 +386,37 @@ class MonomialPair(Quantity):
         return own, side
 
     def compute(self, key: Key, run: Run) -> Value:
-        value: Any = 1.0
-        err: Any = 0.0
-        for comp in run.an.components(key[1], key[2], run.diag):
+        comps = run.an.components(key[1], key[2], run.diag)
+        if run.diag:
+            value: Any = 1.0
+            err: Any = 0.0
+            for comp in comps:
+                if comp.right is None or comp.left is None:
+                    v, e = run.point(("mean", (comp.left or comp.right).key), "left")
+                else:
+                    v, e = run.same_point(comp)
+                # rounding of the expectation's evaluation, then (v₁ ± e₁)(v₂ ± e₂), exactly bounded
+                e = e + 16 * _EPS * np.abs(v)
+                err = np.abs(value) * e + err * (np.abs(v) + e)
+                value = value * v
+            return np.broadcast_to(np.asarray(value, dtype=float), run.shape), np.broadcast_to(err, run.shape)
+        factors = []
+        for comp in comps:
             if comp.right is None:
-                v, e = run.point(("mean", comp.left.key), "left")
+                factors.append(run.point_mean(comp.left.key, "left"))
             elif comp.left is None:
-                v, e = run.point(("mean", comp.right.key), "right")
-            elif run.diag:
-                v, e = run.same_point(comp)
+                factors.append(run.point_mean(comp.right.key, "right"))
             else:
-                v, e = run.pair(comp)
-            # rounding of the expectation's evaluation (summation over nodes and pairs of terms),
-            # then (v₁ ± e₁)(v₂ ± e₂): the error of a product, exactly bounded
-            e = e + 16 * _EPS * np.abs(v)
-            err = np.abs(value) * e + err * (np.abs(v) + e)
+                factors.append(run.pair(comp))
+        if len(factors) == 1:
+            v, b = factors[0]
+            return np.broadcast_to(v, run.shape), b.plus_rounding(16)
+        value = factors[0][0]
+        for v, _ in factors[1:]:
             value = value * v
-        value = np.broadcast_to(np.asarray(value, dtype=float), run.shape)
-        return value, np.broadcast_to(np.asarray(err, dtype=float), run.shape)
+        left = np.prod([b.left for _, b in factors], axis=0)
+        right = np.prod([b.right for _, b in factors], axis=0)
+        return np.broadcast_to(value, run.shape), bounds.product(factors, left, right).plus_rounding(16)
 
 
 class MonomialMean(Quantity):
@@ -452,18 +491,46 @@ def _seed(key: Key) -> int:
     return zlib.crc32(repr(key).encode())
 
 
-def linear_combination(parts: list[tuple[float, Value]], shape: tuple[int, ...]) -> Value:
-    """Σ coef · value with error Σ |coef| · error (plus rounding), broadcast to ``shape``."""
+def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> Value:
+    """Σ coef · value, with the error Σ |coef| · error plus the rounding of the sum: arrays on the
+    diagonal, a :class:`~netsor.interpret.bounds.Bound` on the envelope of ``key`` on tiles."""
+    shape = run.shape
+    if run.diag:
+        if not parts:
+            return np.zeros(shape), np.zeros(shape)
+        if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
+            return parts[0][1]
+        value, err, size = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        for coef, (v, e) in parts:
+            value += coef * v
+            err += abs(coef) * e
+            size += np.abs(coef * v)
+        return value, err + len(parts) * _EPS * size
+    left, right = run.envelope(key)
     if not parts:
-        return np.zeros(shape), np.zeros(shape)
+        return np.zeros(shape), bounds.zero(left, right)
     if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
         return parts[0][1]
-    value, err, size = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    for coef, (v, e) in parts:
+    value = np.zeros(shape)
+    for coef, (v, _) in parts:
         value += coef * v
-        err += abs(coef) * e
-        size += np.abs(coef * v)
-    return value, err + len(parts) * _EPS * size
+    # the terms are at most their envelopes: rounding relative to the largest ratio to the target
+    size = max(abs(c) * bounds.ratio_max(b.left, left) * bounds.ratio_max(b.right, right) for c, (_, b) in parts)
+    return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size)
+
+
+def envelope_keys(key: Key, an: Analysis) -> list[Key]:
+    """The per-point keys whose square roots make the envelope of a tile quantity."""
+    kind, u, v = key
+    if kind in ("g", "s"):
+        return [("g", u, u), ("g", v, v)]
+    if kind == "m":
+        if u in an.steps:
+            return []
+        if u in an.sources and v in an.sources:
+            return [("g", u, u), ("g", v, v)]
+        return [("m", u, u), ("m", v, v)]
+    return []
 
 
 # ------------------------------------------------------------------------ plans
@@ -558,6 +625,36 @@ class Run:
             return {k: shaped(x) for k, x in v.items()}, None
         return shaped(v), shaped(e)
 
+    def envelope(self, key: Key) -> tuple[Array, Array]:
+        """Per-point factors ``l_i, r_j`` with ``|Q_ij| ≤ l_i r_j`` (Cauchy–Schwarz) of a tile quantity."""
+        kind, u, v = key
+        if kind == "m" and u in self.an.steps:
+            A = data_view(self.X_left, self.an.steps[u])
+            B = data_view(self.X_right, self.an.steps[v])
+            return (np.linalg.norm(A, axis=1)[:, None] / np.sqrt(A.shape[1]),
+                    np.linalg.norm(B, axis=1)[None, :] / np.sqrt(B.shape[1]))
+        lk, rk = envelope_keys(key, self.an)
+        return (np.sqrt(np.maximum(self.point(lk, "left")[0], 0.0)),
+                np.sqrt(np.maximum(self.point(rk, "right")[0], 0.0)))
+
+    def point_mean(self, monomial: Key, side: str) -> tuple[Array, Any]:
+        """A per-point mean as a term: on a tile, with its bound on the envelope √(E m²) ⊗ 1."""
+        value, err = self.point(("mean", monomial), side)
+        if self.diag:
+            return value, err
+        root = np.sqrt(self.point(("pm", monomial), side)[0]["m2"])
+        if side == "left":
+            left, right = root, np.ones((1, self.shape[1]))
+            return value, bounds.from_dense(err * right, left, right)
+        left, right = np.ones((self.shape[0], 1)), root
+        return value, bounds.from_dense(err * left, left, right)
+
+    def constant(self) -> tuple[Array, Any]:
+        """The constant 1 as a term (exact)."""
+        if self.diag:
+            return np.ones(1), np.zeros(1)
+        return np.ones(1), bounds.zero(np.ones((self.shape[0], 1)), np.ones((1, self.shape[1])))
+
     def run(self, plan: Plan) -> None:
         for i, key in enumerate(plan.order):
             self.values[key] = QUANTITIES[key[0]].compute(key, self)
@@ -581,13 +678,27 @@ class Run:
         return cov, err
 
     def cross(self, left_args: tuple[Vector, ...], right_args: tuple[Vector, ...]) -> tuple[Array, Array]:
-        """Tile cross-covariances (b1, b2, k1, k2) and their error bounds."""
+        """Tile cross-covariances (b1, b2, k1, k2) and their error bounds (dense)."""
         c = np.empty((*self.shape, len(left_args), len(right_args)))
         e = np.empty_like(c)
         for i, x in enumerate(left_args):
             for j, y in enumerate(right_args):
-                c[..., i, j], e[..., i, j] = self.values[("g", x, y)]
+                value, bound = self.values[("g", x, y)]
+                c[..., i, j], e[..., i, j] = value, bound.array()
         return c, e
+
+    def linear_form_cross(self, pl: Projection, pr: Projection) -> tuple[Array, bounds.Bound]:
+        """``Cov(cₗᵀU, cᵣᵀV)`` on the tile and its bound, from the cross-covariances of the arguments."""
+        if len(pl.args) == 1 and len(pr.args) == 1:
+            value, bound = self.values[("g", pl.args[0], pr.args[0])]
+            coef = pl.coefs[0] * pr.coefs[0]
+            return (value if coef == 1.0 else coef * value), bound.scaled(coef)
+        parts = [(ci * cj, self.values[("g", x, y)]) for x, ci in zip(pl.args, pl.coefs, strict=True)
+                 for y, cj in zip(pr.args, pr.coefs, strict=True)]
+        value = sum(c * v for c, (v, _) in parts)
+        first = parts[0][1][1]
+        return value, bounds.combination([(c, b) for c, (_, b) in parts], first.left, first.right,
+                                         size=float(sum(abs(c) for c, _ in parts)))
 
     # --- expectations of one independent group
     def same_point(self, comp: Component) -> Value:
@@ -603,8 +714,8 @@ class Run:
             b, db = _quadratic(cr, cov, d_cov, cr)
             c, dc = _quadratic(cl, cov, d_cov, cr)
             value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
-            if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)]
-                stats = moments_1d(product_activation(pl.act, pr.act), a)
+            if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
+                stats = moments_1d(product_activation(pl.act, pr.act), a)  # than the partials in a, b, c
                 return value, err + propagation.point_1d(a, da, stats)
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
@@ -615,32 +726,42 @@ class Run:
         self.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
-    def pair(self, comp: Component) -> Value:
-        """``E[L(U at left points) R(V at right points)]`` on the tile."""
+    def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
+        """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
+        ``√(E L²) ⊗ √(E R²)``."""
         an = self.an
         left, right = comp.left, comp.right
         s_left = self.point(("pm", left.key), "left")[0]
         s_right = self.point(("pm", right.key), "right")[0]
+        env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
+        pl, pr = an.projection(left), an.projection(right)
+        if pl is not None and pr is not None:
+            cov_x, d_x = self.block(left.args, "left")
+            cov_y, d_y = self.block(right.args, "right")
+            a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
+            b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
+            c, c_bound = self.linear_form_cross(pl, pr)
+            phi, psi = pl.act, pr.act
+            value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol, errors=False)
+            # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
+            own = bounds.Bound(32 * _EPS, env_l, env_r) if err is None else bounds.from_dense(err, env_l, env_r)
+            if phi.continuous and psi.continuous:
+                prop = propagation.pair_1d_relative(a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
+            else:
+                dc = c_bound.array()
+                if phi.kernel is not None and is_elementary(phi, psi):
+                    # a closed form of a discontinuous activation: its exact change over the error interval
+                    delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
+                    limit = np.sqrt(a * b)
+                    dense = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
+                                       np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
+                else:
+                    dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+                prop = bounds.Bound(0.0, env_l, env_r, dense)
+            return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
         cov_x, d_x = self.block(left.args, "left")
         cov_y, d_y = self.block(right.args, "right")
         C, dC = self.cross(left.args, right.args)
-        pl, pr = an.projection(left), an.projection(right)
-        if pl is not None and pr is not None:
-            a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
-            b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
-            c = np.einsum("i,xyij,j->xy", pl.coefs, C, pr.coefs)
-            dc = np.einsum("i,xyij,j->xy", np.abs(pl.coefs), dC, np.abs(pr.coefs))
-            phi, psi = pl.act, pr.act
-            value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol)
-            if phi.kernel is not None and is_elementary(phi, psi) and not (phi.continuous and psi.continuous):
-                # a closed form of a discontinuous activation: its exact change over the error interval
-                delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
-                bound = np.sqrt(a * b)
-                prop = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, bound)) - value),
-                                  np.abs(phi.kernel(a, b, np.maximum(c - delta, -bound)) - value))
-            else:
-                prop = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
-            return value, err + prop
         b1, b2 = self.shape
         # Pairs of two identical inputs are per-point quantities: their entries are replaced by
         # per-point values (Limit._pairs), so the expensive joint engine skips them here.
@@ -656,7 +777,7 @@ class Run:
             seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
         self.note_stderr(se)
         err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
-        return value.reshape(self.shape), err.reshape(self.shape)
+        return value.reshape(self.shape), bounds.from_dense(err.reshape(self.shape), env_l, env_r, keep_dense=True)
 
 
 def _identical_rows(A: Array, B: Array) -> Array:
@@ -765,7 +886,8 @@ class Limit:
 
     @property
     def term_rtol(self) -> float:
-        return TERM_SHARE * self.rtol
+        """Tolerance of each expectation: a share of ``rtol`` split over the nested layers."""
+        return TERM_SHARE * self.rtol / max(1, self.analysis.nesting)
 
     def _new_run(self, **kwargs: Any) -> Run:
         return Run(self.analysis, term_rtol=self.term_rtol, memo=self._memo, tables=self._tables, **kwargs)
@@ -790,7 +912,8 @@ class Limit:
 
     def _grid(self, roots: list[Key], fill: Callable[[slice, slice, dict[Key, Value]], None],
               symmetric: bool) -> None:
-        plan = make_plan(self.analysis, roots, diag=False)
+        plans = self.analysis.tile_plans  # the walk costs ~0.5 ms: once per program and roots
+        plan = plans.get(tuple(roots)) or plans.setdefault(tuple(roots), make_plan(self.analysis, roots, diag=False))
         left = self._side("left", plan.side)
         right = left if self.symmetric else self._side("right", plan.side)
         peak = _peak_live(plan)
@@ -834,8 +957,8 @@ class Limit:
                     kind = "series"
         return kind
 
-    def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[Value]:
-        """Second moments of vector pairs on the pair grid: (value, error) arrays (B1, B2).
+    def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
+        """Second moments of vector pairs on the pair grid: values (B1, B2) and their bounds.
 
         For one input set only tiles on or above the diagonal are computed: the block of
         ``(u, v)`` below the diagonal is the transpose of the block of ``(v, u)`` above it.
@@ -844,13 +967,18 @@ class Limit:
         symmetric = self.symmetric
         mirror = {r: ("m", r[2], r[1]) for r in roots}
         n1, n2 = self.X.shape[0], self.X2.shape[0]
-        outs = [(np.empty((n1, n2)), np.empty((n1, n2))) for _ in roots]
+        outs = [(np.empty((n1, n2)), bounds.TiledBound((n1, n2))) for _ in roots]
 
         def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
             for (out, err), r in zip(outs, roots, strict=True):
-                out[rows, cols], err[rows, cols] = vals[r]
+                value, bound = vals[r]
+                on_diagonal = symmetric and rows == cols and r == mirror[r]
+                # a block on the diagonal is made exactly symmetric (its upper triangle mirrored)
+                out[rows, cols] = _symmetrized(value) if on_diagonal else value
+                err.add(rows, cols, bound, symmetric=on_diagonal)
                 if symmetric and rows != cols:
-                    out[cols, rows], err[cols, rows] = vals[mirror[r]][0].T, vals[mirror[r]][1].T
+                    out[cols, rows] = vals[mirror[r]][0].T
+                    err.add(cols, rows, bounds.transposed(vals[mirror[r]][1]))
 
         needed = roots + ([mirror[r] for r in roots] if symmetric else [])
         self._grid(list(dict.fromkeys(needed)), fill, symmetric)
@@ -860,7 +988,8 @@ class Limit:
             side = self._side("left", {canonical(r) for r in roots})
             for (out, err), r in zip(outs, roots, strict=True):
                 v, e = side.values[canonical(r)]
-                out[same], err[same] = v[same[0]], e[same[0]]
+                out[same] = v[same[0]]
+                err.override(*same, e[same[0]])
         return outs
 
     def _identical_pairs(self) -> tuple[Array, Array]:
@@ -875,8 +1004,18 @@ class Limit:
         ii, jj = zip(*pairs, strict=True)
         return np.array(ii), np.array(jj)
 
-    def _check(self, value: Array, err: Array, scale: Array, what: str, with_error: bool) -> Any:
+    def _check(self, value: Array, err: Array | bounds.TiledBound, scale: Array | tuple[Array, Array],
+               what: str, with_error: bool) -> Any:
+        """Refuse a result whose bound exceeds ``rtol`` relative to ``scale`` (an array, or the
+        per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error``."""
         value = _finite_or_raise(value, what)
+        if isinstance(err, bounds.TiledBound):
+            assert isinstance(scale, tuple)
+            self.error = err.max()
+            if err.max_ratio(*scale) <= self.rtol:
+                return (value, err.array()) if with_error else value
+            err, scale = err.array(), np.outer(*scale)
+        assert isinstance(scale, np.ndarray)
         self.error = float(np.max(err, initial=0.0))
         ratio = err / np.maximum(scale, 1e-300)
         worst = float(np.max(np.where(err > 0, ratio, 0.0), initial=0.0))
@@ -888,11 +1027,11 @@ class Limit:
                 f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})")
         return (value, err) if with_error else value
 
-    def _scales(self, u: Vector, v: Vector) -> Array:
-        """``√(E[Z^u(x_i)²] E[Z^v(x2_j)²])`` (B1, B2), the scale of relative tolerances."""
+    def _variances(self, u: Vector, v: Vector) -> tuple[Array, Array]:
+        """``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,)."""
         left = self._side("left", {("m", u, u)}).values[("m", u, u)][0]
         right = self._side("right", {("m", v, v)}).values[("m", v, v)][0]
-        return np.sqrt(np.abs(np.outer(left, right)))
+        return left, right
 
     @_one_blas_thread
     def cov(self, u: Vector, v: Vector | None = None, *, with_error: bool = False) -> Any:
@@ -907,10 +1046,8 @@ class Limit:
                                "or for covariances of G- and H-vectors")
         self.stderr = 0.0
         (value, err), = self._pairs([(u, v)])
-        if self.symmetric and u is v:
-            _mirror_upper(value)
-            _mirror_upper(err)
-        return self._check(value, err, self._scales(u, v), "cov", with_error)
+        left, right = self._variances(u, v)  # relative to √(E[Z^u(x_i)²] E[Z^v(x2_j)²])
+        return self._check(value, err, (np.sqrt(np.abs(left)), np.sqrt(np.abs(right))), "cov", with_error)
 
     @_one_blas_thread
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
@@ -946,36 +1083,61 @@ class Limit:
         self.stderr = 0.0
         R = len(outputs)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
-        K, E, S = np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))
         pairs = [(r, s) for r in range(R) for s in range(R) if outputs[r][0] is outputs[s][0]]
         wanted = list(dict.fromkeys((outputs[r][1], outputs[s][1]) for r, s in pairs))
         results = dict(zip(wanted, self._pairs(wanted), strict=True))
-        for r, s in pairs:
+
+        def block(r: int, s: int) -> tuple[Array, bounds.TiledBound, Array, Array]:
+            """Output pair (r, s): its kernel, bound and per-point scale factors."""
             ro, u, v = outputs[r][0], outputs[r][1], outputs[s][1]
             value, err = results[(u, v)]
-            K[:, r, :, s] = ro.sigma**2 * value + ro.bias**2
-            E[:, r, :, s] = ro.sigma**2 * err + _EPS * ro.bias**2
-            left = self._side("left", {("m", u, u)}).values[("m", u, u)][0]
-            right = self._side("right", {("m", v, v)}).values[("m", v, v)][0]
-            S[:, r, :, s] = np.sqrt(np.abs(np.outer(ro.sigma**2 * left + ro.bias**2,
-                                                    ro.sigma**2 * right + ro.bias**2)))
-        K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
-        if self.symmetric:
-            _mirror_upper(K)
-            _mirror_upper(E)
-        K, E = self._check(K, E, S, "nngp", True)
+            left, right = self._variances(u, v)
+            scale_left = np.sqrt(np.abs(ro.sigma**2 * left + ro.bias**2))
+            scale_right = np.sqrt(np.abs(ro.sigma**2 * right + ro.bias**2))
+            if R == 1:  # the only use of this result: rescaled in place
+                value *= ro.sigma**2
+                value += ro.bias**2
+            else:
+                value = ro.sigma**2 * value + ro.bias**2
+            return value, err.affine(ro.sigma**2, _EPS * ro.bias**2), scale_left, scale_right
+
+        if R == 1:  # the bound stays per tile: checked in O(B) per tile, materialised only if asked
+            K, tiled, scale_left, scale_right = block(0, 0)
+            K = self._check(K, tiled, (scale_left, scale_right), "nngp", False)
+            E: Any = tiled
+            relative = tiled.max_ratio(scale_left, scale_right)
+        else:
+            K, E, S = np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))
+            for r, s in pairs:
+                K[:, r, :, s], tiled, scale_left, scale_right = block(r, s)
+                E[:, r, :, s] = tiled.array()
+                S[:, r, :, s] = np.outer(scale_left, scale_right)
+            K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
+            if self.symmetric:  # blocks of different output pairs were computed separately
+                _mirror_upper(K)
+                _mirror_upper(E)
+            K, E = self._check(K, E, S, "nngp", True)
+            relative = float(np.max(E / np.maximum(S, 1e-300)))
         if self.symmetric and psd != "skip":
-            if psd == "auto":
-                psd = "clip" if np.max(E / np.maximum(S, 1e-300)) > 1e-12 else "skip"
+            if psd == "auto":  # bounds this small cannot move an eigenvalue visibly below 0
+                psd = "clip" if relative > 1e-9 else "skip"
             if psd != "skip":
                 lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
-                tol = max(PSD_TOLERANCE, float(np.sqrt(np.sum(E * E))) / lmax)
-                clipped = ensure_psd(K, clip=(psd == "clip"), tol=tol, what="nngp")
+                norm = E.frobenius() if isinstance(E, bounds.TiledBound) else float(np.linalg.norm(E))
+                clipped = ensure_psd(K, clip=(psd == "clip"), tol=max(PSD_TOLERANCE, norm / lmax), what="nngp")
                 if clipped is not K:  # the clipping moved entries: that is part of their error
-                    E = E + np.abs(clipped - K)
+                    E = (E.array() if isinstance(E, bounds.TiledBound) else E) + np.abs(clipped - K)
                     self.error = float(np.max(E))
                     K = clipped
-        return (K, E) if with_error else K
+        if not with_error:
+            return K
+        return K, (E.array() if isinstance(E, bounds.TiledBound) else E)
+
+
+def _symmetrized(block: Array) -> Array:
+    """A square block with its upper triangle copied onto the lower one."""
+    out = np.triu(block)
+    return out + np.triu(block, 1).T
 
 
 def _mirror_upper(A: Array) -> None:

@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from netsor.interpret.bounds import Bound, ratio_max
+
 Array = np.ndarray
 _SQRT2 = np.sqrt(2.0)
 
 
 def _ratio(num: Array, den: Array) -> Array:
+    """``num / den``, with ``0 / 0 = 0`` and ``x / 0 = inf`` for ``x > 0``."""
+    if np.min(den) > 0:
+        return num / den
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
     return out
@@ -43,18 +48,58 @@ def _cap(bound: Array, scale: Array) -> Array:
 
 def pair_1d(a: Array, b: Array, c: Array, da: Array, db: Array, dc: Array,
             left: dict[str, Array], right: dict[str, Array]) -> Array:
-    """Propagated error of ``E[φ(u) ψ(v)]`` (``left``/``right``: :func:`moments_1d` of φ at ``a``, ψ at ``b``)."""
+    """Propagated error of ``E[φ(u) ψ(v)]`` (``left``/``right``: :func:`moments_1d` of φ at ``a``, ψ at ``b``).
+
+    Written per point where it can be (``a``, ``da`` and the moments of the left side are
+    columns, those of the right side rows): one pass over the pairs for ``dc`` and ``|c|``.
+    """
     scale = np.sqrt(left["m2"] * right["m2"])
     if np.all(np.isfinite(left["grad2"])) and np.all(np.isfinite(right["grad2"])):
-        s = np.sqrt(left["grad2"] * right["grad2"])
+        sl, sr = np.sqrt(left["grad2"]), np.sqrt(right["grad2"])
         ea, eb = 0.5 * _ratio(da, a), 0.5 * _ratio(db, b)
-        bound = (s * dc + ea * (np.sqrt(left["euler"] * right["m2"]) + s * np.abs(c))
-                 + eb * (np.sqrt(right["euler"] * left["m2"]) + s * np.abs(c)))
-        return _cap(bound, scale)
+        # S_φ S_ψ (dc + (ea + eb)|c|) + ea √(E φ'²u² E ψ²) + eb √(E ψ'²v² E φ²)
+        bound = np.abs(c) * (ea + eb)
+        bound += dc
+        bound *= sl * sr
+        bound += ea * np.sqrt(left["euler"] * right["m2"]) + eb * np.sqrt(right["euler"] * left["m2"])
+        return bound if np.all(bound <= 2.0 * scale) else _cap(bound, scale)
     rho = np.minimum(np.abs(_ratio(np.abs(c), np.sqrt(a * b))), 1.0)
     whitened = _ratio(da, a) + _ratio(db, b) + 2.0 * _ratio(dc, np.sqrt(a * b))
     bound = (left["m4"] * right["m4"]) ** 0.25 * _ratio(whitened, _SQRT2 * (1.0 - rho))
     return _cap(bound, scale)
+
+
+def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, left: dict[str, Array],
+                     right: dict[str, Array], env_l: Array, env_r: Array) -> Bound:
+    """:func:`pair_1d` for absolutely continuous φ, ψ on a tile, as a :class:`Bound` on the envelope
+    ``env_l ⊗ env_r = √(E φ²) ⊗ √(E ψ²)`` — per-point maxima only, O(B) instead of O(B²)::
+
+        |δE_ij| ≤ Sφ Sψ (δc_ij + (eaᵢ + eb_j) |c_ij|) + eaᵢ Mφ,ᵢ rψ,j + eb_j Mψ,j rφ,ᵢ
+
+    with ``δc ≤ η_c lᵢ r_j + dense``, ``|c_ij| ≤ √(aᵢ b_j)``, ``S = √E φ'²``, ``M = √E φ'²u²``,
+    ``ea = ½ δa/a``; dividing by the envelope leaves products of per-point ratios.
+    """
+    sl, sr = np.sqrt(left["grad2"]), np.sqrt(right["grad2"])
+    ea, eb = 0.5 * _ratio(da, a), 0.5 * _ratio(db, b)
+    hl, hr = sl * np.sqrt(a), sr * np.sqrt(b)
+    # the per-point factors of each side stacked: one division and one maximum per side
+    ml = _side_maxima(np.stack([sl * c_bound.left, ea * hl, hl, ea * np.sqrt(left["euler"])]), env_l)
+    mr = _side_maxima(np.stack([sr * c_bound.right, hr, eb * hr, eb * np.sqrt(right["euler"])]), env_r)
+    eta = float(c_bound.eta * ml[0] * mr[0] + ml[1] * mr[1] + ml[2] * mr[2] + ml[3] + mr[3])
+    dense = None if c_bound.dense is None else (sl * sr) * c_bound.dense
+    return Bound(2.0 if not eta <= 2.0 else eta, env_l, env_r, dense)  # NaN: no better than the cap
+
+
+def _side_maxima(factors: Array, envelope: Array) -> Array:
+    """``max_i factors[k, i] / envelope_i`` for each k (0 where the factor is 0, inf where only
+    the envelope is)."""
+    k = factors.shape[0]
+    factors, envelope = factors.reshape(k, -1), np.ravel(envelope)
+    if envelope.size == 0:
+        return np.zeros(k)
+    if np.min(envelope) > 0.0:
+        return np.maximum(np.max(factors / envelope, axis=1), 0.0)
+    return np.array([ratio_max(f, envelope) for f in factors])
 
 
 def point_1d(a: Array, da: Array, stats: dict[str, Array]) -> Array:
