@@ -68,17 +68,21 @@ def mlp_reference(layer, X, depth, sw, sb):
 def test_relu_and_erf_mlp_against_recursion(depth, sw, sb):
     X = inputs(depth)
     for act, layer in [("relu", relu_layer), ("erf", erf_layer)]:
-        K = netsor.nngp(netsor.zoo.mlp(depth, act, sw, sb), X)
+        K, E = netsor.limit(netsor.zoo.mlp(depth, act, sw, sb), X).nngp(with_error=True)
         ref = mlp_reference(layer, X, depth, sw, sb)
         np.testing.assert_allclose(K, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+        # the reported bound covers the true error (up to the reference's own rounding)
+        assert np.all(np.abs(K - ref) <= E + 1e-14 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("depth", [1, 3, 6])
-def test_tanh_mlp_against_gauss_hermite(depth):
+@pytest.mark.parametrize("depth", [1, 3, 6, 10])
+def test_tanh_mlp_against_gauss_legendre(depth):
     X = inputs(10 + depth)
-    K = netsor.nngp(netsor.zoo.mlp(depth, "tanh", 1.3, 0.1), X)
+    K, E = netsor.limit(netsor.zoo.mlp(depth, "tanh", 1.3, 0.1), X).nngp(with_error=True)
     ref = mlp_reference(lambda K: gl_layer(np.tanh, K), X, depth, 1.3, 0.1)
     np.testing.assert_allclose(K, ref, rtol=1e-8, atol=1e-10)
+    # the reported bound covers the true error (the reference is good to ~1e-14)
+    assert np.all(np.abs(K - ref) <= E + 1e-13 * np.abs(ref).max())
 
 
 def test_against_neural_tangents_reference():
