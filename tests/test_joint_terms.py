@@ -121,3 +121,19 @@ def test_unknown_kinks_fall_back_to_qmc_with_a_standard_error():
     assert np.all(np.abs(K - ref) <= E)
     with pytest.raises(netsor.NumericalError, match="Monte-Carlo standard error"):
         netsor.nngp(build("opaque relu(a)·relu(c)"), X)  # 1e-8 is out of reach: said, not hidden
+
+
+@pytest.mark.parametrize("case", ["relu(a)·relu(b), correlated", "relu(a)·b, correlated"])
+def test_highly_correlated_inputs_take_the_series_at_its_largest_degree(case):
+    """Inputs at correlation 0.91: the Mehler series of the 2+2-dimensional term cannot reach 1e-8
+    within its largest degree, and its bound there (~2e-7) is what is reported — not the ~1e-4 of
+    the randomised-QMC fallback (no Monte-Carlo part: stderr 0). The default rtol is refused."""
+    X = np.random.default_rng(0).standard_normal((8, 6))[[1, 4, 6]]
+    lim = netsor.limit(build(case), X, rtol=1e-6)
+    K, E = lim.nngp(with_error=True)
+    ref = reference(case, X)
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    assert np.all(np.abs(K - ref) <= E + REFERENCE_RTOL * scale)
+    assert lim.stderr == 0.0 and np.max(E / scale) < 1e-6
+    with pytest.raises(netsor.NumericalError, match="above rtol = 1e-08"):
+        netsor.nngp(build(case), X)

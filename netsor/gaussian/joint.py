@@ -591,6 +591,12 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
                 break
             order = min(MAX_DEGREE, _predicted_degree(tf, tg, ix, iy, norm, rtol, others & ~reach))
         series = reach
+        if order >= MAX_DEGREE and whiten(ux)[1] + whiten(uy)[1] > NESTED_MAX_DIM // 2 + 1:
+            # Pairs the series cannot bring to rtol within MAX_DEGREE would go to the control
+            # variate with randomised QMC (~1e-4 relative, one pair at a time); unless nearly
+            # colinear, the series at MAX_DEGREE is both closer (its bound is reported) and faster.
+            series = reach | others
+            need = np.where(reach, need, order)
         idx_all = np.flatnonzero(series)
         # evaluate each pair at (about) the degree it needs: the cost grows like degree³
         for lo, hi in zip((-1, 8, 12, 16, 24, 32, 48), (8, 12, 16, 24, 32, 48, MAX_DEGREE), strict=True):

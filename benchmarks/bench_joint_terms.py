@@ -1,0 +1,103 @@
+"""Accuracy and speed of kernels of nonlinearities of several G-vectors (joint terms).
+
+For every case of ``tests/test_joint_terms.py`` (products and compositions of kinked functions
+of independent and correlated G-vectors, three- and four-argument products, a function the
+tracer cannot see through):
+
+1. accuracy on ``--n-accuracy`` inputs at the default ``rtol`` (1e-8; the opaque case at
+   ``--qmc-rtol``): the largest true error against the independent reference of
+   ``tests/references.py`` and the largest reported bound, both relative to √(K_ii K_jj), and
+   whether the bound covers the error at every entry;
+2. time of the whole NNGP on ``--n`` inputs (median of ``--repeats`` after a warm-up), with the
+   time per pair, and the ratio to the NNGP of a one-argument tanh program on the same inputs
+   measured in the same run (the baseline: one Mehler series per layer).
+
+Run::
+
+    python benchmarks/bench_joint_terms.py                 # n = 200, 3 repeats
+    python benchmarks/bench_joint_terms.py --n 1000 --json joint.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from common import finish
+
+import netsor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_joint_terms import EXACT, build, reference  # noqa: E402  (the test suite's cases and references)
+
+OPAQUE = "opaque relu(a)·relu(c)"
+
+
+def timed(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def accuracy(case: str, X: np.ndarray, rtol: float) -> tuple[float, float, bool]:
+    """(largest true error, largest bound, bound ≥ error everywhere), relative to √(K_ii K_jj)."""
+    K, E = netsor.limit(build(case), X, rtol=rtol).nngp(with_error=True)
+    ref = reference(case, X)
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    true = np.abs(K - ref)
+    return float(np.max(true / scale)), float(np.max(E / scale)), bool(np.all(true <= E + 1e-13 * scale))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=200, help="inputs of the timed kernel")
+    parser.add_argument("--n-accuracy", type=int, default=6, help="inputs of the accuracy check")
+    parser.add_argument("--d", type=int, default=6, help="input dimension")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--qmc-rtol", type=float, default=1e-2, help="rtol of the opaque (QMC) case")
+    parser.add_argument("--fallback-rtol", type=float, default=1e-3,
+                        help="rtol of a case whose bound cannot meet the default (reported as refused)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    fig: dict = {"loadavg_start": os.getloadavg(), "n": args.n, "d": args.d, "cases": {}}
+    rng = np.random.default_rng(0)
+    X_acc = rng.standard_normal((args.n_accuracy, args.d))
+    X = rng.standard_normal((args.n, args.d))
+    p_tanh = netsor.zoo.mlp(1, "tanh", 1.0, 0.2)
+    base = timed(lambda: netsor.nngp(p_tanh, X), args.repeats)
+    pairs = args.n * (args.n + 1) // 2
+    print(f"joint-term kernels, d = {args.d}; accuracy on {args.n_accuracy} inputs, time on {args.n} inputs "
+          f"({os.cpu_count()} CPUs)")
+    print(f"  baseline: one-argument tanh NNGP {base * 1e3:.1f} ms")
+    print(f"  {'case':36s} {'rtol':>7s} {'true err':>9s} {'bound':>9s} {'covers':>6s} {'time':>9s} {'µs/pair':>8s}"
+          f" {'/ tanh':>7s}")
+    for case in [*EXACT, OPAQUE]:
+        rtol = args.qmc_rtol if case == OPAQUE else netsor.interpret.infinite.DEFAULT_RTOL
+        try:
+            true, bound, covers = accuracy(case, X_acc, rtol)
+        except netsor.NumericalError as exc:  # the bound cannot meet rtol: said, then measured looser
+            print(f"  {case:36s} refused at rtol = {rtol:g}: {str(exc)[:90]}...")
+            rtol = args.fallback_rtol
+            true, bound, covers = accuracy(case, X_acc, rtol)
+        p = build(case)
+        t = timed(lambda p=p, rtol=rtol: netsor.nngp(p, X, rtol=rtol), args.repeats)
+        fig["cases"][case] = {"rtol": rtol, "true_error": true, "bound": bound, "covers": covers,
+                              "time_s": t, "us_per_pair": t / pairs * 1e6, "ratio_to_tanh": t / base}
+        print(f"  {case:36s} {rtol:7.0e} {true:9.1e} {bound:9.1e} {'yes' if covers else 'NO':>6s} {t * 1e3:7.0f} ms "
+              f"{t / pairs * 1e6:8.2f} {t / base:7.1f}")
+    fig["baseline_tanh_s"] = base
+    return finish(fig, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
