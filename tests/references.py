@@ -1,4 +1,4 @@
-"""Independent references for kernels of joint (several-argument) nonlinearities.
+"""Independent references for the tests: kernels of joint (several-argument) nonlinearities, 1-D expectations.
 
 Written from textbook identities, not from netsor's code: the arc-cosine, arcsine and |·|
 kernels, Stein's lemma, the moments of a truncated bivariate normal (derived with Gaussian
@@ -10,7 +10,7 @@ Gauss–Legendre rules on the smooth pieces of an integrand. Every function retu
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
+from scipy import integrate, special
 
 SQRT2PI = np.sqrt(2 * np.pi)
 
@@ -192,3 +192,12 @@ def tanh_of_relu_plus(Kaa, Kbb, nodes_outer=48, nodes_inner=80):
                     total += np.sum(W * dens * inner)
             out[i, j] = total
     return out
+
+
+def quad_expect(f, q, breaks=()):
+    """``E f(h)``, ``h ~ N(0, q)``, by adaptive quadrature (scipy) in ``z = h/√q`` split at ``breaks``."""
+    sd = np.sqrt(q)
+    cuts = [-np.inf, *sorted(b / sd for b in breaks), np.inf]
+    density = lambda z: f(sd * z) * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)  # noqa: E731
+    return sum(integrate.quad(density, a, b, epsabs=0.0, epsrel=1e-13, limit=400)[0]
+               for a, b in zip(cuts[:-1], cuts[1:], strict=True))

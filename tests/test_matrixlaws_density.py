@@ -13,7 +13,8 @@ from math import comb
 
 import numpy as np
 import pytest
-from scipy import integrate, optimize, special
+from references import quad_expect
+from scipy import optimize, special
 
 from netsor.activations import Activation, activation, custom
 from netsor.errors import NetsorError
@@ -21,15 +22,6 @@ from netsor.matrixlaws import FussCatalan, derivative_law, fixed_point, jacobian
 from netsor.matrixlaws.numlaw import REFINE_TARGET
 
 # ----------------------------------------------------------------------------- references
-
-
-def quad_expect(f, q, breaks=()):
-    """``E f(h)``, ``h ~ N(0, q)``, by adaptive quadrature in ``z = h/√q`` split at ``breaks``."""
-    sd = np.sqrt(q)
-    cuts = [-np.inf, *sorted(b / sd for b in breaks), np.inf]
-    density = lambda z: f(sd * z) * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)  # noqa: E731
-    return sum(integrate.quad(density, a, b, epsabs=0.0, epsrel=1e-13, limit=400)[0]
-               for a, b in zip(cuts[:-1], cuts[1:], strict=True))
 
 
 def critical_point(name, q_star):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from references import quad_expect
 from scipy import integrate, optimize
 
 from netsor.activations import activation
@@ -33,16 +34,6 @@ from netsor.matrixlaws import (
     s_transform,
 )
 from netsor.matrixlaws.numlaw import REFINE_TARGET
-
-
-def quad_expect(f, q, breaks=()):
-    """``E f(h)``, ``h ~ N(0, q)``, by adaptive quadrature split at ``breaks``."""
-    sd = np.sqrt(q)
-    cuts = [-np.inf, *sorted(b / sd for b in breaks), np.inf]
-    density = lambda z: f(sd * z) * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)  # noqa: E731
-    return sum(integrate.quad(density, a, b, epsabs=0.0, epsrel=1e-13, limit=400)[0]
-               for a, b in zip(cuts[:-1], cuts[1:], strict=True))
-
 
 # ------------------------------------------------------------------------ free probability
 

@@ -294,33 +294,31 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
     sd = np.sqrt(var)
     width = min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0), 4.0 / max(float(np.max(sd, initial=0.0)), 1e-12))
     edges = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
-    name = f"E {act.name}(u)²"
     if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
         e = panel_edges(np.zeros(1), np.ones(1), (0.0,), extra_z=edges[None])
-        z, w = rule_on_panels(e)
-        z10, w10 = rule_on_panels(e, GL10_NODES, GL10_WEIGHTS)
-        f = act.fn(sd[:, None] * z)
-        f10 = act.fn(sd[:, None] * z10)
-        check_finite(f, name)
-        fw = f * w
-        m2 = np.sum(fw * f, axis=1)
-        m2_10 = np.sum(f10 * f10 * w10, axis=1)
-        return hermite_functions(z[0], order) @ fw.T, m2, _coefficient_error(m2, m2_10)
+        fw, m2, qerr, z = _weighted_values(act, sd, e)
+        return hermite_functions(z[0], order) @ fw.T, m2, qerr
     alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
     step = max(1, _GATHER // ((order + 1) * 20 * edges.size))
     for i in range(0, var.size, step):
         s = sd[i:i + step]
         e = panel_edges(np.zeros(s.size), s, act.kinks, extra_z=np.broadcast_to(edges, (s.size, edges.size)))
-        z, w = rule_on_panels(e)
-        z10, w10 = rule_on_panels(e, GL10_NODES, GL10_WEIGHTS)
-        f = act.fn(s[:, None] * z)
-        f10 = act.fn(s[:, None] * z10)
-        check_finite(f, name)
-        fw = f * w
+        fw, m2[i:i + step], qerr[i:i + step], z = _weighted_values(act, s, e)
         alpha[:, i:i + step] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
-        m2[i:i + step] = np.sum(fw * f, axis=1)
-        qerr[i:i + step] = _coefficient_error(m2[i:i + step], np.sum(f10 * f10 * w10, axis=1))
     return alpha, m2, qerr
+
+
+def _weighted_values(act: Activation, sd: Array, edges: Array) -> tuple[Array, Array, Array, Array]:
+    """On the panels ``edges`` in z (one row, or one per standard deviation): ``φ(sd z) w`` at the
+    20-node rule, ``E φ²``, the coefficients' quadrature error (from the 10-node rule) and ``z``."""
+    z, w = rule_on_panels(edges)
+    z10, w10 = rule_on_panels(edges, GL10_NODES, GL10_WEIGHTS)
+    f = act.fn(sd[:, None] * z)
+    f10 = act.fn(sd[:, None] * z10)
+    check_finite(f, f"E {act.name}(u)²")
+    fw = f * w
+    m2 = np.sum(fw * f, axis=1)
+    return fw, m2, _coefficient_error(m2, np.sum(f10 * f10 * w10, axis=1)), z
 
 
 def _coefficient_error(m2: Array, m2_coarse: Array) -> Array:

@@ -21,17 +21,9 @@ from scipy import linalg
 from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation
-from netsor.activations import activation as resolve_activation
 from netsor.errors import HyperParameterError, InputError
-from netsor.matrixlaws.jacobian import (
-    check_depth,
-    check_q0,
-    check_sigma_w,
-    check_weights,
-    layer_variances,
-    width_profile,
-)
-from netsor.validate import Seed, check_count, check_sigma, real_array, seed_sequence
+from netsor.matrixlaws.jacobian import check_network, layer_variances, width_profile
+from netsor.validate import Seed, check_count, real_array, seed_sequence
 
 Array = np.ndarray
 #: BLAS runs single-threaded in the sampler: numpy and scipy each load an OpenBLAS whose idle
@@ -77,12 +69,7 @@ def empirical_jacobian_spectrum(activation: str | Activation, depth: int, sigma_
         Eigenvalues of ``JJᵀ`` in increasing order, clipped at 0 (``JJᵀ`` is PSD;
         rounding makes zero eigenvalues slightly negative).
     """
-    act = resolve_activation(activation)
-    depth = check_depth(depth)
-    sigma_w = check_sigma_w(sigma_w)
-    sigma_b = check_sigma(sigma_b, "sigma_b")
-    weights = check_weights(weights)
-    q0 = check_q0(q0)
+    act, depth, sigma_w, sigma_b, weights, q0 = check_network(activation, depth, sigma_w, sigma_b, weights, q0)
     width = check_count(width, "width", minimum=1)
     samples = check_count(samples, "samples", minimum=1)
     ratios = width_profile(width_ratios, depth)

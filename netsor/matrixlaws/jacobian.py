@@ -59,27 +59,21 @@ def features(act: Activation) -> tuple[float, ...]:
     return tuple(act.kinks) or (0.0,)
 
 
-def check_depth(depth: object) -> int:
-    """The number of layers, an integer ``≥ 1``."""
-    return check_count(depth, "depth", minimum=1)
-
-
-def check_weights(weights: object) -> str:
-    """The weight law: one of :data:`WEIGHT_KINDS`."""
-    return check_choice(weights, "weights", WEIGHT_KINDS)
-
-
-def check_sigma_w(sigma_w: object) -> float:
-    """The weight standard deviation, ``> 0`` (with ``σ_w = 0`` the Jacobian is 0)."""
-    value = check_sigma(sigma_w, "sigma_w")
-    if value == 0.0:
+def check_network(activation: object, depth: object, sigma_w: object, sigma_b: object, weights: object,
+                  q0: object) -> tuple[Activation, int, float, float, str, float | None]:
+    """The hyper-parameters of a network whose Jacobian is studied, validated: the activation,
+    the number of layers (``≥ 1``), ``σ_w > 0`` (with ``σ_w = 0`` the Jacobian is 0), ``σ_b ≥ 0``,
+    the weight law (one of :data:`WEIGHT_KINDS`) and the input's per-coordinate second moment
+    (``≥ 0``, or None: layers at ``q*``)."""
+    act = resolve_activation(activation)
+    depth = check_count(depth, "depth", minimum=1)
+    sigma_w = check_sigma(sigma_w, "sigma_w")
+    if sigma_w == 0.0:
         raise HyperParameterError("sigma_w must be > 0: with sigma_w = 0 the Jacobian is 0")
-    return value
-
-
-def check_q0(q0: object) -> float | None:
-    """The input's per-coordinate second moment (``≥ 0``) or None (layers at ``q*``)."""
-    return None if q0 is None else check_real(q0, "q0 (input second moment)", minimum=0.0)
+    sigma_b = check_sigma(sigma_b, "sigma_b")
+    weights = check_choice(weights, "weights", WEIGHT_KINDS)
+    q0 = None if q0 is None else check_real(q0, "q0 (input second moment)", minimum=0.0)
+    return act, depth, sigma_w, sigma_b, weights, q0
 
 
 def width_profile(width_ratios: Sequence[float] | None, depth: int) -> Array:
@@ -355,12 +349,7 @@ def jacobian_spectrum(activation: str | Activation, depth: int, sigma_w: float,
         Exact moments, density by Stieltjes inversion, atoms, ``q``, ``q_star``,
         ``chi``, ``chi_layers``.
     """
-    act = resolve_activation(activation)
-    depth = check_depth(depth)
-    sigma_w = check_sigma_w(sigma_w)
-    sigma_b = check_sigma(sigma_b, "sigma_b")
-    weights = check_weights(weights)
-    q0 = check_q0(q0)
+    act, depth, sigma_w, sigma_b, weights, q0 = check_network(activation, depth, sigma_w, sigma_b, weights, q0)
     grid_size = check_count(grid_size, "grid_size", minimum=16)
     n = width_profile(width_ratios, depth)
     if weights == "orthogonal" and not np.allclose(n, 1.0):
