@@ -2,7 +2,7 @@
 
 A Netsor program (:class:`Program`) describes a neural architecture once; the interpreters run
 it at finite width (:func:`sample`, :func:`run_finite`), at infinite width (:func:`nngp`,
-:func:`limit`) and coupled (:func:`coupled`). Architectures: :mod:`netsor.zoo`; convergence
+:func:`ntk`, :func:`kernel`, :func:`limit`) and coupled (:func:`coupled`). Architectures: :mod:`netsor.zoo`; convergence
 statistics: :mod:`netsor.stats`; neural matrix laws: :mod:`netsor.matrixlaws`.
 """
 
@@ -40,6 +40,7 @@ from netsor.errors import (
 from netsor.interpret.coupled import CoupledRun, coupled
 from netsor.interpret.finite import FiniteRun, run_finite, sample
 from netsor.interpret.infinite import Limit, limit, nngp
+from netsor.interpret.ntk import Kernels, kernel, ntk
 from netsor.ir import Dim, Matrix, Program, Vector
 
 __version__ = "0.1.0"
@@ -47,9 +48,9 @@ __version__ = "0.1.0"
 from netsor import matrixlaws, stats, zoo  # noqa: E402  (after the names they use)
 
 __all__ = [
-    "Activation", "CoupledRun", "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Limit",
-    "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
     "__version__", "abs_", "activation", "cos", "coupled", "elu", "erf", "exp", "gelu", "hard_tanh", "identity",
-    "leaky_relu", "limit", "matrixlaws", "nngp", "nonlin", "relu", "run_finite", "sample", "sigmoid", "silu",
-    "sin", "softplus", "stats", "step", "swish", "tanh", "zoo",
+    "kernel", "leaky_relu", "limit", "matrixlaws", "nngp", "nonlin", "ntk", "relu", "run_finite", "sample",
+    "sigmoid", "silu", "sin", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun",
+    "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix",
+    "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
 ]

@@ -105,5 +105,10 @@ def gaussian_kernel(a: Array, b: Array, c: Array) -> Array:
     return 1.0 / np.sqrt((1.0 + a) * (1.0 + b) - c * c)
 
 
+def erf_deriv_kernel(a: Array, b: Array, c: Array) -> Array:
+    # φ = erf' = (2/√π) exp(-x²): E[φ(u) φ(v)] = (4/π) det(I + 2Σ)^(-1/2).
+    return (4.0 / np.pi) / np.sqrt((1.0 + 2.0 * a) * (1.0 + 2.0 * b) - 4.0 * c * c)
+
+
 def identity_kernel(a: Array, b: Array, c: Array) -> Array:
     return np.asarray(c, dtype=float) * np.ones(np.broadcast(a, b, c).shape)

@@ -22,6 +22,7 @@ from netsor.activations.kernels import (
     arccos_kernel_0,
     arccos_kernel_1,
     cos_kernel,
+    erf_deriv_kernel,
     erf_kernel,
     exp_kernel,
     gaussian_kernel,
@@ -202,6 +203,9 @@ _FIXED: dict[str, Activation] = {
                    homogeneous=0.0),
         Activation("erf", fn=special.erf, deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
+        Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+                   deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
+                   mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a)))),
         Activation("tanh", fn=np.tanh, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
         Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0),
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
@@ -228,6 +232,7 @@ identity = _FIXED["identity"]
 relu = _FIXED["relu"]
 step = _FIXED["step"]
 erf = _FIXED["erf"]
+erf_deriv = _FIXED["erf_deriv"]
 tanh = _FIXED["tanh"]
 hard_tanh = _FIXED["hard_tanh"]
 sigmoid = _FIXED["sigmoid"]

@@ -1004,8 +1004,8 @@ class Limit:
         ii, jj = zip(*pairs, strict=True)
         return np.array(ii), np.array(jj)
 
-    def _check(self, value: Array, err: Array | bounds.TiledBound, scale: Array | tuple[Array, Array],
-               what: str, with_error: bool) -> Any:
+    def checked(self, value: Array, err: Array | bounds.TiledBound, scale: Array | tuple[Array, Array],
+                what: str, with_error: bool) -> Any:
         """Refuse a result whose bound exceeds ``rtol`` relative to ``scale`` (an array, or the
         per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error``."""
         value = _finite_or_raise(value, what)
@@ -1047,7 +1047,7 @@ class Limit:
         self.stderr = 0.0
         (value, err), = self._pairs([(u, v)])
         left, right = self._variances(u, v)  # relative to √(E[Z^u(x_i)²] E[Z^v(x2_j)²])
-        return self._check(value, err, (np.sqrt(np.abs(left)), np.sqrt(np.abs(right))), "cov", with_error)
+        return self.checked(value, err, (np.sqrt(np.abs(left)), np.sqrt(np.abs(right))), "cov", with_error)
 
     @_one_blas_thread
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
@@ -1056,7 +1056,42 @@ class Limit:
         self.stderr = 0.0
         key = canonical(("m", u, u))
         value, err = self._side("left", {key}).values[key]
-        return self._check(value.copy(), err.copy(), np.abs(value), "var", with_error)
+        return self.checked(value.copy(), err.copy(), np.abs(value), "var", with_error)
+
+    @_one_blas_thread
+    def second_moments(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array, Array, Array]]:
+        """Second moments of several vector pairs in one sweep of the pair grid (no tolerance check).
+
+        Returns, for each ``(u, v)``: ``E[Z^u(x_i) Z^v(x2_j)]`` (B1, B2), its error bound (B1, B2),
+        ``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,). Callers that combine them (the NTK)
+        check their result with :meth:`checked`.
+        """
+        for u, v in pairs:
+            self.program.check_own(u)
+            self.program.check_own(v)
+        self.stderr = 0.0
+        out = []
+        for (u, v), (value, err) in zip(pairs, self._pairs(list(pairs)), strict=True):
+            out.append((value, err.array(), *self._variances(u, v)))
+        return out
+
+    def psd_policy(self, K: Array, E: Any, relative: float, psd: str, what: str) -> tuple[Array, Any]:
+        """Apply the ``psd`` policy of :meth:`nngp` to a kernel of one input set with bounds ``E``
+        (largest bound ``relative`` to the diagonal scale); clipping is added to the bounds."""
+        if not self.symmetric or psd == "skip":
+            return K, E
+        if psd == "auto":  # bounds this small cannot move an eigenvalue visibly below 0
+            psd = "clip" if relative > 1e-9 else "skip"
+        if psd == "skip":
+            return K, E
+        lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
+        norm = E.frobenius() if isinstance(E, bounds.TiledBound) else float(np.linalg.norm(E))
+        clipped = ensure_psd(K, clip=(psd == "clip"), tol=max(PSD_TOLERANCE, norm / lmax), what=what)
+        if clipped is not K:  # the clipping moved entries: that is part of their error
+            E = (E.array() if isinstance(E, bounds.TiledBound) else E) + np.abs(clipped - K)
+            self.error = float(np.max(E))
+            K = clipped
+        return K, E
 
     @_one_blas_thread
     def nngp(self, *, psd: str = "auto", with_error: bool = False) -> Any:
@@ -1103,7 +1138,7 @@ class Limit:
 
         if R == 1:  # the bound stays per tile: checked in O(B) per tile, materialised only if asked
             K, tiled, scale_left, scale_right = block(0, 0)
-            K = self._check(K, tiled, (scale_left, scale_right), "nngp", False)
+            K = self.checked(K, tiled, (scale_left, scale_right), "nngp", False)
             E: Any = tiled
             relative = tiled.max_ratio(scale_left, scale_right)
         else:
@@ -1116,19 +1151,9 @@ class Limit:
             if self.symmetric:  # blocks of different output pairs were computed separately
                 _mirror_upper(K)
                 _mirror_upper(E)
-            K, E = self._check(K, E, S, "nngp", True)
+            K, E = self.checked(K, E, S, "nngp", True)
             relative = float(np.max(E / np.maximum(S, 1e-300)))
-        if self.symmetric and psd != "skip":
-            if psd == "auto":  # bounds this small cannot move an eigenvalue visibly below 0
-                psd = "clip" if relative > 1e-9 else "skip"
-            if psd != "skip":
-                lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
-                norm = E.frobenius() if isinstance(E, bounds.TiledBound) else float(np.linalg.norm(E))
-                clipped = ensure_psd(K, clip=(psd == "clip"), tol=max(PSD_TOLERANCE, norm / lmax), what="nngp")
-                if clipped is not K:  # the clipping moved entries: that is part of their error
-                    E = (E.array() if isinstance(E, bounds.TiledBound) else E) + np.abs(clipped - K)
-                    self.error = float(np.max(E))
-                    K = clipped
+        K, E = self.psd_policy(K, E, relative, psd, "nngp")
         if not with_error:
             return K
         return K, (E.array() if isinstance(E, bounds.TiledBound) else E)

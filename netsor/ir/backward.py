@@ -1,0 +1,145 @@
+"""The backward program under gradient independence (DESIGN §4): a program transform.
+
+For a program without transposed MatMuls, :func:`gradient_program` returns a copy of it extended
+by the back-propagated gradients of every output, scaled by ``√n`` (``δx = √n ∂y/∂x``, so that
+they have O(1) coordinates), where every ``Wᵀ`` of the backward pass is an independent copy
+``W̃`` of ``W`` (same law) — the gradient-independence assumption, valid when the forward pass
+uses no transposes and the readout is independent of everything else (Yang, Tensor Programs
+II/IV). The rules, walking the lines backwards, are
+
+* readout ``y = vᵀ h / √n``: ``δh += v`` (a fresh G-vector of variance σ_v², one per readout
+  call, shared by its outputs, independent of the forward pass);
+* NonLin ``h = φ(g¹, …, gᵏ)``: ``δgⁱ += ∂ᵢφ(g) · δh`` (a symbolic derivative:
+  :mod:`netsor.ir.differentiate`);
+* LinComb ``g = Σ aᵢ gⁱ``: ``δgⁱ += aᵢ δg``;
+* MatMul ``g = W h``: ``δh += W̃ δg`` (nothing flows into the data through an input matrix).
+
+The gradient of an H-vector is a sum of G-vectors, and that of a G-vector a NonLin expression
+of forward and backward G-vectors; they become lines of the new program only where the NTK
+needs them: at the output of every MatMul (its weights' gradient is ``δg ⊗ h``) and at every
+bias. The infinite-width engine then computes every ``E[Z^{δg} Z^{δg'}]`` as an ordinary
+second moment of the new program, with its error bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netsor.errors import UnsupportedError
+from netsor.ir.differentiate import differentiate
+from netsor.ir.expr import Const, Expr, Var, linear, product
+from netsor.ir.lines import BiasLine, LinCombLine, MatMulLine, NonLinLine
+from netsor.ir.program import Program, Readout
+from netsor.ir.transforms import Renaming, clone
+from netsor.ir.variables import Dim, Matrix, Vector
+
+
+@dataclass(frozen=True)
+class MatrixUse:
+    """One use ``g = W h`` of a matrix in the forward pass, with the gradient ``δg`` of the
+    output it is taken for (a vector of the gradient program; ``h`` is renamed there too)."""
+
+    matrix: Matrix
+    arg: Vector
+    grad: Vector
+
+
+@dataclass(frozen=True)
+class BiasUse:
+    """A bias vector ``b`` (a BiasLine of std ``sigma``; renamed) and its gradient ``δb``."""
+
+    vector: Vector
+    sigma: float
+    grad: Vector
+
+
+@dataclass(frozen=True)
+class OutputGradient:
+    """The parameters' gradients of one output: its readout, the vector it reads out (renamed),
+    every matrix use and every bias that it depends on."""
+
+    readout: Readout
+    vector: Vector
+    uses: tuple[MatrixUse, ...]
+    biases: tuple[BiasUse, ...]
+
+
+@dataclass(frozen=True)
+class GradientProgram:
+    """A forward program extended by its backward pass (see :func:`gradient_program`)."""
+
+    program: Program
+    renaming: Renaming
+    outputs: tuple[OutputGradient, ...]
+
+
+def gradient_program(program: Program) -> GradientProgram:
+    """The program extended by the √n-scaled gradients of each output (gradient independence).
+
+    Raises :class:`UnsupportedError` for programs with transposed MatMuls, where gradient
+    independence does not hold.
+    """
+    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
+        raise UnsupportedError("the NTK by gradient independence needs a program without transposed MatMuls "
+                               "(W.T @ h); the exact transposed backward pass is not implemented yet")
+    new, ren = clone(program, name=f"{program.name} + backward (gradient independence)")
+    tilde: dict[Matrix, Matrix] = {}
+    readout_vectors: dict[int, Vector] = {}
+    outputs = []
+    for readout, out_vec in program.outputs:
+        v = readout_vectors.get(readout.index)
+        if v is None:
+            v = readout_vectors[readout.index] = new.add_line(
+                BiasLine(new.new_vector(ren.dims[out_vec.dim], "G", f"v{readout.index}"), readout.sigma))
+        uses, biases = _backward(program, new, ren, tilde, out_vec, v)
+        outputs.append(OutputGradient(readout, ren[out_vec], uses, biases))
+    return GradientProgram(new, ren, tuple(outputs))
+
+
+def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix], seed: Vector,
+              v: Vector) -> tuple[tuple[MatrixUse, ...], tuple[BiasUse, ...]]:
+    """Walk the lines backwards from ``δ(seed) = v``; returns the matrix uses and biases."""
+    grads: dict[Vector, list[tuple[float, Expr]]] = {seed: [(1.0, Var(v))]}
+    uses: list[MatrixUse] = []
+    biases: list[BiasUse] = []
+    for line in reversed(program.lines):
+        parts = grads.pop(line.out, None)
+        if not parts:
+            continue
+        grad = linear(0.0, parts)
+        if isinstance(grad, Const) and grad.value == 0.0:
+            continue
+        if isinstance(line, MatMulLine):
+            dg = _materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
+            uses.append(MatrixUse(line.matrix, ren[line.arg], dg))
+            if not line.matrix.is_input:
+                W = line.matrix
+                Wt = tilde.get(W)
+                if Wt is None:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
+                    Wt = tilde[W] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
+                back = new.add_line(MatMulLine(new.new_vector(Wt.out_dim, "G", f"d{line.arg.name}'"), Wt, dg))
+                grads.setdefault(line.arg, []).append((1.0, Var(back)))
+        elif isinstance(line, LinCombLine):
+            for coef, arg in zip(line.coeffs, line.args, strict=True):
+                grads.setdefault(arg, []).append((coef, grad))
+        elif isinstance(line, NonLinLine):
+            expr = line.expr.map_vectors(ren.__getitem__)
+            for arg in line.args:
+                partial = differentiate(expr, ren[arg])
+                grads.setdefault(arg, []).append((1.0, product([partial, grad])))
+        elif isinstance(line, BiasLine):
+            dg = _materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
+            biases.append(BiasUse(ren[line.out], line.sigma, dg))
+    return tuple(uses), tuple(biases)
+
+
+def _materialise(new: Program, dim: Dim, grad: Expr, name: str) -> Vector:
+    """A vector of ``new`` equal to the expression ``grad`` (a new line unless it is one already)."""
+    if isinstance(grad, Var):
+        return grad.vector
+    form = grad.affine()
+    if form is not None and form[1] == 0.0:
+        terms = form[0]
+        return new.add_line(LinCombLine(new.new_vector(dim, "G", name), tuple(c for _, c in terms),
+                                        tuple(u for u, _ in terms)))
+    return new.add_line(NonLinLine(new.new_vector(dim, "H", name), grad))

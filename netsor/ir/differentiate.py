@@ -1,0 +1,117 @@
+"""Symbolic derivatives of NonLin expressions (for backward programs: the NTK).
+
+``differentiate(e, v)`` is ``∂e/∂v`` as another :mod:`netsor.ir.expr` tree, so that the
+infinite-width engine keeps its exact rules on it: ``relu' = step`` keeps the arc-cosine closed
+forms, ``erf' = erf_deriv`` its own closed form, and factorisation over
+independent arguments still applies to ``φ'(g)·δh``. Derivatives are almost-everywhere
+derivatives: the jumps of step-like functions contribute nothing (as in every autodiff
+framework, and as the NTK of such networks is defined).
+
+Activations without a symbolic rule (tanh, gelu, user functions, ...) get their registered
+``φ'`` wrapped as an activation of its own (same kinks; smooth when φ is), and opaque user
+functions a central finite difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from netsor.activations import Activation, identity
+from netsor.activations import registry as acts
+from netsor.activations.registry import call_user_function
+from netsor.ir.expr import Apply, Expr, Opaque, Prod, Sum, Var, apply, constant, linear, product
+from netsor.ir.variables import Vector
+
+Array = np.ndarray
+#: Relative step of the central finite differences of opaque functions and of derived φ''.
+FD_STEP = 1e-6
+
+
+def differentiate(e: Expr, wrt: Vector) -> Expr:
+    """``∂e/∂wrt`` (almost everywhere) as an expression over the same G-vectors."""
+    if wrt not in e.args:
+        return constant(0.0)
+    if isinstance(e, Var):
+        return constant(1.0)
+    if isinstance(e, Apply):
+        return product([derivative_of(e.act, e.child), differentiate(e.child, wrt)])
+    if isinstance(e, Sum):
+        return linear(0.0, [(c, differentiate(t, wrt)) for c, t in e.terms if wrt in t.args])
+    if isinstance(e, Prod):
+        return linear(0.0, [
+            (1.0, product([differentiate(f, wrt), *e.factors[:i], *e.factors[i + 1:]]))
+            for i, f in enumerate(e.factors) if wrt in f.args
+        ])
+    if isinstance(e, Opaque):
+        return linear(0.0, [
+            (1.0, product([_opaque_partial(e, i), differentiate(c, wrt)]))
+            for i, c in enumerate(e.operands) if wrt in c.args
+        ])
+    raise TypeError(f"unknown expression node {type(e).__name__}")
+
+
+def derivative_of(act: Activation, x: Expr) -> Expr:
+    """``φ'(x)`` for the activation φ, as an expression."""
+    if act is identity:
+        return constant(1.0)
+    rule = _RULES.get(act.name) if act.registered else None
+    if rule is not None:
+        return rule(act, x)
+    return apply(_derived_activation(act), x)
+
+
+def _step(x: Expr, shift: float = 0.0) -> Expr:
+    return apply(acts.step, linear(shift, [(1.0, x)]))
+
+
+# Registered activations whose derivative is an expression of registered activations (so the
+# closed forms stay in use). Keyed by registry name; parametric ones read ``act.params``.
+_RULES: dict[str, Any] = {
+    "relu": lambda act, x: _step(x),
+    "step": lambda act, x: constant(0.0),
+    "abs": lambda act, x: linear(-1.0, [(2.0, _step(x))]),
+    "leaky_relu": lambda act, x: linear(act.params["alpha"], [(1.0 - act.params["alpha"], _step(x))]),
+    "hard_tanh": lambda act, x: linear(0.0, [(1.0, _step(x, 1.0)), (-1.0, _step(x, -1.0))]),
+    "erf": lambda act, x: apply(acts.erf_deriv, x),
+    "sin": lambda act, x: apply(acts.cos, x),
+    "cos": lambda act, x: linear(0.0, [(-1.0, apply(acts.sin, x))]),
+    "exp": lambda act, x: apply(acts.exp, x),
+    "gaussian": lambda act, x: linear(0.0, [(-1.0, product([x, apply(acts.gaussian, x)]))]),
+}
+
+_DERIVED: dict[Any, Activation] = {}
+
+
+def _derived_activation(act: Activation) -> Activation:
+    """φ' as an activation of its own (cached per φ, so its cache key is stable)."""
+    key = ("derivative", act.key)
+    found = _DERIVED.get(key)
+    if found is None:
+        name = act.name + "'"
+
+        def fn(x: Array) -> Array:
+            return call_user_function(act.deriv, (x,), name) if not act.registered else act.deriv(x)
+
+        def second(x: Array) -> Array:
+            h = FD_STEP * np.maximum(1.0, np.abs(x))
+            return (fn(x + h) - fn(x - h)) / (2.0 * h)
+
+        found = _DERIVED[key] = Activation(
+            name, fn=fn, deriv=second, smooth=act.smooth, odd=False, kinks=act.kinks,
+            kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
+        )
+    return found
+
+
+def _opaque_partial(e: Opaque, i: int) -> Expr:
+    """``∂fn/∂(operand i)`` of an opaque function by central differences, as an opaque function."""
+
+    def partial(*values: Array) -> Array:
+        up, down = list(values), list(values)
+        h = FD_STEP * np.maximum(1.0, np.abs(values[i]))
+        up[i], down[i] = values[i] + h, values[i] - h
+        return (call_user_function(e.fn, tuple(up), e.name) - call_user_function(e.fn, tuple(down), e.name)) / (2 * h)
+
+    return Opaque(partial, e.operands, f"∂{i}{e.name}")

@@ -1,0 +1,146 @@
+"""The NTK by gradient independence: against Neural Tangents, a textbook recursion and invariants."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from programs import weight_sharing
+
+import netsor
+from netsor.errors import ProgramError, UnsupportedError
+from netsor.ir.differentiate import differentiate
+from netsor.ir.expr import Apply, Var, apply, linear, product
+
+DATA = Path(__file__).parent / "data"
+NT = np.load(DATA / "nt_reference_ntk.npz")
+NT_KEYS = json.loads(str(NT["meta"]))["keys"]
+
+
+def program_of(key):
+    arch, act, depth, sw, sb = key.split("_")
+    build = netsor.zoo.mlp if arch == "mlp" else netsor.zoo.resnet
+    return build(int(depth[1:]), act, float(sw[1:]), float(sb[1:]))
+
+
+@pytest.mark.parametrize("key", NT_KEYS)
+def test_nngp_and_ntk_equal_neural_tangents(key):
+    """NNGP, NTK and cross NTK within 1e-7 of Neural Tangents 0.6.5 (relative to the largest entry);
+    the reported bounds cover the differences. ReLU NTKs take rtol = 1e-4: X has colinear and
+    anti-colinear pairs, where the step kernel of relu' is only ½-Hölder in the correlation, so a
+    rounding-level error of the input covariance is bounded by ~1e-8 per layer, compounding to
+    ~1e-5 relative at depth 10 (the true errors are ~1e-15)."""
+    p = program_of(key)
+    rtol = 1e-4 if "relu" in key else 1e-8
+    both = netsor.kernel(p, NT["X"], rtol=rtol)
+    cross = netsor.kernel(p, NT["X"], NT["X2"], get="ntk", rtol=rtol)
+    for mine, err, ref in [(both.nngp, both.nngp_error, NT[f"{key}/nngp"]),
+                           (both.ntk, both.ntk_error, NT[f"{key}/ntk"]),
+                           (cross.ntk, cross.ntk_error, NT[f"{key}/ntk_cross"])]:
+        scale = np.max(np.abs(ref))
+        assert np.max(np.abs(mine - ref)) <= 1e-7 * scale
+        assert np.all(np.abs(mine - ref) <= err + 1e-13 * scale)  # NT's own rounding: ~1e-15
+    assert np.array_equal(both.ntk, both.ntk.T)
+
+
+def relu_ntk_recursion(X, depth, sw, sb):
+    """Jacot et al.: Σ¹ = σw² xx'/d + σb², Θ¹ = Σ¹; Σˡ⁺¹ = σw² E[φφ'] + σb², Θˡ⁺¹ = Σˡ⁺¹ + σw² E[φ'φ'] Θˡ."""
+    S = sw**2 * X @ X.T / X.shape[1] + sb**2
+    T = S.copy()
+    for _ in range(depth):
+        d = np.sqrt(np.diag(S))
+        cos = np.clip(S / np.outer(d, d), -1, 1)
+        np.fill_diagonal(cos, 1.0)  # exactly: arccos near 1 would turn rounding into ~1e-8 errors
+        th = np.arccos(cos)
+        S_next = sw**2 * np.outer(d, d) * (np.sin(th) + (np.pi - th) * cos) / (2 * np.pi) + sb**2
+        T = S_next + sw**2 * (np.pi - th) / (2 * np.pi) * T
+        S = S_next
+    return S, T
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_relu_mlp_ntk_equals_the_textbook_recursion(depth):
+    X = np.random.default_rng(3).standard_normal((12, 7))
+    S, T = relu_ntk_recursion(X, depth, 1.4, 0.1)
+    k = netsor.kernel(netsor.zoo.mlp(depth, "relu", 1.4, 0.1), X)
+    assert np.max(np.abs(k.nngp - S) / np.abs(S).max()) < 1e-13
+    assert np.max(np.abs(k.ntk - T) / np.abs(T).max()) < 1e-13
+    assert np.allclose(netsor.ntk(netsor.zoo.mlp(depth, "relu", 1.4, 0.1), X), k.ntk, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("program", [netsor.zoo.rnn(3, "tanh", 1.1, 0.9, 0.2), weight_sharing().p,
+                                     netsor.zoo.resnet(2, "erf", 0.9, 0.1)], ids=["rnn", "shared", "resnet"])
+def test_ntk_minus_nngp_is_psd_and_the_nngp_agrees_with_nngp(program):
+    """Θ − K is a sum of Gram matrices of gradients (PSD); the NNGP part agrees with netsor.nngp."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((5, 4, 3)) if program.steps else rng.standard_normal((6, 3))
+    k = netsor.kernel(program, X, rtol=1e-6)
+    K, E = netsor.limit(program, X, rtol=1e-6).nngp(with_error=True)
+    assert np.all(np.abs(k.nngp - K) <= k.nngp_error + E)  # two programs, each within its bounds
+    eig = np.linalg.eigvalsh(k.ntk - k.nngp)
+    assert eig[0] >= -1e-9 * eig[-1]
+    assert eig[-1] > 0
+
+
+def test_rnn_ntk_of_independent_readouts_is_block_diagonal():
+    p = netsor.Program()
+    n = p.dim("n")
+    h = netsor.relu(p.input(n, sigma=1.2))
+    p.readout(h, sigma=1.0)
+    p.readout(netsor.tanh(p.matrix(n, n, 1.1) @ h), sigma=1.0)
+    X = np.random.default_rng(5).standard_normal((4, 3))
+    T = netsor.ntk(p, X).reshape(4, 2, 4, 2)
+    assert np.all(T[:, 0, :, 1] == 0) and np.all(T[:, 1, :, 0] == 0)
+    assert np.all(np.diag(T[:, 1, :, 1]) > np.diag(netsor.nngp(p, X).reshape(4, 2, 4, 2)[:, 1, :, 1]))
+
+
+# ---- symbolic derivatives -------------------------------------------------------------------------
+def _vectors():
+    p = netsor.Program()
+    n = p.dim("n")
+    return p.input(n), p.input(n)
+
+
+@pytest.mark.parametrize("name", ["relu", "erf", "tanh", "abs", "hard_tanh", "sin", "cos", "exp", "gaussian",
+                                  "leaky_relu", "gelu", "elu", "softplus", "step", "identity"])
+def test_symbolic_derivatives_equal_numerical_ones(name):
+    """∂/∂u of act(1.3u − 0.4v + 0.2)·tanh(v) + u², symbolically, at points away from kinks."""
+    u, v = _vectors()
+    act = netsor.activation(name)
+    inner = linear(0.2, [(1.3, Var(u)), (-0.4, Var(v))])
+    e = linear(0.0, [(1.0, product([apply(act, inner), Apply(netsor.tanh, Var(v))])),
+                     (1.0, product([Var(u), Var(u)]))])
+    rng = np.random.default_rng(6)
+    values = {u: rng.uniform(-2, 2, 400), v: rng.uniform(-2, 2, 400)}
+    x = inner.evaluate(values)
+    away = np.min(np.abs(x[:, None] - np.array([0.0, -1.0, 1.0])[None, :]), axis=1) > 1e-3
+    for wrt in (u, v):
+        symbolic = differentiate(e, wrt).evaluate(values)
+        numeric = e.derivative(values, wrt)
+        assert np.allclose(symbolic[away], numeric[away], rtol=1e-6, atol=1e-8)
+
+
+def test_opaque_functions_are_differentiated_by_central_differences():
+    u, v = _vectors()
+    w = netsor.nonlin(lambda a, b: np.tanh(a) * np.sin(b), u, v)
+    e = u.program.line_of(w).expr
+    values = {u: np.linspace(-1, 1, 9), v: np.linspace(0.5, -2, 9)}
+    assert np.allclose(differentiate(e, u).evaluate(values), np.sin(values[v]) / np.cosh(values[u]) ** 2, atol=1e-8)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+def test_ntk_bad_input_says_what_to_change():
+    X = np.eye(3)
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    with pytest.raises(ProgramError, match="no outputs"):
+        netsor.ntk(p, X)
+    W = p.matrix(n, n)
+    p.readout(W.T @ netsor.relu(g))
+    with pytest.raises(UnsupportedError, match="transposed"):
+        netsor.ntk(p, X)
+    with pytest.raises(netsor.NetsorError, match="get"):
+        netsor.kernel(netsor.zoo.mlp(1), X, get="ntkk")
+    with pytest.raises(ProgramError, match="Program"):
+        netsor.ntk("mlp", X)
