@@ -45,11 +45,11 @@ from netsor.ir import Dim, Matrix, Program, Vector
 
 __version__ = "0.1.0"
 
-from netsor import matrixlaws, stats, zoo  # noqa: E402  (after the names they use)
+from netsor import matrixlaws, predict, stats, zoo  # noqa: E402  (after the names they use)
 
 __all__ = [
     "__version__", "abs_", "activation", "cos", "coupled", "elu", "erf", "exp", "gelu", "hard_tanh", "identity",
-    "kernel", "leaky_relu", "limit", "matrixlaws", "nngp", "nonlin", "ntk", "relu", "run_finite", "sample",
+    "kernel", "leaky_relu", "limit", "matrixlaws", "nngp", "predict", "nonlin", "ntk", "relu", "run_finite", "sample",
     "sigmoid", "silu", "sin", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun",
     "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix",
     "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
