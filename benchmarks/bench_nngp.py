@@ -80,12 +80,12 @@ def measure_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 7) -> float:
 
 
 def run_nt(nt_python: str, x: np.ndarray, depth: int, activation: str, repeats: int,
-           tmp: Path) -> tuple[dict, np.ndarray]:
+           tmp: Path, extra: list[str] | None = None) -> tuple[dict, np.ndarray]:
     inputs, out, kout = tmp / "inputs.npy", tmp / "nt.json", tmp / "nt_kernel.npy"
     np.save(inputs, x)
     cmd = [nt_python, str(HERE / "nt_baseline.py"), "--depth", str(depth), "--activation", activation,
            "--sigma-w", "1", "--sigma-b", "0", "--repeats", str(repeats), "--inputs", str(inputs),
-           "--out", str(out), "--kernel-out", str(kout)]
+           "--out", str(out), "--kernel-out", str(kout), *(extra or [])]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         result = json.load(f)

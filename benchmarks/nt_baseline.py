@@ -132,8 +132,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--inputs", default=None, help="optional .npy of shape (n, d); overrides the rng"
     )
     p.add_argument(
-        "--kernel-out", default=None, help="optional .npy to save the float64 NNGP matrix"
+        "--kernel-out", default=None, help="optional .npy to save the float64 NNGP matrix (NTK with --ntk)"
     )
+    p.add_argument("--ntk", action="store_true", help="time get=('nngp', 'ntk') instead of get='nngp'")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
@@ -160,14 +161,20 @@ def main(argv=None) -> int:
     kernel_fn = jax.jit(kernel_fn, static_argnames="get")
     xj = jax.device_put(jnp.asarray(x))
 
+    get = ("nngp", "ntk") if args.ntk else "nngp"
+
+    def call():
+        out = kernel_fn(xj, None, get=get)
+        return out.ntk.block_until_ready() if args.ntk else out.block_until_ready()
+
     t0 = time.perf_counter()
-    k = kernel_fn(xj, None, get="nngp").block_until_ready()
+    k = call()
     warmup_s = time.perf_counter() - t0
 
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        k = kernel_fn(xj, None, get="nngp").block_until_ready()
+        k = call()
         times.append(time.perf_counter() - t0)
 
     k_np = np.asarray(k, dtype=np.float64)

@@ -1,0 +1,70 @@
+"""Time ``netsor.kernel(p, X)`` (NNGP and NTK together) on a deep ReLU MLP, against the NNGP alone
+and against Neural Tangents' ``kernel_fn(x, None, ("nngp", "ntk"))``, in one run.
+
+Goals (issue: Netsor⊤ and the NTK): NNGP+NTK at most 1.5× the NNGP-only time, and at least 3×
+faster than Neural Tangents. Calls are interleaved (nngp, kernel, nngp, ...) so that both see the
+same machine load; medians of ``--repeats`` after a warm-up. NT runs as a subprocess in its own
+venv (``benchmarks/nt_baseline.py --ntk``) if ``--nt-python`` exists; the NTKs must agree to 1e-10.
+
+Run::
+
+    python benchmarks/bench_ntk.py            # N = 1000, d = 100, depth 10, 7 repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_nngp import DEFAULT_NT_PYTHON, run_nt
+from common import finish
+
+import netsor
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--d", type=int, default=100)
+    p.add_argument("--depth", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--nt-python", default=DEFAULT_NT_PYTHON)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    load = os.getloadavg()
+    X = np.random.default_rng(0).standard_normal((args.n, args.d))
+    prog = netsor.zoo.mlp(args.depth, "relu", 1.0, 0.0)
+    calls = {"nngp": lambda: netsor.nngp(prog, X), "kernel": lambda: netsor.kernel(prog, X)}
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    result = {k: f() for k, f in calls.items()}  # warm-up
+    for _ in range(args.repeats):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    fig = {"loadavg_start": load, "n": args.n, "d": args.d, "depth": args.depth, "cpus": os.cpu_count(),
+           "median_s": med, "kernel_over_nngp": med["kernel"] / med["nngp"]}
+    print(f"NNGP + NTK, depth-{args.depth} ReLU MLP, N = {args.n}, d = {args.d} ({os.cpu_count()} CPUs), "
+          f"medians of {args.repeats}")
+    print(f"  netsor.nngp        {med['nngp'] * 1e3:8.1f} ms")
+    print(f"  netsor.kernel      {med['kernel'] * 1e3:8.1f} ms   kernel / nngp = {fig['kernel_over_nngp']:.2f} "
+          f"(goal ≤ 1.5: {'met' if fig['kernel_over_nngp'] <= 1.5 else 'MISSED'})")
+    if Path(args.nt_python).exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            nt, k_nt = run_nt(args.nt_python, X, args.depth, "relu", args.repeats, Path(tmp), extra=["--ntk"])
+        ratio = nt["median_s"] / med["kernel"]
+        diff = float(np.max(np.abs(result["kernel"].ntk - k_nt)) / np.max(np.abs(k_nt)))
+        fig |= {"nt_median_s": nt["median_s"], "nt_over_netsor": ratio, "max_rel_diff": diff}
+        print(f"  Neural Tangents    {nt['median_s'] * 1e3:8.1f} ms   NT / netsor = {ratio:.2f} "
+              f"(goal ≥ 3: {'met' if ratio >= 3 else 'MISSED'}); NTKs differ by {diff:.1e} of the largest entry")
+    return finish(fig, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
