@@ -153,7 +153,7 @@ def kernel(program: Program, X: Any, X2: Any = None, *, get: str | Sequence[str]
     outs = grads.outputs
     R = len(outs)
     blocks = [(r, s) for r in range(R) for s in range(R) if outs[r].readout is outs[s].readout]
-    terms = {(r, s, ntk): _terms(outs[r], outs[s], ntk) for r, s in blocks for ntk in (False, True)}
+    terms = {(r, s, name == "ntk"): _terms(outs[r], outs[s], name == "ntk") for r, s in blocks for name in wanted}
     pairs = list(dict.fromkeys(p for ts in terms.values() for _, pa, pb in ts for p in (pa, pb) if p is not None))
     moments = dict(zip(pairs, lim.second_moments(pairs), strict=True))
     n1, n2 = lim.X.shape[0], lim.X2.shape[0]
