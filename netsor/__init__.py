@@ -27,7 +27,7 @@ from netsor.activations import (
     swish,
     tanh,
 )
-from netsor.builder import nonlin
+from netsor.builder import inner, moment, nonlin
 from netsor.errors import (
     DimensionError,
     HyperParameterError,
@@ -49,8 +49,9 @@ from netsor import matrixlaws, predict, stats, zoo  # noqa: E402  (after the nam
 
 __all__ = [
     "__version__", "abs_", "activation", "cos", "coupled", "elu", "erf", "exp", "gelu", "hard_tanh", "identity",
-    "kernel", "leaky_relu", "limit", "matrixlaws", "nngp", "predict", "nonlin", "ntk", "relu", "run_finite", "sample",
-    "sigmoid", "silu", "sin", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun",
-    "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix",
-    "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
+    "inner", "kernel", "leaky_relu", "limit", "matrixlaws", "moment", "nngp", "predict", "nonlin", "ntk", "relu",
+    "run_finite", "sample", "sigmoid", "silu", "sin", "softplus", "stats", "step", "swish", "tanh", "zoo",
+    "Activation", "CoupledRun", "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError",
+    "Kernels", "Limit", "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError",
+    "Vector",
 ]

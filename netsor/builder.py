@@ -20,14 +20,14 @@ import numpy as np
 from netsor.activations import Activation, identity
 from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
-from netsor.ir import LinCombLine, MatMulLine, Matrix, NonLinLine, Vector
+from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, Vector
 from netsor.ir.expr import Const, Expr, Opaque, Var, apply, linear, product
 from netsor.ir.trace import trace
 
 
 def expression_of(v: Vector) -> Expr:
-    """The expression over G-vectors that ``v`` equals coordinatewise."""
-    if v.kind == "G":
+    """The expression over G-vectors (and scalars) that ``v`` equals coordinatewise."""
+    if v.kind in ("G", "scalar"):
         return Var(v)
     if v.kind == "H":
         line = v.program.line_of(v)
@@ -52,15 +52,17 @@ def _as_scalar(x: Any) -> float | None:
 
 
 def _new_nonlin(v: Vector, expr: Expr) -> Vector:
+    """A NonLin line in ``v``'s dim (a scalar when ``v`` is one)."""
     program = v.program
-    return program.add_line(NonLinLine(program.new_vector(v.dim, "H"), expr))
+    kind = "scalar" if v.kind == "scalar" else "H"
+    return program.add_line(NonLinLine(program.new_vector(v.dim, kind), expr))
 
 
-def _new_lincomb(v: Vector, terms: list[tuple[float, Vector]]) -> Vector:
+def _new_lincomb(v: Vector, terms: list[tuple[float | Vector, Vector]], offset: Vector | None = None) -> Vector:
     program = v.program
-    coeffs = tuple(float(c) for c, _ in terms)
+    coeffs = tuple(c if isinstance(c, Vector) else float(c) for c, _ in terms)
     args = tuple(a for _, a in terms)
-    return program.add_line(LinCombLine(program.new_vector(v.dim, "G"), coeffs, args))
+    return program.add_line(LinCombLine(program.new_vector(v.dim, "G"), coeffs, args, offset))
 
 
 def matmul(W: Matrix, h: Any, transposed: bool) -> Vector:
@@ -84,7 +86,7 @@ def matmul(W: Matrix, h: Any, transposed: bool) -> Vector:
 
 def _other_vector(v: Vector, other: Vector) -> None:
     v.program.check_own(other)
-    if other.dim is not v.dim:
+    if other.dim is not v.dim and "scalar" not in (v.kind, other.kind):
         raise DimensionError(
             f"{v.name} lives in dim {v.dim.name!r} but {other.name} in {other.dim.name!r}; "
             "coordinatewise operations need vectors of one dimension"
@@ -92,7 +94,13 @@ def _other_vector(v: Vector, other: Vector) -> None:
 
 
 def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
-    """``v op other`` (or ``other op v`` when ``reflected``) for op in ``+ - * / **``."""
+    """``v op other`` (or ``other op v`` when ``reflected``) for op in ``+ - * / **``.
+
+    With scalars (NetsorK): arithmetic of scalars makes scalars; a scalar times a G-vector (or a
+    G-vector divided by a scalar) is a LinComb with a scalar coefficient (a G-vector), and so is a
+    G-vector plus a scalar that vanishes in the limit (:mod:`netsor.ir.scalars`); anything else
+    is a NonLin with scalar parameters.
+    """
     left = expression_of(v)  # rejects data vectors with a clear message
     scalar = _as_scalar(other)
     if scalar is None:
@@ -102,6 +110,12 @@ def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
                 "use vectors of the same program or real constants"
             )
         _other_vector(v, other)
+        if v.kind == "scalar" and other.kind != "scalar":  # the result lives in the vector's dim
+            return binary_op(other, v, op, not reflected)
+        if other.kind == "scalar" and v.kind != "scalar":
+            scaled = _scalar_lincomb(v, other, op, reflected)
+            if scaled is not None:
+                return scaled
     right = Const(scalar) if scalar is not None else expression_of(other)
     a, b = (right, left) if reflected else (left, right)
     if op == "**":
@@ -124,6 +138,24 @@ def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
     return _new_nonlin(v, product([a, b]))
 
 
+def _scalar_lincomb(g: Vector, s: Vector, op: str, reflected: bool) -> Vector | None:
+    """``g op s`` for a G-vector ``g`` and a scalar ``s`` as a LinComb line, when it is one."""
+    from netsor.ir.scalars import vanishing_scalars
+
+    if g.kind != "G":
+        return None
+    if op == "*":
+        return _new_lincomb(g, [(s, g)])
+    if op == "/" and not reflected:
+        return _new_lincomb(g, [(binary_op(s, -1.0, "**", False), g)])
+    if op in "+-" and s in vanishing_scalars(g.program):
+        sign = -1.0 if op == "-" else 1.0
+        if reflected:  # s ± g
+            return _new_lincomb(g, [(sign, g)], s)
+        return _new_lincomb(g, [(1.0, g)], s if sign > 0 else binary_op(s, -1.0, "*", False))
+    return None
+
+
 def _power(base: Expr, exponent: Expr) -> Expr:
     if not isinstance(exponent, Const):
         raise ProgramError("a power needs a constant exponent; for v ** w write netsor.nonlin(fn, v, w)")
@@ -132,7 +164,11 @@ def _power(base: Expr, exponent: Expr) -> Expr:
         return product([base] * int(p)) if p else Const(1.0)
     if p == 0.5:
         return apply(from_ufunc(np.sqrt), base)
-    raise ProgramError(f"powers of vectors are integers 0..8 or 0.5, got {p!r}; "
+    if p == -1.0:
+        return apply(from_ufunc(np.reciprocal), base)
+    if p == -0.5:
+        return apply(from_ufunc(np.reciprocal), apply(from_ufunc(np.sqrt), base))
+    raise ProgramError(f"powers of vectors are integers 0..8, 0.5, -0.5 or -1, got {p!r}; "
                        "for other powers write netsor.nonlin(lambda x: x ** p, v)")
 
 
@@ -148,19 +184,63 @@ def nonlin(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) ->
     """A custom NonLin line ``h := fn(v¹, …, vᵏ)`` applied coordinatewise.
 
     ``fn`` must be vectorised: it receives numpy arrays of equal shape, one per vector, and
-    returns an array of that shape. All vectors must live in one dimension of one program.
+    returns an array of that shape. All vectors must live in one dimension of one program
+    (scalars of the program may be among them: they are parameters of ``fn``).
     When ``fn`` is made of numpy arithmetic and elementwise functions, it is traced into an
     expression tree (so the infinite-width engine knows its kinks and independent factors);
     otherwise it is kept as an opaque function.
     """
+    first, expr = _traced(fn, vectors, name, "nonlin")
+    return _new_nonlin(first, expr)
+
+
+def moment(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) -> Vector:
+    """NetsorK: the scalar ``θ := (1/n) Σ_α fn(v¹_α, …, vᵏ_α)``, the mean over the coordinates.
+
+    ``fn`` is as for :func:`nonlin` (vectorised, elementwise; scalars may be parameters). At
+    finite width it is the mean over the ``n`` coordinates; in the limit the deterministic
+    ``E fn(Z^{v¹}, …, Z^{vᵏ})``, one number per input. Scalars take arithmetic (``+ - * / **``,
+    activations such as ``netsor.exp``) and multiply vectors (``θ * g``: for a G-vector a LinComb
+    with a scalar coefficient, again a G-vector).
+
+    Examples
+    --------
+    >>> import netsor
+    >>> p = netsor.Program(); n = p.dim("n")
+    >>> g = p.input(n)
+    >>> second_moment = netsor.moment(lambda a: a * a, g)   # → E[(Z^g)²] = σ²⟨x, x⟩/d in the limit
+    """
+    first, expr = _traced(fn, vectors, name, "moment")
+    return _new_moment(first, expr)
+
+
+def inner(x: Vector, y: Vector) -> Vector:
+    """NetsorK: the scalar ``xᵀy / n`` (in the limit ``E[Z^x Z^y]``)."""
+    for v in (x, y):
+        if not isinstance(v, Vector) or v.kind in ("scalar", "data"):
+            raise ProgramError("netsor.inner(x, y) takes two hidden vectors of one program (G or H)")
+    _other_vector(x, y)
+    return _new_moment(x, product([expression_of(x), expression_of(y)]))
+
+
+def _new_moment(v: Vector, expr: Expr) -> Vector:
+    if v.kind == "scalar":
+        raise ProgramError("a moment averages over the coordinates of vectors; pass at least one hidden vector")
+    program = v.program
+    return program.add_line(MomentLine(program.new_vector(program.scalar_dim, "scalar"), expr))
+
+
+def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | None,
+            what: str) -> tuple[Vector, Expr]:
+    """Check ``fn`` and its vectors and trace it: (a non-scalar vector if any, the expression)."""
     if not callable(fn):
-        raise ProgramError("netsor.nonlin(fn, *vectors): fn must be callable")
+        raise ProgramError(f"netsor.{what}(fn, *vectors): fn must be callable")
     if not vectors:
-        raise ProgramError("netsor.nonlin(fn, *vectors) needs at least one vector")
+        raise ProgramError(f"netsor.{what}(fn, *vectors) needs at least one vector")
     for v in vectors:
         if not isinstance(v, Vector):
-            raise ProgramError(f"netsor.nonlin: arguments must be vectors, got {type(v).__name__}")
-    first = vectors[0]
+            raise ProgramError(f"netsor.{what}: arguments must be vectors, got {type(v).__name__}")
+    first = next((v for v in vectors if v.kind != "scalar"), vectors[0])
     for v in vectors:
         _other_vector(first, v)
     label = name or getattr(fn, "__name__", "fn")
@@ -169,9 +249,9 @@ def nonlin(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) ->
     probe = tuple(np.linspace(-1.0, 1.0, 3) + 0.1 * i for i in range(len(vectors)))
     out = call_user_function(fn, probe, label)
     if out.shape != (3,):
-        raise ProgramError(f"custom nonlinearity {label!r} must be vectorised and elementwise")
+        raise ProgramError(f"custom function {label!r} must be vectorised and elementwise")
     operands = [expression_of(v) for v in vectors]
     expr = trace(fn, operands)
     if expr is None:
         expr = Opaque(fn, tuple(operands), label)
-    return _new_nonlin(first, expr)
+    return first, expr

@@ -60,7 +60,7 @@ class FiniteRun:
 
 def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> dict[Dim, int]:
     """Sizes of every dim: one int for all hidden dims, or a mapping by Dim or name."""
-    sizes: dict[Dim, int] = {program.data_dim: d}
+    sizes: dict[Dim, int] = {program.data_dim: d, program.scalar_dim: 1}
     if isinstance(width, Mapping):
         known = {*program.dims, *(dim.name for dim in program.dims)}
         unknown = [k for k in width if k not in known]

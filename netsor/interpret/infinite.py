@@ -38,7 +38,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation
-from netsor.errors import NumericalError, ProgramError
+from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
 from netsor.gaussian.pairs import (
     CoefficientMemo,
@@ -48,9 +48,18 @@ from netsor.gaussian.pairs import (
     pair_expectation,
     product_activation,
 )
-from netsor.interpret import bounds, propagation
+from netsor.interpret import bounds, pointcoef, propagation
 from netsor.interpret.functions import activation_of, joint_function, shifted
-from netsor.interpret.rules import DataForm, FunctionForm, LinearForm, SourceCovariance, SourceForm, data_view, rule_for
+from netsor.interpret.rules import (
+    DataForm,
+    FunctionForm,
+    LinearForm,
+    MomentForm,
+    SourceCovariance,
+    SourceForm,
+    data_view,
+    rule_for,
+)
 from netsor.ir import Program, Vector
 from netsor.ir.expr import Apply, Monomial, Polynomial, Var, expand
 from netsor.linalg import PSD_TOLERANCE, ensure_psd
@@ -108,7 +117,10 @@ class Analysis:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.num_lines = len(program.lines)
-        self.sources: dict[Vector, dict[Vector, float]] = {}
+        self.sources: dict[Vector, dict[Vector, pointcoef.Coefficient]] = {}
+        #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
+        self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
+        self.moment_terms: dict[Vector, tuple[float, list[MomentTerm]]] = {}
         self.polys: dict[Vector, Polynomial] = {}
         self.steps: dict[Vector, int | None] = {}
         self.monomials: dict[Key, Monomial] = {}
@@ -121,18 +133,29 @@ class Analysis:
         for line in program.lines:
             form = rule_for(line).limit(line)
             out = line.out
-            nesting[out] = max((nesting[v] for v in line.inputs), default=0) + isinstance(form, FunctionForm)
-            if isinstance(form, DataForm):
+            expectation = isinstance(form, FunctionForm | MomentForm)
+            nesting[out] = max((nesting[v] for v in line.inputs), default=0) + expectation
+            if out.kind == "scalar":
+                assert isinstance(form, MomentForm | FunctionForm)
+                self.scalars[out] = form
+                if isinstance(form, MomentForm):
+                    self.moment_terms[out] = self._moment_terms(out, form.expr)
+            elif isinstance(form, DataForm):
                 self.steps[out] = form.step
             elif isinstance(form, SourceForm):
                 self.sources[out] = {out: 1.0}
             elif isinstance(form, LinearForm):
-                acc: dict[Vector, float] = {}
+                acc: dict[Vector, pointcoef.Coefficient] = {}
                 for coef, arg in form.terms:
                     for s, c in self.sources[arg].items():
-                        acc[s] = acc.get(s, 0.0) + coef * c
-                self.sources[out] = {s: c for s, c in acc.items() if c != 0.0}
+                        acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
+                self.sources[out] = {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
             elif isinstance(form, FunctionForm):
+                if any(a.kind == "scalar" for a in form.expr.args):
+                    raise UnsupportedError(
+                        f"{out.name} = {form.expr.describe()}: the infinite-width limit takes scalars (NetsorK) as "
+                        "coefficients of G-vectors (θ * g, LayerNorm and attention of G-vectors), not inside "
+                        "other nonlinearities yet; normalise pre-activations (G-vectors) instead")
                 self.polys[out] = expand(form.expr)
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
@@ -142,6 +165,35 @@ class Analysis:
         #: Most NonLin lines on one path of the program: the number of expectations whose errors
         #: add up (through the layers' gains) in one kernel entry.
         self.nesting = max(nesting.values(), default=0)
+
+    def _moment_terms(self, out: Vector, expr: Any) -> tuple[float, list[MomentTerm]]:
+        """``E ψ`` as ``const + Σ coef · (scalar factor) · E[vector monomial]``: each monomial of ψ
+        split into its factors of scalars only and its factors of G-vectors."""
+        poly = expand(expr)
+        terms = []
+        for coef, m in poly.terms:
+            scalar_atoms = tuple(a for a in m.atoms if all(v.kind == "scalar" for v in a.args))
+            vector_atoms = tuple(a for a in m.atoms if a not in scalar_atoms)
+            if any(v.kind == "scalar" for a in vector_atoms for v in a.args):
+                raise UnsupportedError(
+                    f"the moment {out.name} = mean[{expr.describe()}] mixes scalars and vectors inside one "
+                    "nonlinearity; its limit is not implemented yet (write it with scalar factors outside)")
+            scalar_part = Monomial(scalar_atoms).expr if scalar_atoms else None
+            if not vector_atoms:
+                terms.append(MomentTerm(coef, scalar_part, "one", None))
+            elif len(vector_atoms) == 1 and isinstance(vector_atoms[0], Var):
+                continue  # a G-vector is centred: its mean is exactly 0
+            elif len(vector_atoms) == 2 and all(isinstance(a, Var) for a in vector_atoms):
+                terms.append(MomentTerm(coef, scalar_part, "cov",
+                                        canonical(("g", vector_atoms[0].vector, vector_atoms[1].vector))))
+            else:
+                terms.append(MomentTerm(coef, scalar_part, "mean", ("mean", self.register(vector_atoms).key)))
+        return poly.const, terms
+
+    def coefficient_scalars(self, g: Vector) -> list[Vector]:
+        """The scalars the per-input source coefficients of ``g`` depend on."""
+        return list(dict.fromkeys(s for c in self.sources[g].values() if isinstance(c, pointcoef.PointCoefficient)
+                                  for s in c.scalars))
 
     def poly(self, v: Vector) -> Polynomial:
         if v in self.polys:
@@ -212,6 +264,17 @@ class Analysis:
         return self._functions[key]
 
 
+@dataclass(frozen=True)
+class MomentTerm:
+    """One term ``coef · scalars · E[vector part]`` of a moment's limit; ``kind`` is ``"one"``
+    (no vector part), ``"cov"`` (two G-vectors: ``key`` their covariance) or ``"mean"``."""
+
+    coef: float
+    scalars: Any  # an expression over scalars, or None
+    kind: str
+    key: Key | None
+
+
 def _projection(m: Monomial) -> Projection | None:
     if len(m.args) == 1:
         return Projection(m.args, np.ones(1), activation_of(m.expr, m.args[0]))
@@ -273,13 +336,23 @@ class GaussianCovariance(Quantity):
         _, g1, g2 = key
         own: list[Key] = [("s", s1, s2) for s1 in an.sources[g1] for s2 in an.sources[g2]
                           if an.source_cov(s1, s2) is not None]
-        return own, ([] if diag else envelope_keys(key, an))
+        scalars: list[Key] = [("sc", s) for s in an.coefficient_scalars(g1) + an.coefficient_scalars(g2)]
+        if diag:
+            return own + scalars, []
+        return own, envelope_keys(key, an) + scalars
 
     def compute(self, key: Key, run: Run) -> Value:
         _, g1, g2 = key
         an = run.an
-        parts = [(c1 * c2, run.get(("s", s1, s2))) for s1, c1 in an.sources[g1].items()
-                 for s2, c2 in an.sources[g2].items() if an.source_cov(s1, s2) is not None]
+        parts = []
+        for s1, c1 in an.sources[g1].items():
+            for s2, c2 in an.sources[g2].items():
+                if an.source_cov(s1, s2) is None:
+                    continue
+                if isinstance(c1, pointcoef.PointCoefficient) or isinstance(c2, pointcoef.PointCoefficient):
+                    parts.append((1.0, run.scaled(run.get(("s", s1, s2)), c1, c2)))
+                else:
+                    parts.append((c1 * c2, run.get(("s", s1, s2))))
         return linear_combination(parts, run, key)
 
 
@@ -456,9 +529,48 @@ class PointMoments(Quantity):
         return joint.point_moments(run.an.joint(m), cov, seed=_seed(key)), None
 
 
+class ScalarLimit(Quantity):
+    """A scalar's limit at each input (NetsorK; per point only): a moment ``E ψ(Z)`` from the
+    terms of :meth:`Analysis._moment_terms`, or arithmetic of scalars, with first-order error
+    propagation (derivatives of the arithmetic times the errors of its arguments)."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        form = an.scalars[key[1]]
+        if isinstance(form, FunctionForm):
+            return [("sc", a) for a in form.expr.args], []
+        own: list[Key] = []
+        for term in an.moment_terms[key[1]][1]:
+            if term.scalars is not None:
+                own += [("sc", a) for a in term.scalars.args]
+            if term.key is not None:
+                own.append(term.key)
+        return own, []
+
+    def compute(self, key: Key, run: Run) -> Value:
+        scalar = key[1]
+        form = run.an.scalars[scalar]
+        if isinstance(form, FunctionForm):
+            value, err = run.scalar_expression(form.expr)
+            if not np.all(np.isfinite(value)):
+                bad = int(np.flatnonzero(~np.isfinite(value))[0])
+                raise NumericalError(
+                    f"the scalar {scalar.name} = {form.expr.describe()} is not finite in the limit at input {bad} "
+                    "(e.g. LayerNorm or BatchNorm of a vector whose limiting variance is 0, or 1/0): change "
+                    "the program or the inputs")
+            return value, err
+        const, terms = run.an.moment_terms[scalar]
+        value, err = np.full(run.shape, const), np.zeros(run.shape)
+        for term in terms:
+            sv, se = (1.0, 0.0) if term.scalars is None else run.scalar_expression(term.scalars)
+            v, e = (1.0, 0.0) if term.key is None else run.get(term.key)
+            value = value + term.coef * sv * v
+            err = err + abs(term.coef) * (np.abs(sv) * e + se * (np.abs(v) + e)) + 4 * _EPS * np.abs(term.coef * sv * v)
+        return value, err
+
+
 QUANTITIES: dict[str, Quantity] = {
     "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
-    "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(),
+    "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(), "sc": ScalarLimit(),
 }
 
 
@@ -648,6 +760,40 @@ class Run:
             return value, bounds.from_dense(err * right, left, right)
         left, right = np.ones((self.shape[0], 1)), root
         return value, bounds.from_dense(err * left, left, right)
+
+    def scalar_expression(self, expr: Any) -> Value:
+        """An expression over scalars at each point (diagonal runs) and its first-order error bound."""
+        args = expr.args
+        vals = {a: self.get(("sc", a)) for a in args}
+        point = {a: v for a, (v, _) in vals.items()}
+        value = np.broadcast_to(np.asarray(expr.evaluate(point), dtype=float), self.shape)
+        err = 16 * _EPS * np.abs(value)
+        for a, (_, e) in vals.items():
+            if np.any(e):
+                err = err + np.abs(expr.derivative(point, a)) * e
+        return value, err
+
+    def coefficient(self, c: pointcoef.Coefficient, side: str) -> tuple[Any, Any]:
+        """A source coefficient at the points of one side (a number, or per-point arrays)."""
+        if not isinstance(c, pointcoef.PointCoefficient):
+            return c, 0.0
+        return c.evaluate(lambda s: self.point(("sc", s), side))
+
+    def scaled(self, value: Value, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient) -> Value:
+        """``c1(x) c2(x') Q`` for per-input coefficients: the errors of ``Q`` scaled, plus the
+        coefficients' errors times ``|Q|`` (at most its envelope)."""
+        cl, el = self.coefficient(c1, "left")
+        cr, er = self.coefficient(c2, "right")
+        v, b = value
+        al, ar = np.abs(cl), np.abs(cr)
+        if self.diag:
+            return cl * cr * v, al * ar * b + (el * ar + (al + el) * er) * np.abs(v) + 4 * _EPS * np.abs(cl * cr * v)
+        left, right = (al + el) * b.left, (ar + er) * b.right
+        parts = [(1.0, bounds.Bound(b.eta, al * b.left, ar * b.right, None if b.dense is None else al * ar * b.dense))]
+        if np.any(el) or np.any(er):
+            parts += [(1.0, bounds.Bound(1.0, el * b.left, ar * b.right)),
+                      (1.0, bounds.Bound(1.0, (al + el) * b.left, er * b.right))]
+        return (cl * cr) * v, bounds.combination(parts, left, right, size=4.0)
 
     def constant(self) -> tuple[Array, Any]:
         """The constant 1 as a term (exact)."""
@@ -1057,6 +1203,18 @@ class Limit:
         key = canonical(("m", u, u))
         value, err = self._side("left", {key}).values[key]
         return self.checked(value.copy(), err.copy(), np.abs(value), "var", with_error)
+
+    @_one_blas_thread
+    def scalar(self, s: Vector, *, with_error: bool = False) -> Any:
+        """The limit of a scalar (NetsorK: a moment or arithmetic of moments) at each input of
+        ``X``, shape (B,); with ``with_error`` also its error bound per input."""
+        self.program.check_own(s)
+        if s.kind != "scalar":
+            raise ProgramError(f"{s.name} is a vector, not a scalar; use cov/var for vectors")
+        self.stderr = 0.0
+        key = ("sc", s)
+        value, err = self._side("left", {key}).values[key]
+        return self.checked(value.copy(), err.copy(), np.abs(value), "scalar", with_error)
 
     @_one_blas_thread
     def second_moments(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array, Array, Array]]:

@@ -82,6 +82,9 @@ def gradient_program(program: Program) -> GradientProgram:
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
         raise UnsupportedError("the NTK by gradient independence needs a program without transposed MatMuls "
                                "(W.T @ h); the exact transposed backward pass is not implemented yet")
+    if any(ln.out.kind == "scalar" for ln in program.lines):
+        raise UnsupportedError("the NTK of programs with scalars (NetsorK: moments, LayerNorm, attention) "
+                               "is not implemented yet; netsor.nngp gives their NNGP kernel")
     new, ren = clone(program, name=f"{program.name} + backward (gradient independence)")
     tilde: dict[Matrix, Matrix] = {}
     readout_vectors: dict[int, Vector] = {}

@@ -65,20 +65,38 @@ class MatMulLine:
         return MatMulLine(out, matrix or self.matrix, f(self.arg), self.transposed)
 
 
+Coefficient = float | Vector
+
+
 @dataclass(frozen=True, eq=False)
 class LinCombLine:
-    """``out := Σ coeffs[i] · args[i]`` over G-vectors (the result is a G-vector)."""
+    """``out := Σ coeffs[i] · args[i] + offset · 1`` over G-vectors (the result is a G-vector).
+
+    A coefficient is a real number or a scalar of the program (NetsorK: e.g. attention weights,
+    LayerNorm's ``1/σ``), deterministic per input in the limit. ``offset`` (a scalar, or None) is
+    added to every coordinate; it must vanish in the limit (e.g. ``−μ/σ`` of LayerNorm, where
+    ``μ`` is the mean of a G-vector's coordinates): the result stays a G-vector.
+    """
 
     out: Vector
-    coeffs: tuple[float, ...]
+    coeffs: tuple[Coefficient, ...]
     args: tuple[Vector, ...]
+    offset: Vector | None = None
+
+    @property
+    def scalars(self) -> tuple[Vector, ...]:
+        """The scalars the line reads (coefficients and offset)."""
+        found = [c for c in self.coeffs if isinstance(c, Vector)]
+        return tuple(dict.fromkeys(found + ([self.offset] if self.offset is not None else [])))
 
     @property
     def inputs(self) -> tuple[Vector, ...]:
-        return self.args
+        return tuple(dict.fromkeys(self.args + self.scalars))
 
     def map_vectors(self, out: Vector, f: VectorMap) -> LinCombLine:
-        return LinCombLine(out, self.coeffs, tuple(f(a) for a in self.args))
+        coeffs = tuple(f(c) if isinstance(c, Vector) else c for c in self.coeffs)
+        return LinCombLine(out, coeffs, tuple(f(a) for a in self.args),
+                           None if self.offset is None else f(self.offset))
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,4 +118,21 @@ class NonLinLine:
         return NonLinLine(out, self.expr.map_vectors(f))
 
 
-Line = DataLine | BiasLine | MatMulLine | LinCombLine | NonLinLine
+@dataclass(frozen=True, eq=False)
+class MomentLine:
+    """NetsorK: the scalar ``out := (1/n) Σ_α expr(args)_α``, the mean over the coordinates of a
+    coordinatewise function of vectors of one dim (and of scalars). In the limit it is the
+    deterministic ``E expr(Z^{args})``, one number per input."""
+
+    out: Vector
+    expr: Expr
+
+    @property
+    def inputs(self) -> tuple[Vector, ...]:
+        return self.expr.args
+
+    def map_vectors(self, out: Vector, f: VectorMap) -> MomentLine:
+        return MomentLine(out, self.expr.map_vectors(f))
+
+
+Line = DataLine | BiasLine | MatMulLine | LinCombLine | NonLinLine | MomentLine

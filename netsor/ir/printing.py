@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from netsor.ir.lines import BiasLine, DataLine, LinCombLine, Line, MatMulLine, NonLinLine
+from netsor.ir.lines import BiasLine, DataLine, LinCombLine, Line, MatMulLine, MomentLine, NonLinLine
+from netsor.ir.variables import Vector
 
 
 def describe_line(line: Line) -> str:
@@ -16,6 +17,10 @@ def describe_line(line: Line) -> str:
     if isinstance(line, MatMulLine):
         return head + f"{line.matrix.name}{'ᵀ' if line.transposed else ''} @ {line.arg.name}"
     if isinstance(line, LinCombLine):
-        return head + " + ".join(f"{c:g}*{a.name}" for c, a in zip(line.coeffs, line.args, strict=True))
+        terms = [f"{c.name if isinstance(c, Vector) else format(c, 'g')}*{a.name}"
+                 for c, a in zip(line.coeffs, line.args, strict=True)]
+        return head + " + ".join(terms + ([f"{line.offset.name}*1"] if line.offset is not None else []))
+    if isinstance(line, MomentLine):
+        return head + f"mean_α[{line.expr.describe()}]"
     assert isinstance(line, NonLinLine)
     return head + line.expr.describe()

@@ -57,12 +57,18 @@ class Program:
         self._line_of: dict[Vector, Line] = {}
         self._derived: dict[str, tuple[int, Any]] = {}
         self._data_dim = Dim("d", self, is_data=True)
+        self._scalar_dim = Dim("scalar", self, is_scalar=True)
 
     # ---------------------------------------------------------------- views
     @property
     def data_dim(self) -> Dim:
         """The dimension of the data points (its size is read off the inputs)."""
         return self._data_dim
+
+    @property
+    def scalar_dim(self) -> Dim:
+        """The one-coordinate dim of the program's scalars (NetsorK moments and their arithmetic)."""
+        return self._scalar_dim
 
     @property
     def dims(self) -> tuple[Dim, ...]:
@@ -131,6 +137,8 @@ class Program:
         self.check_dim(in_dim, "in_dim")
         if out_dim.is_data:
             raise DimensionError("a matrix cannot map into the data dimension; use a hidden dim")
+        if out_dim.is_scalar or in_dim.is_scalar:
+            raise DimensionError("a matrix maps between width dims, not program.scalar_dim; use hidden dims")
         sigma = check_sigma(sigma, "matrix sigma")
         m = Matrix(len(self._matrices), out_dim, in_dim, sigma, name or f"W{len(self._matrices)}", self)
         self._matrices.append(m)
@@ -154,8 +162,8 @@ class Program:
     def bias(self, dim: Dim, sigma: float) -> Vector:
         """An initial G-vector ``b ~ N(0, sigma² I)``, the same for every input."""
         self.check_dim(dim, "dim")
-        if dim.is_data:
-            raise DimensionError("a bias lives in a hidden dimension, not the data dimension")
+        if dim.is_data or dim.is_scalar:
+            raise DimensionError("a bias lives in a hidden dimension, not the data or scalar dimension")
         sigma = check_sigma(sigma, "bias sigma")
         return self.add_line(BiasLine(self.new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
 
@@ -180,8 +188,8 @@ class Program:
             raise ProgramError("readout needs at least one vector")
         for v in vectors:
             self.check_own(v)
-            if v.kind == "data":
-                raise ProgramError("the data point cannot be read out; read out a hidden vector")
+            if v.kind in ("data", "scalar"):
+                raise ProgramError(f"a {v.kind} cannot be read out; read out a hidden vector")
         if len({v.dim for v in vectors}) != 1:
             raise DimensionError(
                 "vectors of one readout share one readout vector v, so they must live in the same "
@@ -197,8 +205,10 @@ class Program:
     def new_vector(self, dim: Dim, kind: str, name: str | None = None) -> Vector:
         """A vector for the next line (pass it as the ``out`` of :meth:`add_line`)."""
         self.check_dim(dim, "dim")
-        if kind not in ("G", "H", "data"):
-            raise ProgramError(f"vector kind must be 'G', 'H' or 'data', got {kind!r}")
+        if kind not in ("G", "H", "data", "scalar"):
+            raise ProgramError(f"vector kind must be 'G', 'H', 'data' or 'scalar', got {kind!r}")
+        if (kind == "scalar") != dim.is_scalar:
+            raise ProgramError("scalars (and only they) live in program.scalar_dim")
         return Vector(len(self._lines), dim, kind, name or f"{kind.lower()}{len(self._lines)}", self)
 
     def add_line(self, line: Line) -> Vector:

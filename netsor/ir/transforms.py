@@ -70,6 +70,7 @@ def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None,
     new = Program(name or program.name)
     renaming = Renaming()
     renaming.dims[program.data_dim] = new.data_dim
+    renaming.dims[program.scalar_dim] = new.scalar_dim
     for d in program.dims:
         renaming.dims[d] = new.dim(d.name)
     for m in program.matrices:

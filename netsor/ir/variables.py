@@ -3,7 +3,9 @@
 * :class:`Dim` — a width dimension (infinite in the limit);
 * :class:`Matrix` (type A) ``W : out_dim × in_dim`` with iid ``N(0, σ²/n_in)`` entries;
 * :class:`Vector` of kind ``"G"`` (Gaussian coordinates in the limit), ``"H"`` (image of a
-  nonlinearity) or ``"data"`` (the symbolic data point, in ``program.data_dim``).
+  nonlinearity), ``"data"`` (the symbolic data point, in ``program.data_dim``) or ``"scalar"``
+  (NetsorK: a scalar such as a moment ``(1/n) Σ_α ψ(x_α)``, a vector of the one-coordinate
+  ``program.scalar_dim``; deterministic per input in the limit).
 
 Arithmetic on vectors (``W @ h``, ``a + b``, ``netsor.relu(a)``) adds lines to the vector's
 program; it is implemented in :mod:`netsor.builder`.
@@ -22,11 +24,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Dim:
-    """A width dimension. At finite width it has a size; in the limit it is infinite."""
+    """A width dimension. At finite width it has a size; in the limit it is infinite.
+
+    Two special dims per program: the data dim (its size is read off the inputs) and the
+    scalar dim (one coordinate: scalars are its vectors)."""
 
     name: str
     program: Program
     is_data: bool = False
+    is_scalar: bool = False
 
     def __repr__(self) -> str:
         return f"Dim({self.name!r})"

@@ -13,6 +13,7 @@ from netsor.interpret.rules.base import (
     FunctionForm,
     LinearForm,
     LineRule,
+    MomentForm,
     SourceCovariance,
     SourceForm,
 )
@@ -20,8 +21,9 @@ from netsor.interpret.rules.bias import BiasRule
 from netsor.interpret.rules.data import DataRule, data_view
 from netsor.interpret.rules.lincomb import LinCombRule
 from netsor.interpret.rules.matmul import MatMulRule
+from netsor.interpret.rules.moment import MomentRule
 from netsor.interpret.rules.nonlin import NonLinRule
-from netsor.ir import BiasLine, DataLine, LinCombLine, Line, MatMulLine, NonLinLine
+from netsor.ir import BiasLine, DataLine, LinCombLine, Line, MatMulLine, MomentLine, NonLinLine
 
 RULES: dict[type, LineRule] = {
     DataLine: DataRule(),
@@ -29,6 +31,7 @@ RULES: dict[type, LineRule] = {
     MatMulLine: MatMulRule(),
     LinCombLine: LinCombRule(),
     NonLinLine: NonLinRule(),
+    MomentLine: MomentRule(),
 }
 
 
@@ -40,5 +43,5 @@ def rule_for(line: Line) -> LineRule:
         raise UnsupportedError(f"no interpretation rules for line kind {type(line).__name__}") from None
 
 
-__all__ = ["RULES", "DataForm", "FunctionForm", "LineRule", "LinearForm", "SourceCovariance", "SourceForm",
-           "data_view", "rule_for"]
+__all__ = ["RULES", "DataForm", "FunctionForm", "LineRule", "LinearForm", "MomentForm", "SourceCovariance",
+           "SourceForm", "data_view", "rule_for"]

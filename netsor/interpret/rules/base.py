@@ -5,7 +5,8 @@
 * ``coupled(line, state)`` — the pair (finite, limit) of a same-noise coupled run; for a
   deterministic line it is the finite rule applied in each world;
 * ``limit(line)`` — how the line's random variable ``Z^out`` of the infinite-width limit is
-  expressed (:class:`LimitForm`); the infinite interpreter turns these into covariances.
+  expressed (:class:`LimitForm`); the infinite interpreter turns these into covariances (and,
+  for scalars, into one deterministic number per input).
 """
 
 from __future__ import annotations
@@ -38,9 +39,17 @@ class SourceForm:
 
 @dataclass(frozen=True)
 class LinearForm:
-    """``Z = Σ coef · Z^vector`` over G-vectors."""
+    """``Z = Σ coef · Z^vector`` over G-vectors; a coefficient is a number or a scalar of the
+    program (deterministic per input in the limit)."""
 
-    terms: tuple[tuple[float, Vector], ...]
+    terms: tuple[tuple[float | Vector, Vector], ...]
+
+
+@dataclass(frozen=True)
+class MomentForm:
+    """A scalar ``θ = E expr(Z^{args})`` (NetsorK), one number per input."""
+
+    expr: Expr
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class SourceCovariance:
     moment: tuple[Vector, Vector] | None = None
 
 
-LimitForm = DataForm | SourceForm | LinearForm | FunctionForm
+LimitForm = DataForm | SourceForm | LinearForm | FunctionForm | MomentForm
 
 
 class LineRule:
