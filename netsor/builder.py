@@ -138,6 +138,26 @@ def binary_op(v: Vector, other: Any, op: str, reflected: bool) -> Vector:
     return _new_nonlin(v, product([a, b]))
 
 
+def linear_combination(terms: list[tuple[float | Vector, Vector]]) -> Vector:
+    """``Σ cₖ gₖ`` of G-vectors of one dim as one LinComb line; a coefficient is a real number or
+    a scalar of the program (NetsorK: attention weights)."""
+    if not terms:
+        raise ProgramError("a linear combination needs at least one term")
+    first = terms[0][1]
+    for c, g in terms:
+        if not isinstance(g, Vector) or g.kind != "G":
+            raise ProgramError("a linear combination takes G-vectors (MatMul outputs, biases and their "
+                               f"combinations); {getattr(g, 'name', g)!r} is not one")
+        _other_vector(first, g)
+        if isinstance(c, Vector):
+            first.program.check_own(c)
+            if c.kind != "scalar":
+                raise ProgramError(f"coefficient {c.name} is a vector; coefficients are numbers or scalars")
+        elif _as_scalar(c) is None:
+            raise ProgramError(f"coefficients are real numbers or scalars of the program, got {c!r}")
+    return _new_lincomb(first, list(terms))
+
+
 def _scalar_lincomb(g: Vector, s: Vector, op: str, reflected: bool) -> Vector | None:
     """``g op s`` for a G-vector ``g`` and a scalar ``s`` as a LinComb line, when it is one."""
     from netsor.ir.scalars import vanishing_scalars
@@ -249,7 +269,8 @@ def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | Non
     probe = tuple(np.linspace(-1.0, 1.0, 3) + 0.1 * i for i in range(len(vectors)))
     out = call_user_function(fn, probe, label)
     if out.shape != (3,):
-        raise ProgramError(f"custom function {label!r} must be vectorised and elementwise")
+        kind = "nonlinearity" if what == "nonlin" else "moment function"
+        raise ProgramError(f"custom {kind} {label!r} must be vectorised and elementwise")
     operands = [expression_of(v) for v in vectors]
     expr = trace(fn, operands)
     if expr is None:
