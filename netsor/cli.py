@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import inspect
 import json
 import math
 import sys
@@ -46,7 +47,8 @@ from netsor.validate import (
 )
 from netsor.zoo import ARCHITECTURES
 
-_COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps"}
+_COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps", "layernorm_mlp": "depth",
+                    "transformer": "layers"}
 #: Largest --depth accepted (a program line per layer; deeper programs take minutes to build).
 MAX_DEPTH = 10_000
 #: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.
@@ -55,18 +57,23 @@ CLI_METRICS = {m.replace("_", "-"): m for m in METRICS}
 CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resnet": "resnet"}
 
 
-def build_architecture(arch: str, depth: int, *, activation: str, sigma_w: float, sigma_b: float,
+def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w: float, sigma_b: float,
                        sigma_u: float = 1.0, sigma_v: float = 1.0) -> Program:
-    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps)."""
+    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps);
+    each architecture gets the hyper-parameters it takes (``activation=None``: its default)."""
     check_choice(arch, "architecture", tuple(ARCHITECTURES))
-    kwargs: dict[str, Any] = {_COUNT_PARAMETER[arch]: check_count(depth, "--depth", maximum=MAX_DEPTH),
-                              "activation": activation, "sigma_w": check_sigma(sigma_w, "--sigma-w"),
-                              "sigma_b": check_sigma(sigma_b, "--sigma-b")}
-    # checked for every architecture, although only rnn reads them: a bad value is a mistake anyway
-    sigma_u, sigma_v = check_sigma(sigma_u, "--sigma-u"), check_sigma(sigma_v, "--sigma-v")
-    if arch == "rnn":
-        kwargs.update(sigma_u=sigma_u, sigma_v=sigma_v)
-    return ARCHITECTURES[arch](**kwargs)
+    builder = ARCHITECTURES[arch]
+    # checked for every architecture, although not all read them: a bad value is a mistake anyway
+    given: dict[str, Any] = {"sigma_w": check_sigma(sigma_w, "--sigma-w"), "sigma_b": check_sigma(sigma_b, "--sigma-b"),
+                             "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v")}
+    takes = inspect.signature(builder).parameters
+    if activation is not None:
+        if "activation" not in takes:
+            raise HyperParameterError(f"{arch} has no --activation (its nonlinearities are fixed)")
+        given["activation"] = activation
+    kwargs = {k: v for k, v in given.items() if k in takes}
+    kwargs[_COUNT_PARAMETER[arch]] = check_count(depth, "--depth", maximum=MAX_DEPTH)
+    return builder(**kwargs)
 
 
 def load_inputs(inputs: str | None, random: str | None, program: Program, *, seed: int) -> np.ndarray:
@@ -126,15 +133,16 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.argument("arch", type=click.Choice(sorted(ARCHITECTURES))),
         click.option("--depth", "-L", default=3, show_default=True, type=int,
-                     help=f"Hidden layers (mlp), residual blocks (resnet) or time steps (rnn); 1 to {MAX_DEPTH}."),
+                     help=f"Hidden layers (mlp, layernorm_mlp, transformer), residual blocks (resnet) or "
+                          f"time steps (rnn); 1 to {MAX_DEPTH}."),
         click.option("--activation", "-a", default=None, help="Activation (default relu; tanh for rnn)."),
         click.option("--sigma-w", default=1.0, show_default=True, type=float,
                      help="Weight std: W ~ N(0, σw²/fan_in)."),
         click.option("--sigma-b", default=0.0, show_default=True, type=float, help="Bias std: b ~ N(0, σb²)."),
-        click.option("--sigma-u", default=1.0, show_default=True, type=float, help="rnn: input weight std."),
+        click.option("--sigma-u", default=1.0, show_default=True, type=float, help="rnn and transformer: input (key) weight std."),
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
         click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
-                     help="Inputs as .npy, shape (B, d) or (B, T, d) for rnn."),
+                     help="Inputs as .npy, shape (B, d) or (B, T, d) for rnn and transformer."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
         click.option("--seed", default=0, show_default=True, type=int,
                      help="Seed (integer >= 0) for random inputs and networks."),
@@ -146,8 +154,7 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
              sigma_u: float, sigma_v: float) -> Program:
-    act = activation or ("tanh" if arch == "rnn" else "relu")
-    return build_architecture(arch, depth, activation=act, sigma_w=sigma_w, sigma_b=sigma_b,
+    return build_architecture(arch, depth, activation=activation, sigma_w=sigma_w, sigma_b=sigma_b,
                               sigma_u=sigma_u, sigma_v=sigma_v)
 
 

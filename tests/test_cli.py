@@ -186,3 +186,18 @@ def test_nothing_is_computed_before_the_options_are_checked(tmp_path, capsys, mo
     monkeypatch.setattr(netsor, "nngp", lambda *a, **k: calls.append(1))
     run_error(["kernel", "mlp", "--random", "3,3", "--out", str(tmp_path)], capsys)
     assert calls == []
+
+
+def test_kernel_command_runs_the_netsork_architectures(tmp_path, capsys) -> None:
+    out = tmp_path / "k.npy"
+    run_ok(["kernel", "transformer", "--depth", "2", "--sigma-u", "1.2", "--random", "2,5", "--seed", "4",
+            "--out", str(out)], capsys)
+    X = np.random.default_rng(4).standard_normal((2, 4, 5))  # (B, tokens = 4, d)
+    expected = netsor.nngp(netsor.zoo.transformer(2, sigma_u=1.2), X)
+    assert np.array_equal(np.load(out), expected)
+    run_ok(["kernel", "layernorm_mlp", "--depth", "2", "--activation", "erf", "--random", "3,4",
+            "--out", str(out)], capsys)
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.layernorm_mlp(2, "erf"), X))
+    assert "has no --activation" in run_error(["kernel", "transformer", "--activation", "tanh", "--random", "2,3"],
+                                              capsys)
