@@ -151,12 +151,7 @@ class Analysis:
                         acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
                 self.sources[out] = {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
             elif isinstance(form, FunctionForm):
-                if any(a.kind == "scalar" for a in form.expr.args):
-                    raise UnsupportedError(
-                        f"{out.name} = {form.expr.describe()}: the infinite-width limit takes scalars (NetsorK) as "
-                        "coefficients of G-vectors (θ * g, LayerNorm and attention of G-vectors), not inside "
-                        "other nonlinearities yet; normalise pre-activations (G-vectors) instead")
-                self.polys[out] = expand(form.expr)
+                self.polys[out] = _with_scalar_coefficients(out, expand(form.expr))
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
         for g in self.sources:
@@ -264,6 +259,33 @@ class Analysis:
         return self._functions[key]
 
 
+def _with_scalar_coefficients(out: Vector, poly: Polynomial) -> Polynomial:
+    """A NonLin's polynomial with its factors that are scalars (NetsorK: ``θ · relu(g)``) moved into
+    per-input coefficients (:mod:`netsor.interpret.pointcoef`); plain polynomials are unchanged."""
+    if not any(v.kind == "scalar" for _, m in poly.terms for v in m.args):
+        return poly
+    const: pointcoef.Coefficient = poly.const
+    merged: dict[Key, tuple[pointcoef.Coefficient, Monomial]] = {}
+    for coef, m in poly.terms:
+        scalars = tuple(a.vector for a in m.atoms if isinstance(a, Var) and a.vector.kind == "scalar")
+        rest = tuple(a for a in m.atoms if not (isinstance(a, Var) and a.vector.kind == "scalar"))
+        if any(v.kind == "scalar" for a in rest for v in a.args):
+            raise UnsupportedError(
+                f"{out.name}: a scalar inside a nonlinearity ({' · '.join(a.describe() for a in rest)}); the "
+                "infinite-width limit takes scalars (NetsorK) as factors and coefficients of vectors (θ * relu(g), "
+                "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead")
+        c: pointcoef.Coefficient = float(coef)
+        for theta in scalars:
+            c = pointcoef.scale(theta, c)
+        if not rest:
+            const = pointcoef.add(const, c)
+            continue
+        vector_part = Monomial(rest)
+        previous = merged.get(vector_part.key, (0.0, vector_part))[0]
+        merged[vector_part.key] = (pointcoef.add(previous, c), vector_part)
+    return Polynomial(const, tuple((c, m) for c, m in merged.values() if not pointcoef.is_zero(c)))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class MomentTerm:
     """One term ``coef · scalars · E[vector part]`` of a moment's limit; ``kind`` is ``"one"``
@@ -344,15 +366,8 @@ class GaussianCovariance(Quantity):
     def compute(self, key: Key, run: Run) -> Value:
         _, g1, g2 = key
         an = run.an
-        parts = []
-        for s1, c1 in an.sources[g1].items():
-            for s2, c2 in an.sources[g2].items():
-                if an.source_cov(s1, s2) is None:
-                    continue
-                if isinstance(c1, pointcoef.PointCoefficient) or isinstance(c2, pointcoef.PointCoefficient):
-                    parts.append((1.0, run.scaled(run.get(("s", s1, s2)), c1, c2)))
-                else:
-                    parts.append((c1 * c2, run.get(("s", s1, s2))))
+        parts = [run.term(c1, c2, run.get(("s", s1, s2))) for s1, c1 in an.sources[g1].items()
+                 for s2, c2 in an.sources[g2].items() if an.source_cov(s1, s2) is not None]
         return linear_combination(parts, run, key)
 
 
@@ -389,13 +404,16 @@ class Moment(Quantity):
             return [("g", v1, v2)], []
         p1, p2 = an.poly(v1), an.poly(v2)
         own = [("t", m1.key, m2.key) for _, m1 in p1.terms for _, m2 in p2.terms]
-        means = ([("mean", m.key) for _, m in p1.terms] if p2.const else []) + (
-            [("mean", m.key) for _, m in p2.terms] if p1.const else [])
+        c1, c2 = not pointcoef.is_zero(p1.const), not pointcoef.is_zero(p2.const)
+        means = ([("mean", m.key) for _, m in p1.terms] if c2 else []) + (
+            [("mean", m.key) for _, m in p2.terms] if c1 else [])
+        scalars: list[Key] = [("sc", s) for p in (p1, p2) for c in (p.const, *(a for a, _ in p.terms))
+                              if isinstance(c, pointcoef.PointCoefficient) for s in c.scalars]
         if diag:
-            return own + means, []
-        envelopes = ([("pm", m.key) for _, m in p1.terms] if p2.const else []) + (
-            [("pm", m.key) for _, m in p2.terms] if p1.const else [])
-        return own, means + envelopes + envelope_keys(key, an)
+            return own + means + scalars, []
+        envelopes = ([("pm", m.key) for _, m in p1.terms] if c2 else []) + (
+            [("pm", m.key) for _, m in p2.terms] if c1 else [])
+        return own, means + envelopes + envelope_keys(key, an) + scalars
 
     def compute(self, key: Key, run: Run) -> Value:
         _, v1, v2 = key
@@ -405,13 +423,14 @@ class Moment(Quantity):
         if v1 in an.sources and v2 in an.sources:
             return run.get(("g", v1, v2))
         p1, p2 = an.poly(v1), an.poly(v2)
-        parts = [(a1 * a2, run.get(("t", m1.key, m2.key))) for a1, m1 in p1.terms for a2, m2 in p2.terms]
-        if p2.const:
-            parts += [(p2.const * a1, run.point_mean(m1.key, "left")) for a1, m1 in p1.terms]
-        if p1.const:
-            parts += [(p1.const * a2, run.point_mean(m2.key, "right")) for a2, m2 in p2.terms]
-        if p1.const and p2.const:
-            parts.append((p1.const * p2.const, run.constant()))
+        parts = [run.term(a1, a2, run.get(("t", m1.key, m2.key))) for a1, m1 in p1.terms for a2, m2 in p2.terms]
+        c1, c2 = not pointcoef.is_zero(p1.const), not pointcoef.is_zero(p2.const)
+        if c2:
+            parts += [run.term(a1, p2.const, run.point_mean(m1.key, "left")) for a1, m1 in p1.terms]
+        if c1:
+            parts += [run.term(p1.const, a2, run.point_mean(m2.key, "right")) for a2, m2 in p2.terms]
+        if c1 and c2:
+            parts.append(run.term(p1.const, p2.const, run.constant()))
         return linear_combination(parts, run, key)
 
 
@@ -778,6 +797,13 @@ class Run:
         if not isinstance(c, pointcoef.PointCoefficient):
             return c, 0.0
         return c.evaluate(lambda s: self.point(("sc", s), side))
+
+    def term(self, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient, value: Value) -> tuple[float, Value]:
+        """A part ``(coef, value)`` of a linear combination for ``c1(x) c2(x') Q``: numbers stay the
+        coefficient, per-input coefficients are applied to the value (:meth:`scaled`)."""
+        if isinstance(c1, pointcoef.PointCoefficient) or isinstance(c2, pointcoef.PointCoefficient):
+            return 1.0, self.scaled(value, c1, c2)
+        return c1 * c2, value
 
     def scaled(self, value: Value, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient) -> Value:
         """``c1(x) c2(x') Q`` for per-input coefficients: the errors of ``Q`` scaled, plus the

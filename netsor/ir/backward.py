@@ -12,7 +12,13 @@ II/IV). The rules, walking the lines backwards, are
 * NonLin ``h = φ(g¹, …, gᵏ)``: ``δgⁱ += ∂ᵢφ(g) · δh`` (a symbolic derivative:
   :mod:`netsor.ir.differentiate`);
 * LinComb ``g = Σ aᵢ gⁱ``: ``δgⁱ += aᵢ δg``;
-* MatMul ``g = W h``: ``δh += W̃ δg`` (nothing flows into the data through an input matrix).
+* MatMul ``g = W h``: ``δh += W̃ δg`` (nothing flows into the data through an input matrix);
+* scalars (NetsorK: moments, LayerNorm's ``μ, σ``, attention weights) are held at their values:
+  a LinComb ``g = Σ θᵢ gⁱ`` passes ``δgⁱ += θᵢ δg``, and no gradient flows into a scalar. In
+  the limit that gradient vanishes: it is ``(1/n) Σ_α δ_α ψ'(x_α)`` for a backward vector ``δ``,
+  which is linear in backward Gaussians independent of the forward pass and centred, so its
+  limit ``E[Z^δ ψ'(Z^x)]`` is 0. (At finite width it is an O(1/√n) correction: the gradient
+  program is for the limit, not for finite-width gradients.)
 
 The gradient of an H-vector is a sum of G-vectors, and that of a G-vector a NonLin expression
 of forward and backward G-vectors; they become lines of the new program only where the NTK
@@ -82,9 +88,6 @@ def gradient_program(program: Program) -> GradientProgram:
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
         raise UnsupportedError("the NTK by gradient independence needs a program without transposed MatMuls "
                                "(W.T @ h); the exact transposed backward pass is not implemented yet")
-    if any(ln.out.kind == "scalar" for ln in program.lines):
-        raise UnsupportedError("the NTK of programs with scalars (NetsorK: moments, LayerNorm, attention) "
-                               "is not implemented yet; netsor.nngp gives their NNGP kernel")
     new, ren = clone(program, name=f"{program.name} + backward (gradient independence)")
     tilde: dict[Matrix, Matrix] = {}
     readout_vectors: dict[int, Vector] = {}
@@ -124,10 +127,15 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix,
                 grads.setdefault(line.arg, []).append((1.0, Var(back)))
         elif isinstance(line, LinCombLine):
             for coef, arg in zip(line.coeffs, line.args, strict=True):
-                grads.setdefault(arg, []).append((coef, grad))
+                if isinstance(coef, Vector):
+                    grads.setdefault(arg, []).append((1.0, product([Var(ren[coef]), grad])))
+                else:
+                    grads.setdefault(arg, []).append((coef, grad))
         elif isinstance(line, NonLinLine):
             expr = line.expr.map_vectors(ren.__getitem__)
             for arg in line.args:
+                if arg.kind == "scalar":
+                    continue
                 partial = differentiate(expr, ren[arg])
                 grads.setdefault(arg, []).append((1.0, product([partial, grad])))
         elif isinstance(line, BiasLine):
