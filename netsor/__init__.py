@@ -38,6 +38,7 @@ from netsor.errors import (
     UnsupportedError,
 )
 from netsor.interpret.coupled import CoupledRun, coupled
+from netsor.interpret.empirical_ntk import empirical_ntk
 from netsor.interpret.finite import FiniteRun, run_finite, sample
 from netsor.interpret.infinite import Limit, limit, nngp
 from netsor.interpret.ntk import Kernels, kernel, ntk
@@ -49,10 +50,10 @@ __version__ = "0.1.0"
 from netsor import matrixlaws, predict, stats, zoo  # noqa: E402  (after the names they use)
 
 __all__ = [
-    "__version__", "attention", "batchnorm", "abs_", "activation", "cos", "coupled", "elu", "erf", "exp", "gelu",
-    "hard_tanh", "identity", "inner", "kernel", "layernorm", "leaky_relu", "limit", "matrixlaws", "moment", "nngp",
-    "predict", "nonlin", "ntk", "relu", "run_finite", "sample", "sigmoid", "silu", "sin", "softmax", "softplus",
-    "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun", "Dim", "DimensionError", "FiniteRun",
-    "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix", "NetsorError", "NumericalError", "Program",
-    "ProgramError", "UnsupportedError", "Vector",
+    "__version__", "attention", "batchnorm", "abs_", "activation", "cos", "coupled", "elu", "empirical_ntk", "erf",
+    "exp", "gelu", "hard_tanh", "identity", "inner", "kernel", "layernorm", "leaky_relu", "limit", "matrixlaws",
+    "moment", "nngp", "predict", "nonlin", "ntk", "relu", "run_finite", "sample", "sigmoid", "silu", "sin",
+    "softmax", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun", "Dim",
+    "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix",
+    "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
 ]

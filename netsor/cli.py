@@ -185,10 +185,12 @@ def cli() -> None:
               help="Save the kernel as .npy (missing directories are created).")
 @click.option("--memory-budget", default=2.0, show_default=True, type=float,
               help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
+@click.option("--ntk", "neural_tangent", is_flag=True,
+              help="The neural tangent kernel (every weight, bias and readout trained) instead of the NNGP.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
            sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
-           memory_budget: float) -> None:
-    """Infinite-width NNGP kernel of ARCH on the inputs; prints a summary."""
+           memory_budget: float, neural_tangent: bool) -> None:
+    """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
@@ -199,11 +201,14 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     X = load_inputs(inputs, random, program, seed=seed)
     _check_kernel_size(X.shape[0], program)
     start = time.perf_counter()
-    K = netsor.nngp(program, X, memory_budget=budget)
+    if neural_tangent:
+        K = netsor.ntk(program, X, memory_budget=budget)
+    else:
+        K = netsor.nngp(program, X, memory_budget=budget)
     elapsed = time.perf_counter() - start
     eig = np.linalg.eigvalsh(K) if K.shape[0] <= 4000 else None
     click.echo(program.name)
-    click.echo(f"inputs {X.shape} -> kernel {K.shape} in {elapsed:.3f} s")
+    click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
     if eig is not None:

@@ -201,3 +201,12 @@ def test_kernel_command_runs_the_netsork_architectures(tmp_path, capsys) -> None
     assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.layernorm_mlp(2, "erf"), X))
     assert "has no --activation" in run_error(["kernel", "transformer", "--activation", "tanh", "--random", "2,3"],
                                               capsys)
+
+
+def test_kernel_command_gives_the_ntk(tmp_path, capsys) -> None:
+    out = tmp_path / "ntk.npy"
+    text = run_ok(["kernel", "mlp", "--ntk", "--depth", "2", "--sigma-b", "0.1", "--random", "3,4", "--out", str(out)],
+                  capsys)
+    assert "NTK (3, 3)" in text
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    assert np.array_equal(np.load(out), netsor.ntk(netsor.zoo.mlp(2, "relu", 1.0, 0.1), X))

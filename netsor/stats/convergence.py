@@ -28,6 +28,9 @@ Metrics
                standard error of the estimate over the cell's networks.
 ``kernel_lln`` ``E|K̂ − K|`` (mean absolute entry), the kernel law of large numbers;
                no floor, ``stderr`` as for ``coupling``.
+``ntk``        ``E ‖Θ̂ − Θ‖_F / ‖Θ‖_F``, the relative Frobenius deviation of the empirical
+               NTK of finite networks (:func:`netsor.empirical_ntk`, dense sampler) from the
+               limit's NTK; ``stderr`` as for ``coupling``.
 
 Cell keys: ``distance`` always; ``floor`` (a noise floor, subtracted in quadrature)
 for :data:`FLOORED` metrics only; ``stderr`` (a standard error, never subtracted)
@@ -51,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor import Program, coupled, nngp, run_finite
+from netsor import Program, coupled, empirical_ntk, nngp, ntk, run_finite
 from netsor.errors import HyperParameterError, InputError
 from netsor.stats import distances as dist
 from netsor.stats.rates import (
@@ -68,11 +71,11 @@ from netsor.validate import Seed, check_choice, check_count, check_inputs, seed_
 
 Array = np.ndarray
 
-METRICS = ("sw1", "rb_sw1", "mmd", "coupling", "kernel_lln")
+METRICS = ("sw1", "rb_sw1", "mmd", "coupling", "kernel_lln", "ntk")
 #: Metrics whose ``floor`` is an estimate of the sampling noise and gets subtracted (in quadrature).
 FLOORED = ("sw1", "rb_sw1")
 #: Metrics whose cells carry the ``stderr`` of an unbiased estimate (nothing to subtract).
-WITH_STDERR = ("coupling", "kernel_lln")
+WITH_STDERR = ("coupling", "kernel_lln", "ntk")
 #: Extra series recorded by ``rb_sw1`` cells (the same networks).
 RB_EXTRAS = ("sw1", "sw1_floor", "kernel_lln", "kernel_lln_stderr")
 #: Columns of :meth:`Summary.csv_rows`.
@@ -113,6 +116,7 @@ class Study:
     directions: int = 64
     name: str = ""
     K: Array = field(init=False, repr=False)
+    ntk: Array | None = field(init=False, repr=False, default=None)
     thetas: Array = field(init=False, repr=False)
     root_seed: np.random.SeedSequence = field(init=False, repr=False)
 
@@ -125,6 +129,8 @@ class Study:
         self.X = check_inputs(self.program, self.X)
         self.name = self.name or self.program.name
         self.K = nngp(self.program, self.X)
+        if self.metric == "ntk":
+            self.ntk = ntk(self.program, self.X)
         self.thetas = dist.random_directions(self.K.shape[0], self.directions,
                                              seed=cell_seed(("directions",), seed=self.root_seed))
 
@@ -135,6 +141,11 @@ class Study:
         """The results of one cell ``(name, metric, width, replicate)`` (keys: module docstring)."""
         _, metric, width, _ = cell
         net_seed, floor_seed = cell_seed(cell, seed=self.root_seed).spawn(2)
+        if metric == "ntk":
+            assert self.ntk is not None
+            theta = empirical_ntk(self.program, self.X, width=width, samples=self.samples, seed=net_seed)
+            deviation = np.linalg.norm(theta - self.ntk, axis=(1, 2)) / np.linalg.norm(self.ntk)
+            return _mean_with_stderr(deviation)
         if metric == "coupling":
             # An int seed drawn from the cell's sequence (valid under the seed policy).
             seed = int(net_seed.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
