@@ -54,7 +54,8 @@ MAX_DEPTH = 10_000
 #: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.
 CLI_METRICS = {m.replace("_", "-"): m for m in METRICS}
 #: Command-line spelling of the architecture keys of :mod:`netsor.report.reproduce`.
-CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resnet": "resnet"}
+CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resnet": "resnet",
+                       "layernorm-mlp": "layernorm_mlp", "transformer": "transformer"}
 
 
 def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w: float, sigma_b: float,
@@ -343,7 +344,7 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
               help="Report directory (re-running resumes from the cells stored there).")
 @click.option("--quick", is_flag=True, help="Smaller widths, fewer networks: well under a minute.")
 @click.option("--arch", "archs", multiple=True, type=click.Choice(sorted(CLI_REPRODUCE_ARCHS)),
-              help="Only these architectures (repeatable; default all four).")
+              help="Only these architectures (repeatable; default all).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed (integer >= 0).")
 def reproduce(out: str, quick: bool, archs: tuple[str, ...], seed: int) -> None:
     """Reproduce the numerical section of the quantitative-limits paper (the main job).

@@ -62,6 +62,10 @@ ARCHITECTURES = (
                  steps=4),
     Architecture("resnet", "ResNet (4 blocks, ReLU, σw=1)",
                  lambda: zoo.resnet(4, activation="relu", sigma_w=1.0, sigma_b=0.0)),
+    Architecture("layernorm_mlp", "LayerNorm MLP (2 hidden layers, ReLU, σw=1, σb=0.1)",
+                 lambda: zoo.layernorm_mlp(2, activation="relu", sigma_w=1.0, sigma_b=0.1)),
+    Architecture("transformer", "causal transformer (1 layer, 4 tokens, σu=σw=1, σb=0.1)",
+                 lambda: zoo.transformer(1, sigma_u=1.0, sigma_w=1.0, sigma_b=0.1, tokens=4), steps=4),
 )
 ARCHITECTURE_KEYS = tuple(a.key for a in ARCHITECTURES)
 
@@ -108,7 +112,7 @@ def reproduce(out: str | Path = "netsor-report", *, settings: Settings | None = 
               architectures: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Run (or resume) the study and write the report directory; returns the results as a dict.
 
-    ``architectures``: keys of :data:`ARCHITECTURES` (default all four).
+    ``architectures``: keys of :data:`ARCHITECTURES` (default all).
     """
     s = settings or Settings()
     keys = ARCHITECTURE_KEYS if architectures is None else \
