@@ -113,6 +113,17 @@ def product(factors: Sequence[tuple[Array, Bound]], left: Array, right: Array) -
     return base if not dense_terms else Bound(base.eta, left, right, sum(dense_terms))
 
 
+def compact(dense: Array, left: Array, right: Array, threshold: float) -> Bound:
+    """A dense bound on the envelope ``left ⊗ right``, as the scalar ``eta = max(dense / envelope)``
+    when that is at most ``threshold`` (pair-dependent sensitivities far below what is asked: later
+    steps then combine in O(B) per tile), kept dense otherwise (e.g. a step kernel near colinear
+    pairs, where the dense form is much tighter away from them)."""
+    eta = ratio_max(dense, left * right)
+    if eta <= threshold:
+        return Bound(eta, left, right)
+    return Bound(0.0, left, right, np.asarray(dense, dtype=float))
+
+
 def transposed(b: Bound) -> Bound:
     """The bound of the transposed quantity."""
     return Bound(b.eta, b.right.T, b.left.T, None if b.dense is None else b.dense.T)
@@ -138,6 +149,11 @@ class TiledBound:
     def add(self, rows: slice, cols: slice, bound: Bound, symmetric: bool = False) -> None:
         """The bound of one block; ``symmetric``: the block's lower triangle is a copy of its upper one."""
         self.tiles.append((rows, cols, bound, symmetric))
+
+    @property
+    def has_dense(self) -> bool:
+        """Some tile carries a dense part (pair-dependent sensitivities)."""
+        return any(b.dense is not None for _, _, b, _ in self.tiles)
 
     def override(self, rows: Array, cols: Array, values: Array) -> None:
         self.overrides = (rows, cols, np.asarray(values, dtype=float))

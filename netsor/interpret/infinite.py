@@ -80,6 +80,9 @@ Value = tuple[Any, Any]  # (value, error bound), arrays on a tile or per point
 DEFAULT_RTOL = 1e-8
 #: Fraction of the tolerance given to the expectations of one layer (divided by the nesting depth).
 TERM_SHARE = 0.1
+#: A dense (pair-dependent) bound of a tile is collapsed to rank one when its largest ratio to the
+#: envelope is below this share of the term tolerance: the looser form cannot matter for acceptance.
+COMPACT_SHARE = 1e-2
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (cache-sized tiles,
@@ -929,7 +932,11 @@ class Run:
                                        np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
                 else:
                     dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
-                prop = bounds.Bound(0.0, env_l, env_r, dense)
+                if self.left is self.right and self.rows == self.cols:
+                    # a diagonal tile: its diagonal entries take per-point values (Limit._pairs)
+                    dense = dense.copy()
+                    np.fill_diagonal(dense, 0.0)
+                prop = bounds.compact(dense, env_l, env_r, threshold=COMPACT_SHARE * self.term_rtol)
             return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
         cov_x, d_x = self.block(left.args, "left")
         cov_y, d_y = self.block(right.args, "right")
@@ -1243,10 +1250,12 @@ class Limit:
         return self.checked(value.copy(), err.copy(), np.abs(value), "scalar", with_error)
 
     @_one_blas_thread
-    def second_moments(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array, Array, Array]]:
+    def second_moments(self, pairs: list[tuple[Vector, Vector]]
+                       ) -> list[tuple[Array, bounds.TiledBound, Array, Array]]:
         """Second moments of several vector pairs in one sweep of the pair grid (no tolerance check).
 
-        Returns, for each ``(u, v)``: ``E[Z^u(x_i) Z^v(x2_j)]`` (B1, B2), its error bound (B1, B2),
+        Returns, for each ``(u, v)``: ``E[Z^u(x_i) Z^v(x2_j)]`` (B1, B2), its error bound (a
+        :class:`~netsor.interpret.bounds.TiledBound`, materialised by ``.array()``),
         ``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,). Callers that combine them (the NTK)
         check their result with :meth:`checked`.
         """
@@ -1256,7 +1265,7 @@ class Limit:
         self.stderr = 0.0
         out = []
         for (u, v), (value, err) in zip(pairs, self._pairs(list(pairs)), strict=True):
-            out.append((value, err.array(), *self._variances(u, v)))
+            out.append((value, err, *self._variances(u, v)))
         return out
 
     def psd_policy(self, K: Array, E: Any, relative: float, psd: str, what: str) -> tuple[Array, Any]:

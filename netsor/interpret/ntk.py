@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from netsor.errors import ProgramError
+from netsor.interpret.bounds import TiledBound
 from netsor.interpret.infinite import DEFAULT_MEMORY_BUDGET, DEFAULT_RTOL, PSD_POLICIES, Limit
 from netsor.ir.backward import GradientProgram, OutputGradient, gradient_program
 from netsor.ir.program import Program
@@ -36,6 +37,8 @@ from netsor.validate import check_choice
 
 Array = np.ndarray
 KERNELS = ("nngp", "ntk")
+#: A second moment's bound is used in rank-one form when its largest ratio is below this share of rtol.
+LOOSE_SHARE = 1e-3
 #: Relative rounding of a constant term (readout bias²).
 _EPS = 4 * np.finfo(float).eps
 
@@ -85,23 +88,81 @@ def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
     return terms
 
 
-def _block(terms: list[Term], bias: float, moments: dict[Pair, tuple[Array, Array, Array, Array]]
-           ) -> tuple[Array, Array, Array]:
-    """A kernel block, its error bound and its Cauchy–Schwarz scale (≤ √(K_ii K_jj))."""
-    K: Any = bias**2
-    E: Any = _EPS * bias**2
-    S: Any = bias**2
-    for coef, pa, pb in terms:
-        A, eA, la, ra = moments[pa]
-        if pb is None:
-            K, E = K + coef * A, E + coef * eA
-            S = S + coef * np.sqrt(np.outer(np.abs(la), np.abs(ra)))
+@dataclass
+class Moment:
+    """A second moment on the pair grid: its value (B1, B2), per-point second moments of its two
+    vectors (their square roots ``l, r`` are its Cauchy–Schwarz envelope ``|A| ≤ l ⊗ r``) and its
+    error bound: ``eta · l ⊗ r`` when every tile's bound is of that kind (no dense part), else
+    the dense array ``dense``."""
+
+    value: Array
+    left: Array
+    right: Array
+    eta: float
+    dense: Array | None
+
+    @classmethod
+    def of(cls, value: Array, bound: TiledBound, var_left: Array, var_right: Array, *, loose: float) -> Moment:
+        """The rank-one bound when its ratio is at most ``loose`` (far below the tolerance, so its
+        looseness cannot matter) or no tile is dense; else the dense bound, which is tighter where
+        sensitivities differ from pair to pair (a step kernel near colinear inputs)."""
+        left, right = np.sqrt(np.abs(var_left)), np.sqrt(np.abs(var_right))
+        eta = bound.max_ratio(left, right)
+        if bound.has_dense and eta > loose:
+            return cls(value, left, right, 0.0, bound.array())
+        return cls(value, left, right, eta, None)
+
+    def error(self) -> Array:
+        return self.dense if self.dense is not None else self.eta * np.outer(self.left, self.right)
+
+
+class _Block:
+    """Accumulates a kernel block ``bias² + Σ coef · A (⊙ B)``, its error bound and its scale
+    ``bias² + Σ coef · l_A l_B ⊗ r_A r_B`` (≤ √(K_ii K_jj)). Bounds of moments without dense
+    parts stay rank one — ``|ÂB̂ − AB| ≤ (η_A(1 + η_B) + η_B(1 + η_A) + η_A η_B) l_A l_B ⊗ r_A r_B`` by
+    ``|Â| ≤ (1 + η_A) l_A ⊗ r_A`` — so the bound and the scale are two matrix products at the end,
+    not a pass over the grid per term."""
+
+    def __init__(self, bias: float) -> None:
+        self.bias = bias
+        self.K: Any = bias**2
+        self.dense: Any = 0.0
+        self.error_cols: list[tuple[float, Array, Array]] = []
+        self.scale_cols: list[tuple[float, Array, Array]] = []
+
+    def add(self, coef: float, a: Moment, b: Moment | None) -> None:
+        if b is None:
+            self.K = self.K + coef * a.value
+            self.scale_cols.append((coef, a.left, a.right))
+            if a.dense is None:
+                self.error_cols.append((coef * a.eta, a.left, a.right))
+            else:
+                self.dense = self.dense + coef * a.dense
+            return
+        self.K = self.K + coef * (a.value * b.value)
+        left, right = a.left * b.left, a.right * b.right
+        self.scale_cols.append((coef, left, right))
+        if a.dense is None and b.dense is None:
+            eta = a.eta * (1 + b.eta) + b.eta * (1 + a.eta) + a.eta * b.eta
+            self.error_cols.append((coef * eta, left, right))
         else:
-            B, eB, lb, rb = moments[pb]
-            K = K + coef * A * B
-            E = E + coef * (np.abs(A) * eB + np.abs(B) * eA + eA * eB)
-            S = S + coef * np.sqrt(np.outer(np.abs(la * lb), np.abs(ra * rb)))
-    return K, E, S
+            ea, eb = a.error(), b.error()
+            self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
+
+    def result(self, shape: tuple[int, int]) -> tuple[Array, Array, Array]:
+        """The block, its error bound and its scale, each of ``shape``."""
+        E = _rank_sum(self.error_cols, shape) + self.dense + _EPS * self.bias**2
+        S = _rank_sum(self.scale_cols, shape) + self.bias**2
+        return np.broadcast_to(self.K, shape), E, S
+
+
+def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, int]) -> Array:
+    """``Σ w · u ⊗ v`` as one matrix product."""
+    if not cols:
+        return np.zeros(shape)
+    U = np.stack([w * u for w, u, _ in cols], axis=1)
+    V = np.stack([v for _, _, v in cols], axis=1)
+    return U @ V.T
 
 
 def kernel(program: Program, X: Any, X2: Any = None, *, get: str | Sequence[str] = KERNELS,
@@ -155,14 +216,17 @@ def kernel(program: Program, X: Any, X2: Any = None, *, get: str | Sequence[str]
     blocks = [(r, s) for r in range(R) for s in range(R) if outs[r].readout is outs[s].readout]
     terms = {(r, s, name == "ntk"): _terms(outs[r], outs[s], name == "ntk") for r, s in blocks for name in wanted}
     pairs = list(dict.fromkeys(p for ts in terms.values() for _, pa, pb in ts for p in (pa, pb) if p is not None))
-    moments = dict(zip(pairs, lim.second_moments(pairs), strict=True))
+    loose = LOOSE_SHARE * lim.rtol
+    moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, lim.second_moments(pairs), strict=True)}
     n1, n2 = lim.X.shape[0], lim.X2.shape[0]
     result: dict[str, tuple[Array, Array]] = {}
     for name in wanted:
         K, E, S = (np.zeros((n1, R, n2, R)) for _ in range(3))
         for r, s in blocks:
-            K[:, r, :, s], E[:, r, :, s], S[:, r, :, s] = _block(terms[(r, s, name == "ntk")],
-                                                                  outs[r].readout.bias, moments)
+            block = _Block(outs[r].readout.bias)
+            for coef, pa, pb in terms[(r, s, name == "ntk")]:
+                block.add(coef, moments[pa], None if pb is None else moments[pb])
+            K[:, r, :, s], E[:, r, :, s], S[:, r, :, s] = block.result((n1, n2))
         K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
         K, E = lim.checked(K, E, S, name, True)
         if lim.symmetric:
