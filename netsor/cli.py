@@ -46,7 +46,7 @@ from netsor.validate import (
 )
 from netsor.zoo import ARCHITECTURES
 
-_COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps"}
+_COUNT_PARAMETER = {"cnn": "depth", "mlp": "depth", "resnet": "blocks", "rnn": "steps"}
 #: Largest --depth accepted (a program line per layer; deeper programs take minutes to build).
 MAX_DEPTH = 10_000
 #: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.
@@ -56,16 +56,20 @@ CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resn
 
 
 def build_architecture(arch: str, depth: int, *, activation: str, sigma_w: float, sigma_b: float,
-                       sigma_u: float = 1.0, sigma_v: float = 1.0) -> Program:
-    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps)."""
+                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int = 8) -> Program:
+    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps;
+    ``length`` = positions of the cnn's input sequences)."""
     check_choice(arch, "architecture", tuple(ARCHITECTURES))
     kwargs: dict[str, Any] = {_COUNT_PARAMETER[arch]: check_count(depth, "--depth", maximum=MAX_DEPTH),
                               "activation": activation, "sigma_w": check_sigma(sigma_w, "--sigma-w"),
                               "sigma_b": check_sigma(sigma_b, "--sigma-b")}
     # checked for every architecture, although only rnn reads them: a bad value is a mistake anyway
     sigma_u, sigma_v = check_sigma(sigma_u, "--sigma-u"), check_sigma(sigma_v, "--sigma-v")
+    length = check_count(length, "--length", maximum=MAX_DEPTH)
     if arch == "rnn":
         kwargs.update(sigma_u=sigma_u, sigma_v=sigma_v)
+    if arch == "cnn":
+        kwargs.update(length=length)
     return ARCHITECTURES[arch](**kwargs)
 
 
@@ -126,15 +130,18 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.argument("arch", type=click.Choice(sorted(ARCHITECTURES))),
         click.option("--depth", "-L", default=3, show_default=True, type=int,
-                     help=f"Hidden layers (mlp), residual blocks (resnet) or time steps (rnn); 1 to {MAX_DEPTH}."),
+                     help=f"Hidden layers (mlp, cnn), residual blocks (resnet) or time steps (rnn); "
+                          f"1 to {MAX_DEPTH}."),
         click.option("--activation", "-a", default=None, help="Activation (default relu; tanh for rnn)."),
         click.option("--sigma-w", default=1.0, show_default=True, type=float,
                      help="Weight std: W ~ N(0, σw²/fan_in)."),
         click.option("--sigma-b", default=0.0, show_default=True, type=float, help="Bias std: b ~ N(0, σb²)."),
         click.option("--sigma-u", default=1.0, show_default=True, type=float, help="rnn: input weight std."),
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
+        click.option("--length", default=8, show_default=True, type=int,
+                     help="cnn: positions L of the input sequences (inputs (B, L, d))."),
         click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
-                     help="Inputs as .npy, shape (B, d) or (B, T, d) for rnn."),
+                     help="Inputs as .npy, shape (B, d), or (B, T, d) for rnn and cnn."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
         click.option("--seed", default=0, show_default=True, type=int,
                      help="Seed (integer >= 0) for random inputs and networks."),
@@ -145,10 +152,10 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
-             sigma_u: float, sigma_v: float) -> Program:
+             sigma_u: float, sigma_v: float, length: int) -> Program:
     act = activation or ("tanh" if arch == "rnn" else "relu")
     return build_architecture(arch, depth, activation=act, sigma_w=sigma_w, sigma_b=sigma_b,
-                              sigma_u=sigma_u, sigma_v=sigma_v)
+                              sigma_u=sigma_u, sigma_v=sigma_v, length=length)
 
 
 def _seed(seed: int) -> int:
@@ -178,13 +185,13 @@ def cli() -> None:
 @click.option("--memory-budget", default=2.0, show_default=True, type=float,
               help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
+           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, out: str | None,
            memory_budget: float) -> None:
     """Infinite-width NNGP kernel of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     out_path = output_path(out, "--out") if out else None
     if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
         _check_kernel_size(random_shape(random, program)[0], program)
@@ -236,13 +243,13 @@ def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Save the outputs (S, B·R) as .npy (missing directories are created).")
 def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
+           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
            method: str, out: str | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
     seed = _seed(seed)
     width = check_count(width, "--width")
     samples = check_count(samples, "--samples")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     X = load_inputs(inputs, random, program, seed=seed)
     out_path = output_path(out, "--out") if out else None
     _check_network_size(width, X, f"--width {width}")
@@ -285,7 +292,7 @@ def parse_widths(text: str) -> list[int]:
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default="converge.json", show_default=True,
               help="Results as JSON; a CSV, a log-log PNG and the resumable cell store go beside it.")
 def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-             sigma_v: float, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
+             sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
              replicates: int, metric: str, directions: int, json_out: str) -> None:
     """Distance between finite-width ARCH networks and their GP limit versus width, with floor and slope.
 
@@ -298,7 +305,7 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     replicates = check_count(replicates, "--replicates", minimum=2)
     directions = check_count(directions, "--directions")
     width_list = parse_widths(widths)
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed=seed)
     out = output_path(json_out, "--json")
     _check_network_size(width_list[-1], X, f"--widths {width_list[-1]}")
