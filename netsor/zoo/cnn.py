@@ -40,7 +40,8 @@ def cnn(depth: int, length: int, activation: str | Activation = "relu", sigma_w:
     of ``length`` positions, then a pooling and a Dense readout with one output per input.
 
     Inputs ``X`` have shape ``(B, length, C)`` (position ``i`` is the data step ``i``; the data
-    dim is the ``C`` input channels). Every position ``i`` has its own vectors; layer ``l`` has
+    dim is the ``C`` input channels; as for any program with steps, inputs with more positions
+    are accepted and only their first ``length`` are read). Every position ``i`` has its own vectors; layer ``l`` has
     one matrix ``W_t`` per tap, shared by all positions, and one bias shared by all positions::
 
         g¹_i = Σ_t U_t x_{i+t−c} + b¹,    gˡ⁺¹_i = Σ_t Wˡ_t φ(gˡ_{i+t−c}) + bˡ⁺¹,   c = (filter_size − 1) // 2,
