@@ -216,8 +216,8 @@ def readout_outputs(program: Program, values: Mapping[Vector, Array], sizes: Map
         n, K = sizes[r.dim], r.num_parts
         v, b = chunk.normal((K, n)), chunk.normal(())
         scale = r.sigma / np.sqrt(K * n)
-        outputs += [np.einsum("ksbn,skn->sb", np.stack([values[h] for h in out]), v) * scale + (r.bias * b)[:, None]
-                    for out in r.parts]
+        outputs += [sum(np.einsum("sbn,sn->sb", values[h], v[:, k]) for k, h in enumerate(out)) * scale
+                    + (r.bias * b)[:, None] for out in r.parts]
     return np.stack(outputs, axis=-1)
 
 
