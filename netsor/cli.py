@@ -47,7 +47,7 @@ from netsor.validate import (
 )
 from netsor.zoo import ARCHITECTURES
 
-_COUNT_PARAMETER = {"mlp": "depth", "resnet": "blocks", "rnn": "steps", "layernorm_mlp": "depth",
+_COUNT_PARAMETER = {"cnn": "depth", "mlp": "depth", "resnet": "blocks", "rnn": "steps", "layernorm_mlp": "depth",
                     "transformer": "layers"}
 #: Largest --depth accepted (a program line per layer; deeper programs take minutes to build).
 MAX_DEPTH = 10_000
@@ -59,14 +59,16 @@ CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resn
 
 
 def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w: float, sigma_b: float,
-                       sigma_u: float = 1.0, sigma_v: float = 1.0) -> Program:
-    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps);
-    each architecture gets the hyper-parameters it takes (``activation=None``: its default)."""
+                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int = 8) -> Program:
+    """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps;
+    ``length`` = positions of the cnn's input sequences); each architecture gets the
+    hyper-parameters it takes (``activation=None``: its default)."""
     check_choice(arch, "architecture", tuple(ARCHITECTURES))
     builder = ARCHITECTURES[arch]
     # checked for every architecture, although not all read them: a bad value is a mistake anyway
     given: dict[str, Any] = {"sigma_w": check_sigma(sigma_w, "--sigma-w"), "sigma_b": check_sigma(sigma_b, "--sigma-b"),
-                             "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v")}
+                             "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v"),
+                             "length": check_count(length, "--length", maximum=MAX_DEPTH)}
     takes = inspect.signature(builder).parameters
     if activation is not None:
         if "activation" not in takes:
@@ -134,7 +136,7 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.argument("arch", type=click.Choice(sorted(ARCHITECTURES))),
         click.option("--depth", "-L", default=3, show_default=True, type=int,
-                     help=f"Hidden layers (mlp, layernorm_mlp, transformer), residual blocks (resnet) or "
+                     help=f"Hidden layers (mlp, cnn, layernorm_mlp, transformer), residual blocks (resnet) or "
                           f"time steps (rnn); 1 to {MAX_DEPTH}."),
         click.option("--activation", "-a", default=None, help="Activation (default relu; tanh for rnn)."),
         click.option("--sigma-w", default=1.0, show_default=True, type=float,
@@ -143,8 +145,10 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sigma-u", default=1.0, show_default=True, type=float,
                      help="rnn and transformer: input (key) weight std."),
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
+        click.option("--length", default=8, show_default=True, type=int,
+                     help="cnn: positions L of the input sequences (inputs (B, L, d))."),
         click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
-                     help="Inputs as .npy, shape (B, d) or (B, T, d) for rnn and transformer."),
+                     help="Inputs as .npy, shape (B, d), or (B, T, d) for rnn, cnn and transformer."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
         click.option("--seed", default=0, show_default=True, type=int,
                      help="Seed (integer >= 0) for random inputs and networks."),
@@ -155,9 +159,9 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
-             sigma_u: float, sigma_v: float) -> Program:
+             sigma_u: float, sigma_v: float, length: int) -> Program:
     return build_architecture(arch, depth, activation=activation, sigma_w=sigma_w, sigma_b=sigma_b,
-                              sigma_u=sigma_u, sigma_v=sigma_v)
+                              sigma_u=sigma_u, sigma_v=sigma_v, length=length)
 
 
 def _seed(seed: int) -> int:
@@ -189,13 +193,13 @@ def cli() -> None:
 @click.option("--ntk", "neural_tangent", is_flag=True,
               help="The neural tangent kernel (every weight, bias and readout trained) instead of the NNGP.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, inputs: str | None, random: str | None, seed: int, out: str | None,
+           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, out: str | None,
            memory_budget: float, neural_tangent: bool) -> None:
     """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     out_path = output_path(out, "--out") if out else None
     if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
         _check_kernel_size(random_shape(random, program)[0], program)
@@ -250,13 +254,13 @@ def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Save the outputs (S, B·R) as .npy (missing directories are created).")
 def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
+           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
            method: str, out: str | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
     seed = _seed(seed)
     width = check_count(width, "--width")
     samples = check_count(samples, "--samples")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     X = load_inputs(inputs, random, program, seed=seed)
     out_path = output_path(out, "--out") if out else None
     _check_network_size(width, X, f"--width {width}")
@@ -299,7 +303,7 @@ def parse_widths(text: str) -> list[int]:
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default="converge.json", show_default=True,
               help="Results as JSON; a CSV, a log-log PNG and the resumable cell store go beside it.")
 def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-             sigma_v: float, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
+             sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
              replicates: int, metric: str, directions: int, json_out: str) -> None:
     """Distance between finite-width ARCH networks and their GP limit versus width, with floor and slope.
 
@@ -312,7 +316,7 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     replicates = check_count(replicates, "--replicates", minimum=2)
     directions = check_count(directions, "--directions")
     width_list = parse_widths(widths)
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
     X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed=seed)
     out = output_path(json_out, "--json")
     _check_network_size(width_list[-1], X, f"--widths {width_list[-1]}")

@@ -210,3 +210,15 @@ def test_kernel_command_gives_the_ntk(tmp_path, capsys) -> None:
     assert "NTK (3, 3)" in text
     X = np.random.default_rng(0).standard_normal((3, 4))
     assert np.array_equal(np.load(out), netsor.ntk(netsor.zoo.mlp(2, "relu", 1.0, 0.1), X))
+
+
+def test_cnn_kernel_on_the_command_line(tmp_path, capsys):
+    """``--length`` sets the positions of a cnn; the kernel is that of ``netsor.zoo.cnn``."""
+    X = np.random.default_rng(2).standard_normal((3, 5, 2))
+    np.save(tmp_path / "x.npy", X)
+    out = run_ok(["kernel", "cnn", "--depth", "2", "--length", "5", "--sigma-b", "0.1",
+                  "--inputs", str(tmp_path / "x.npy"), "--out", str(tmp_path / "k.npy")], capsys)
+    assert "cnn(depth=2, length=5" in out
+    K = netsor.nngp(netsor.zoo.cnn(2, 5, "relu", 1.0, 0.1), X)
+    assert np.array_equal(np.load(tmp_path / "k.npy"), K)
+    assert "--length" in run_error(["kernel", "cnn", "--length", "0", "--random", "3,2"], capsys)

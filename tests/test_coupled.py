@@ -97,7 +97,7 @@ def test_coupling_distance_decays_like_inverse_sqrt_width(name):
     over 10 replicates must exclude 0 and lie within [−0.65, −0.35] (the theory says −1/2)."""
     factory, X = {c[0]: c[1:] for c in CASES}[name]
     program = factory()
-    last = program.outputs[-1][1].name
+    last = program.outputs[-1][1][0].name
     hidden = np.empty((REPLICATES, len(WIDTHS)))
     outputs = np.empty((REPLICATES, len(WIDTHS)))
     for r in range(REPLICATES):

@@ -228,7 +228,7 @@ def test_matrix_free_results_do_not_depend_on_chunking():
     assert block_size("matrix-free", 8, sizes) == 32
     per_net = network_bytes("matrix-free", ForwardPlan(program), 8, sizes)
     assert per_net > 2**20  # so that a budget of one network is a valid budget
-    h = program.outputs[0][1]
+    h = program.outputs[0][1][0]
     runs = [netsor.run_finite(program, X, width=4096, samples=100, seed=9, method="matrix-free",
                               memory_budget=budget, return_kernels=True, vectors=[h])
             for budget in (2**30, per_net, 64 * per_net + 1)]  # all blocks, one, two per chunk

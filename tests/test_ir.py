@@ -82,11 +82,11 @@ def test_clone_is_an_equal_and_independent_program():
     assert len(q.lines) == len(p.lines) and q.num_outputs == p.num_outputs
     np.testing.assert_array_equal(netsor.nngp(q, X), netsor.nngp(p, X))
     # extending the clone leaves the original untouched
-    h = q.outputs[0][1]
+    h = q.outputs[0][1][0]
     q.readout(netsor.relu(q.matrix(h.dim, h.dim) @ h))
     assert q.num_outputs == p.num_outputs + 1 and len(p.lines) < len(q.lines)
     with pytest.raises(ProgramError):
-        p.readout(ren[p.outputs[0][1]])  # a vector of the copy is not a vector of p
+        p.readout(ren[p.outputs[0][1][0]])  # a vector of the copy is not a vector of p
 
 
 def test_substitute_rewrites_a_degenerate_matmul_as_a_lincomb():

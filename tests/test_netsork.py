@@ -104,7 +104,6 @@ def test_attention_with_independent_queries_and_keys_averages_uniformly() -> Non
     out = netsor.attention(q, k, v, mask="causal")
     p.readout(*out)
     X = np.random.default_rng(0).standard_normal((3, 3, 4))
-    lim = netsor.limit(p, X)
     # the scores q_tᵀk_j/n → E[Z^q Z^k] = 0 for independent matrices: uniform weights 1/(t+1)
     Kv = np.einsum("bti,csi->btcs", X, X) / 4  # covariances of the values, token by token
     average = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]

@@ -82,7 +82,10 @@ def empirical_ntk(program: Program, X: Any, X2: Any = None, *, width: int | Mapp
         state = FiniteState(plan, sizes, X_all, chunk, "dense", World())
         matrices = _MatrixRecorder()
         run_forward(plan, state, "finite", matrices.record)
-        readouts = [chunk.normal((sizes[r.vectors[0].dim],)) for r in program.readouts]
+        readouts = []
+        for r in program.readouts:  # the finite sampler's draws: v (K, n), then b_v
+            readouts.append(chunk.normal((r.num_parts, sizes[r.dim])))
+            chunk.normal(())
         theta = _network_ntk(program, state.values, matrices.drawn, readouts, sizes)  # (S, B, R, B, R)
         if not np.all(np.isfinite(theta)):
             raise NumericalError("a finite network's NTK is not finite (overflow); reduce sigma_w, depth or inputs")
@@ -109,17 +112,20 @@ def _network_ntk(program: Program, values: Mapping[Vector, Array], matrices: Map
     S, B = next(iter(values.values())).shape[:2]
     R = len(outputs)
     grads: dict[Vector, Array] = {}
-    for r, (ro, h) in enumerate(outputs):
-        n = sizes[h.dim]
-        seed = np.zeros((S, R, B, n))
-        seed[:, r] = (ro.sigma / np.sqrt(n)) * readouts[ro.index][:, None, :]
-        grads[h] = grads[h] + seed if h in grads else seed
+    for r, (ro, parts) in enumerate(outputs):
+        scale = ro.sigma / np.sqrt(len(parts) * sizes[ro.dim])
+        for k, h in enumerate(parts):
+            seed = np.zeros((S, R, B, sizes[ro.dim]))
+            seed[:, r] = scale * readouts[ro.index][:, None, k, :]
+            _add(grads, h, seed)
     theta = np.zeros((S, R, B, R, B))
-    # the readouts' own parameters: v̂ (σ_v h/√n) and the readout bias, within one readout call
-    for r, (ro, h) in enumerate(outputs):
-        for s, (ro2, h2) in enumerate(outputs):
+    # the readouts' own parameters: v̂_k (σ_v h_k/√(K n)) and the readout bias, within one readout call
+    for r, (ro, parts) in enumerate(outputs):
+        for s, (ro2, parts2) in enumerate(outputs):
             if ro is ro2:
-                theta[:, r, :, s, :] += ro.sigma**2 * np.matmul(values[h], values[h2].transpose(0, 2, 1)) / sizes[h.dim]
+                coef = ro.sigma**2 / (len(parts) * sizes[ro.dim])
+                for h, h2 in zip(parts, parts2, strict=True):
+                    theta[:, r, :, s, :] += coef * np.matmul(values[h], values[h2].transpose(0, 2, 1))
                 theta[:, r, :, s, :] += ro.bias**2
     first_use = {}
     for i, line in enumerate(program.lines):

@@ -44,8 +44,8 @@ class FiniteRun:
         Outputs indexed ``b·R + r``.
     kernels : array, shape (S, B·R, B·R) or None
         Per network, the covariance of the outputs given everything but the readout:
-        ``σ_v² ⟨h_r(x_i), h_s(x_j)⟩ / n + bias²`` within a readout (the outputs are exactly
-        ``N(0, K̂)`` given the hidden layers).
+        ``σ_v²/K Σ_k ⟨h_{r,k}(x_i), h_{s,k}(x_j)⟩ / n + bias²`` within a readout of K parts per
+        output (the outputs are exactly ``N(0, K̂)`` given the hidden layers).
     vectors : dict
         Requested vectors, each of shape (S, B, n).
     widths : dict
@@ -209,14 +209,16 @@ def run_finite(
 
 def readout_outputs(program: Program, values: Mapping[Vector, Array], sizes: Mapping[Dim, int],
                     chunk: Chunk) -> Array:
-    """Outputs ``y_r = vᵀ h_r / √n + b_v`` of one chunk, shape (S_c, B, R); draws v, b_v per readout."""
-    parts = []
+    """Outputs ``y_r = Σ_k v_kᵀ h_{r,k} / √(K n) + b_v`` of one chunk, shape (S_c, B, R); draws
+    ``v`` (K, n) then ``b_v`` per readout (K = 1 draws exactly ``v`` (n,) from the stream)."""
+    outputs = []
     for r in program.readouts:
-        n = sizes[r.vectors[0].dim]
-        v, b = chunk.normal((n,)), chunk.normal(())
-        parts += [np.einsum("sbn,sn->sb", values[h], v) * (r.sigma / np.sqrt(n)) + (r.bias * b)[:, None]
-                  for h in r.vectors]
-    return np.stack(parts, axis=-1)
+        n, K = sizes[r.dim], r.num_parts
+        v, b = chunk.normal((K, n)), chunk.normal(())
+        scale = r.sigma / np.sqrt(K * n)
+        outputs += [sum(np.einsum("sbn,sn->sb", values[h], v[:, k]) for k, h in enumerate(out)) * scale
+                    + (r.bias * b)[:, None] for out in r.parts]
+    return np.stack(outputs, axis=-1)
 
 
 def conditional_kernels(program: Program, values: Mapping[Vector, Array], sizes: Mapping[Dim, int],
@@ -226,11 +228,11 @@ def conditional_kernels(program: Program, values: Mapping[Vector, Array], sizes:
     R = len(outs)
     S = next(iter(values.values())).shape[0]
     K = np.zeros((S, B, R, B, R))
-    for r, (ro, h) in enumerate(outs):
-        for s, (ro2, h2) in enumerate(outs):
+    for r, (ro, hs) in enumerate(outs):
+        for s, (ro2, hs2) in enumerate(outs):
             if ro is ro2 and s >= r:
-                n = sizes[h.dim]
-                block = ro.sigma**2 * np.matmul(values[h], values[h2].transpose(0, 2, 1)) / n + ro.bias**2
+                gram = sum(np.matmul(values[h], values[h2].transpose(0, 2, 1)) for h, h2 in zip(hs, hs2, strict=True))
+                block = ro.sigma**2 / (len(hs) * sizes[ro.dim]) * gram + ro.bias**2
                 K[:, :, r, :, s] = block
                 K[:, :, s, :, r] = block.transpose(0, 2, 1)
     return K.reshape(S, B * R, B * R)

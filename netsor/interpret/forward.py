@@ -28,7 +28,7 @@ class ForwardPlan:
     """The lines a run executes (those the kept vectors and the readouts need) and last uses."""
 
     def __init__(self, program: Program, keep: Iterable[Vector] = ()) -> None:
-        keep = set(keep) | {v for _, v in program.outputs}
+        keep = set(keep) | {v for r in program.readouts for v in r.vectors}
         needed = needed_lines(program, keep)
         self.program = program
         self.lines: list[Line] = [ln for ln in program.lines if ln.out in needed]

@@ -1290,9 +1290,10 @@ class Limit:
     def nngp(self, *, psd: str = "auto", with_error: bool = False) -> Any:
         """Covariance of the outputs, shape (B1·R, B2·R), indexed ``b·R + r``.
 
-        ``K[(i,r),(j,s)] = σ_v² E[Z^{h_r}(x_i) Z^{h_s}(x2_j)] + bias²`` for outputs of the same
-        readout, 0 across readouts (independent readout vectors). With ``with_error``, returns
-        ``(K, E)`` where ``E`` bounds the error of every entry.
+        ``K[(i,r),(j,s)] = σ_v²/K Σ_k E[Z^{h_{r,k}}(x_i) Z^{h_{s,k}}(x2_j)] + bias²`` for outputs of
+        the same readout (K parts per output: 1 for :meth:`~netsor.Program.readout`), 0 across
+        readouts (independent readout vectors). With ``with_error``, returns ``(K, E)`` where
+        ``E`` bounds the error of every entry.
 
         ``psd`` (kernels of one input set only):
 
@@ -1312,33 +1313,45 @@ class Limit:
         R = len(outputs)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
         pairs = [(r, s) for r in range(R) for s in range(R) if outputs[r][0] is outputs[s][0]]
-        wanted = list(dict.fromkeys((outputs[r][1], outputs[s][1]) for r, s in pairs))
+        wanted = list(dict.fromkeys(uv for r, s in pairs for uv in zip(outputs[r][1], outputs[s][1], strict=True)))
         results = dict(zip(wanted, self._pairs(wanted), strict=True))
+        # one output reading one vector: its bound stays per tile, checked in O(B) per tile
+        tiled = R == 1 and len(outputs[0][1]) == 1
 
-        def block(r: int, s: int) -> tuple[Array, bounds.TiledBound, Array, Array]:
+        def block(r: int, s: int) -> tuple[Array, bounds.TiledBound | Array, Array, Array]:
             """Output pair (r, s): its kernel, bound and per-point scale factors."""
-            ro, u, v = outputs[r][0], outputs[r][1], outputs[s][1]
-            value, err = results[(u, v)]
-            left, right = self._variances(u, v)
-            scale_left = np.sqrt(np.abs(ro.sigma**2 * left + ro.bias**2))
-            scale_right = np.sqrt(np.abs(ro.sigma**2 * right + ro.bias**2))
-            if R == 1:  # the only use of this result: rescaled in place
-                value *= ro.sigma**2
-                value += ro.bias**2
+            ro, us, vs = outputs[r][0], outputs[r][1], outputs[s][1]
+            coef, offset = ro.sigma**2 / len(us), ro.bias**2
+            if tiled:  # the only use of this result: rescaled in place
+                (value, err), = (results[(u, v)] for u, v in zip(us, vs, strict=True))
+                left, right = self._variances(us[0], vs[0])
+                value *= coef
+                value += offset
+                bound: bounds.TiledBound | Array = err.affine(coef, _EPS * offset)
             else:
-                value = ro.sigma**2 * value + ro.bias**2
-            return value, err.affine(ro.sigma**2, _EPS * ro.bias**2), scale_left, scale_right
+                parts = [results[(u, v)] for u, v in zip(us, vs, strict=True)]
+                variances = [self._variances(u, v) for u, v in zip(us, vs, strict=True)]
+                total = sum(value for value, _ in parts)
+                value = coef * total + offset
+                # the parts' bounds, plus the rounding of their sum (K − 1 additions)
+                bound = (coef * (sum(err.array() for _, err in parts) + (len(parts) - 1) * _EPS * np.abs(total))
+                         + _EPS * offset)
+                left, right = (sum(side) for side in zip(*variances, strict=True))
+            scale_left = np.sqrt(np.abs(coef * left + offset))
+            scale_right = np.sqrt(np.abs(coef * right + offset))
+            return value, bound, scale_left, scale_right
 
-        if R == 1:  # the bound stays per tile: checked in O(B) per tile, materialised only if asked
-            K, tiled, scale_left, scale_right = block(0, 0)
-            K = self.checked(K, tiled, (scale_left, scale_right), "nngp", False)
-            E: Any = tiled
-            relative = tiled.max_ratio(scale_left, scale_right)
+        if tiled:
+            K, bound, scale_left, scale_right = block(0, 0)
+            assert isinstance(bound, bounds.TiledBound)
+            K = self.checked(K, bound, (scale_left, scale_right), "nngp", False)
+            E: Any = bound
+            relative = bound.max_ratio(scale_left, scale_right)
         else:
             K, E, S = np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))
             for r, s in pairs:
-                K[:, r, :, s], tiled, scale_left, scale_right = block(r, s)
-                E[:, r, :, s] = tiled.array()
+                K[:, r, :, s], bound, scale_left, scale_right = block(r, s)
+                E[:, r, :, s] = bound.array() if isinstance(bound, bounds.TiledBound) else bound
                 S[:, r, :, s] = np.outer(scale_left, scale_right)
             K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
             if self.symmetric:  # blocks of different output pairs were computed separately

@@ -2,11 +2,12 @@
 
 NTK parameterisation: every matrix, input matrix, bias, readout vector and readout bias is
 trained, and gradients are taken with respect to standard-normal parameters
-(``W = σ/√n_in · Ŵ``, ``b = σ_b · b̂``, ``y = σ_v v̂ᵀh/√n + σ_vb b̂_v``) — Neural Tangents'
+(``W = σ/√n_in · Ŵ``, ``b = σ_b · b̂``, ``y = σ_v v̂ᵀh/√n + σ_vb b̂_v``; a concatenated readout
+``y = σ_v Σ_k v̂_kᵀh_k/√(Kn) + σ_vb b̂_v`` trains every ``v̂_k``) — Neural Tangents'
 ``Dense(W_std=σ, b_std=σ_b, parameterization="ntk")``. In the limit
 
 ``Θ(y_r(x), y_s(x')) = Σ_W σ_W² Σ_{uses g=Wh, g'=Wh'} E[Z^{δg} Z^{δg'}] E[Z^h Z^{h'}]
-+ Σ_b σ_b² E[Z^{δb} Z^{δb'}] + σ_v² E[Z^{h_r} Z^{h_s}] + σ_vb²``
++ Σ_b σ_b² E[Z^{δb} Z^{δb'}] + σ_v²/K Σ_k E[Z^{h_{r,k}} Z^{h_{s,k}}] + σ_vb²``
 
 (``E[Z^h Z^{h'}] = ⟨x, x'⟩/d`` for an input matrix; the last two terms are the NNGP kernel),
 where ``δ`` are the √n-scaled gradients of the backward program built under gradient
@@ -74,7 +75,8 @@ def _gradients(program: Program) -> GradientProgram:
 
 def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
     """The terms of the kernel block of outputs ``r`` and ``s`` (of the same readout)."""
-    terms: list[Term] = [(r.readout.sigma**2, (r.vector, s.vector), None)]
+    coef = r.readout.sigma**2 / r.readout.num_parts
+    terms: list[Term] = [(coef, pair, None) for pair in zip(r.parts, s.parts, strict=True)]
     if not ntk:
         return terms
     for a in r.uses:

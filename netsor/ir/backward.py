@@ -7,8 +7,9 @@ they have O(1) coordinates), where every ``Wᵀ`` of the backward pass is an ind
 uses no transposes and the readout is independent of everything else (Yang, Tensor Programs
 II/IV). The rules, walking the lines backwards, are
 
-* readout ``y = vᵀ h / √n``: ``δh += v`` (a fresh G-vector of variance σ_v², one per readout
-  call, shared by its outputs, independent of the forward pass);
+* readout ``y = Σ_k v_kᵀ h_k / √(Kn)`` (K = 1 but for :meth:`~netsor.Program.readout_concat`):
+  ``δh_k += v_k/√K`` (fresh G-vectors of variance σ_v²/K, one per readout call and part,
+  shared by its outputs, independent of the forward pass and of each other);
 * NonLin ``h = φ(g¹, …, gᵏ)``: ``δgⁱ += ∂ᵢφ(g) · δh`` (a symbolic derivative:
   :mod:`netsor.ir.differentiate`);
 * LinComb ``g = Σ aᵢ gⁱ``: ``δgⁱ += aᵢ δg``;
@@ -61,11 +62,11 @@ class BiasUse:
 
 @dataclass(frozen=True)
 class OutputGradient:
-    """The parameters' gradients of one output: its readout, the vector it reads out (renamed),
-    every matrix use and every bias that it depends on."""
+    """The parameters' gradients of one output: its readout, the vectors it reads out (its parts,
+    renamed), every matrix use and every bias that it depends on."""
 
     readout: Readout
-    vector: Vector
+    parts: tuple[Vector, ...]
     uses: tuple[MatrixUse, ...]
     biases: tuple[BiasUse, ...]
 
@@ -90,22 +91,28 @@ def gradient_program(program: Program) -> GradientProgram:
                                "(W.T @ h); the exact transposed backward pass is not implemented yet")
     new, ren = clone(program, name=f"{program.name} + backward (gradient independence)")
     tilde: dict[Matrix, Matrix] = {}
-    readout_vectors: dict[int, Vector] = {}
+    readout_vectors: dict[int, tuple[Vector, ...]] = {}
     outputs = []
-    for readout, out_vec in program.outputs:
-        v = readout_vectors.get(readout.index)
-        if v is None:
-            v = readout_vectors[readout.index] = new.add_line(
-                BiasLine(new.new_vector(ren.dims[out_vec.dim], "G", f"v{readout.index}"), readout.sigma))
-        uses, biases = _backward(program, new, ren, tilde, out_vec, v)
-        outputs.append(OutputGradient(readout, ren[out_vec], uses, biases))
+    for readout, parts in program.outputs:
+        vs = readout_vectors.get(readout.index)
+        if vs is None:
+            K = readout.num_parts
+            vs = readout_vectors[readout.index] = tuple(
+                new.add_line(BiasLine(new.new_vector(ren.dims[readout.dim], "G", f"v{readout.index}"
+                                                     + (f"_{k}" if K > 1 else "")), readout.sigma / K**0.5))
+                for k in range(K))
+        uses, biases = _backward(program, new, ren, tilde, tuple(zip(parts, vs, strict=True)))
+        outputs.append(OutputGradient(readout, tuple(ren[h] for h in parts), uses, biases))
     return GradientProgram(new, ren, tuple(outputs))
 
 
-def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix], seed: Vector,
-              v: Vector) -> tuple[tuple[MatrixUse, ...], tuple[BiasUse, ...]]:
-    """Walk the lines backwards from ``δ(seed) = v``; returns the matrix uses and biases."""
-    grads: dict[Vector, list[tuple[float, Expr]]] = {seed: [(1.0, Var(v))]}
+def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix],
+              seeds: tuple[tuple[Vector, Vector], ...]) -> tuple[tuple[MatrixUse, ...], tuple[BiasUse, ...]]:
+    """Walk the lines backwards from ``δh = Σ v`` over the ``(h, v)`` in ``seeds``; returns the
+    matrix uses and biases."""
+    grads: dict[Vector, list[tuple[float, Expr]]] = {}
+    for h, v in seeds:
+        grads.setdefault(h, []).append((1.0, Var(v)))
     uses: list[MatrixUse] = []
     biases: list[BiasUse] = []
     for line in reversed(program.lines):

@@ -6,13 +6,16 @@ program knows nothing of execution.
 
 A program is written for *one* symbolic data point; executed on a batch of ``B`` inputs,
 every vector has one copy per input and all copies share the matrices (this is also how
-weight sharing over time works). :class:`Readout` declares outputs ``yᵣ = vᵀ hᵣ / √n + b_v``.
+weight sharing over time works). :class:`Readout` declares outputs ``yᵣ = vᵀ hᵣ / √n + b_v``
+(:meth:`Program.readout`) or one output ``y = Σₖ vₖᵀ hₖ / √(K n) + b_v`` that reads several
+vectors with independent readout vectors, a Dense layer on their concatenation
+(:meth:`Program.readout_concat`).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +27,34 @@ from netsor.validate import check_sigma
 
 @dataclass(frozen=True, eq=False)
 class Readout:
-    """Outputs ``y_r = vᵀ vectors[r] / √n + b_v`` sharing one ``v ~ N(0, sigma² I)`` and one
-    ``b_v ~ N(0, bias²)``."""
+    """Outputs ``y_r = Σ_{k<K} v_kᵀ parts[r][k] / √(K n) + b_v``, r = 0..R−1.
+
+    Every output reads ``K`` vectors (its *parts*), all in one dim of size ``n``; part ``k`` of
+    every output is read by the same ``v_k ~ N(0, sigma² I)``, the ``v_k`` are independent, and
+    all outputs share one ``b_v ~ N(0, bias²)``. :meth:`Program.readout` makes ``K = 1`` (R
+    outputs sharing one ``v``); :meth:`Program.readout_concat` makes ``R = 1`` (a Dense layer of
+    fan-in ``K·n`` on the concatenation of its parts).
+    """
 
     index: int
-    vectors: tuple[Vector, ...]
+    parts: tuple[tuple[Vector, ...], ...]
     sigma: float
     bias: float
+
+    @property
+    def num_parts(self) -> int:
+        """``K``, the number of vectors each output reads."""
+        return len(self.parts[0])
+
+    @property
+    def dim(self) -> Dim:
+        """The dimension all parts live in."""
+        return self.parts[0][0].dim
+
+    @property
+    def vectors(self) -> tuple[Vector, ...]:
+        """Every vector this readout reads, in order of first appearance."""
+        return tuple(dict.fromkeys(v for out in self.parts for v in out))
 
 
 class Program:
@@ -87,13 +111,14 @@ class Program:
         return tuple(self._readouts)
 
     @property
-    def outputs(self) -> tuple[tuple[Readout, Vector], ...]:
-        """All outputs in order (readout call, then position within it)."""
-        return tuple((r, v) for r in self._readouts for v in r.vectors)
+    def outputs(self) -> tuple[tuple[Readout, tuple[Vector, ...]], ...]:
+        """All outputs in order (readout call, then position within it), each with the vectors
+        it reads (its parts: one vector for :meth:`readout`, several for :meth:`readout_concat`)."""
+        return tuple((r, out) for r in self._readouts for out in r.parts)
 
     @property
     def num_outputs(self) -> int:
-        return sum(len(r.vectors) for r in self._readouts)
+        return sum(len(r.parts) for r in self._readouts)
 
     @property
     def steps(self) -> int | None:
@@ -186,20 +211,30 @@ class Program:
         """
         if not vectors:
             raise ProgramError("readout needs at least one vector")
-        for v in vectors:
-            self.check_own(v)
-            if v.kind in ("data", "scalar"):
-                raise ProgramError(f"a {v.kind} cannot be read out; read out a hidden vector")
-        if len({v.dim for v in vectors}) != 1:
-            raise DimensionError(
-                "vectors of one readout share one readout vector v, so they must live in the same "
-                f"dimension; got {sorted({v.dim.name for v in vectors})}; use one readout per dim"
-            )
-        sigma = check_sigma(sigma, "readout sigma")
-        bias = check_sigma(bias, "readout bias")
-        start = self.num_outputs
-        self._readouts.append(Readout(len(self._readouts), tuple(vectors), sigma, bias))
-        return tuple(range(start, start + len(vectors)))
+        return self.add_readout([(v,) for v in vectors], sigma=sigma, bias=bias)
+
+    def readout_concat(self, *vectors: Vector, sigma: float = 1.0, bias: float = 0.0) -> int:
+        """One output ``y = Σ_{k<K} v_kᵀ h_k / √(K n) + b_v`` reading the K ``vectors`` (all in
+        one dim of size ``n``) with independent ``v_k ~ N(0, sigma² I)`` and ``b_v ~ N(0, bias²)``.
+
+        This is a Dense layer with one output on the concatenation ``[h_1, …, h_K]`` (fan-in
+        ``K·n``; Neural Tangents' ``Flatten()`` then ``Dense(1, W_std=sigma, b_std=bias)``). Its
+        NNGP kernel is ``sigma²/K Σ_k E[Z^{h_k}(x) Z^{h_k}(x')] + bias²``; in the NTK every
+        ``v_k`` and ``b_v`` is trained. Returns the index of the new output.
+
+        Examples
+        --------
+        >>> import netsor
+        >>> p = netsor.Program()
+        >>> n = p.dim("n")
+        >>> g1, g2 = p.input(n), p.input(n)
+        >>> p.readout_concat(netsor.relu(g1), netsor.tanh(g2), sigma=1.0, bias=0.1)
+        0
+        """
+        if not vectors:
+            raise ProgramError("readout_concat needs at least one vector: "
+                               "p.readout_concat(h1, h2, ..., sigma=...)")
+        return self.add_readout([vectors], sigma=sigma, bias=bias)[0]
 
     # ------------------------------------------------------- for builders and transforms
     def new_vector(self, dim: Dim, kind: str, name: str | None = None) -> Vector:
@@ -222,6 +257,34 @@ class Program:
         self._lines.append(line)
         self._line_of[out] = line
         return out
+
+    def add_readout(self, parts: Sequence[Sequence[Vector]], *, sigma: float, bias: float) -> tuple[int, ...]:
+        """A :class:`Readout` with outputs ``parts[r]`` (each a sequence of K vectors, the same K
+        for all); what :meth:`readout` and :meth:`readout_concat` build. Returns output indices."""
+        outs = tuple(tuple(out) for out in parts)
+        if not outs or not outs[0]:
+            raise ProgramError("a readout needs at least one output reading at least one vector")
+        if len({len(out) for out in outs}) != 1:
+            raise ProgramError("every output of one readout reads the same number of vectors; "
+                               f"got {sorted({len(out) for out in outs})}")
+        for out in outs:
+            for v in out:
+                self.check_own(v)
+                if v.kind in ("data", "scalar"):
+                    what = "the data point" if v.kind == "data" else f"the scalar {v.name}"
+                    raise ProgramError(f"{what} cannot be read out; read out a hidden vector")
+        dims = {v.dim for out in outs for v in out}
+        if len(dims) != 1:
+            shared = "share one readout vector v" if len(outs[0]) == 1 else "form one Dense layer of fan-in K·n"
+            raise DimensionError(
+                f"the vectors of one readout {shared}, so they must live in the same dimension; "
+                f"got {sorted(d.name for d in dims)}; use one readout per dim"
+            )
+        sigma = check_sigma(sigma, "readout sigma")
+        bias = check_sigma(bias, "readout bias")
+        start = self.num_outputs
+        self._readouts.append(Readout(len(self._readouts), outs, sigma, bias))
+        return tuple(range(start, start + len(outs)))
 
     def check_dim(self, dim: Any, what: str) -> None:
         """Raise unless ``dim`` is a :class:`Dim` of this program."""
@@ -251,6 +314,6 @@ class Program:
         rows += [f"  {m!r}" for m in self._matrices]
         rows += ["  " + describe_line(ln) for ln in self._lines]
         for r in self._readouts:
-            names = ", ".join(v.name for v in r.vectors)
-            rows.append(f"  readout σ={r.sigma:g} bias={r.bias:g}: {names}")
+            names = ", ".join(" ⊕ ".join(v.name for v in out) for out in r.parts)
+            rows.append(f"  readout{'' if r.num_parts == 1 else '_concat'} σ={r.sigma:g} bias={r.bias:g}: {names}")
         return "\n".join(rows)

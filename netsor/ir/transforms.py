@@ -86,7 +86,7 @@ def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None,
             raise ProgramError(f"the rewrite of {line.out.name} returned a vector of another dimension")
         renaming.vectors[line.out] = out
     for r in program.readouts:
-        new.readout(*(renaming[v] for v in r.vectors), sigma=r.sigma, bias=r.bias)
+        new.add_readout([[renaming[v] for v in out] for out in r.parts], sigma=r.sigma, bias=r.bias)
     return new, renaming
 
 
@@ -108,7 +108,7 @@ def prune(program: Program, keep: Iterable[Vector] = (), name: str | None = None
 
 def needed_lines(program: Program, keep: Iterable[Vector]) -> set[Vector]:
     """Vectors whose lines ``keep`` and the readouts depend on (a backward walk)."""
-    needed = {v for _, v in program.outputs}
+    needed = {v for r in program.readouts for v in r.vectors}
     for v in keep:
         program.check_own(v)
         needed.add(v)
