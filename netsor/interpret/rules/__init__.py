@@ -11,6 +11,7 @@ from netsor.errors import UnsupportedError
 from netsor.interpret.rules.base import (
     DataForm,
     FunctionForm,
+    LimitContext,
     LinearForm,
     LineRule,
     SourceCovariance,
@@ -40,5 +41,5 @@ def rule_for(line: Line) -> LineRule:
         raise UnsupportedError(f"no interpretation rules for line kind {type(line).__name__}") from None
 
 
-__all__ = ["RULES", "DataForm", "FunctionForm", "LineRule", "LinearForm", "SourceCovariance", "SourceForm",
-           "data_view", "rule_for"]
+__all__ = ["RULES", "DataForm", "FunctionForm", "LimitContext", "LineRule", "LinearForm", "SourceCovariance",
+           "SourceForm", "data_view", "rule_for"]

@@ -13,8 +13,18 @@ with the Gram matrix of the earlier arguments replaced by its limit, with the sa
 A use whose limiting conditional variance vanishes is a LinComb of earlier uses (degenerate):
 it is executed as one and reported.
 
-Infinite width: ``Cov(Z^{Wh}, Z^{Wh'}) = σ² E[Z^h Z^{h'}]`` for two uses of the same ``W``;
-uses of different matrices are independent.
+Infinite width (Netsor⊤ Master Theorem, Tensor Programs III): ``Z^{Wx} = Ẑ^{Wx} + Ż^{Wx}``.
+The Gaussian parts ``Ẑ`` of two uses of one ``W : n_out × n_in`` with the same orientation have
+``Cov(Ẑ^{Wx}, Ẑ^{Wx'}) = σ² E[Z^x Z^{x'}]`` and ``Cov(Ẑ^{Wᵀy}, Ẑ^{Wᵀy'}) = σ² ρ E[Z^y Z^{y'}]``
+with ``ρ = ratio(n_out) / ratio(n_in)``; ``Ẑ`` of uses of ``W`` and of ``Wᵀ`` are independent, and
+uses of different matrices too. The correction is linear in the arguments of the earlier uses
+with the other orientation:
+
+* ``Ż^{Wx}  = σ²  Σ_{earlier Wᵀy} Z^y E[∂Z^x / ∂Ẑ^{Wᵀy}]``,
+* ``Ż^{Wᵀy} = σ² ρ Σ_{earlier Wx}  Z^x E[∂Z^y / ∂Ẑ^{Wx}]``
+
+(zero in a program without transposes). The derivatives come from the analysis
+(:class:`~netsor.interpret.rules.base.LimitContext`).
 """
 
 from __future__ import annotations
@@ -23,8 +33,8 @@ import numpy as np
 
 from netsor.errors import NumericalError, UnsupportedError
 from netsor.interpret.forward import CoupledState, FiniteState
-from netsor.interpret.rules.base import LineRule, SourceCovariance, SourceForm
-from netsor.ir import Line, MatMulLine
+from netsor.interpret.rules.base import LimitContext, LineRule, SourceCovariance, SourceForm
+from netsor.ir import Line, MatMulLine, Matrix
 from netsor.linalg import psd_sqrt
 
 Array = np.ndarray
@@ -91,15 +101,26 @@ class MatMulRule(LineRule):
         lim.world.memory[W] = (uses, g_lim if past_lim is None else np.concatenate([past_lim, g_lim], axis=1))
         return g_fin, g_lim
 
-    def limit(self, line: MatMulLine) -> SourceForm:
-        return SourceForm()
+    def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
+        scale = variance_scale(line.matrix, line.transposed)
+        correction = []
+        for use in context.uses(line.matrix):
+            if use.transposed != line.transposed:
+                c = context.derivative(line.arg, use.out)
+                if c != 0.0:
+                    correction.append((scale * c, use.arg))
+        return SourceForm(tuple(correction))
 
     def source_covariance(self, line: MatMulLine, other: Line) -> SourceCovariance | None:
-        if not isinstance(other, MatMulLine) or other.matrix is not line.matrix:
+        if not isinstance(other, MatMulLine) or other.matrix is not line.matrix or other.transposed != line.transposed:
             return None
-        if line.transposed or other.transposed:
-            raise _transposes_unsupported("infinite-width interpreter")
-        return SourceCovariance(line.matrix.sigma**2, (line.arg, other.arg))
+        return SourceCovariance(variance_scale(line.matrix, line.transposed), (line.arg, other.arg))
+
+
+def variance_scale(W: Matrix, transposed: bool) -> float:
+    """``σ²`` for a use of ``W`` and ``σ² · ratio(out_dim) / ratio(in_dim)`` for a use of ``Wᵀ``:
+    the limit of ``Var((Wᵀy)_j) = (σ²/n_in) Σ_i y_i²`` per unit ``E[Z^y Z^y]``."""
+    return W.sigma**2 * (W.out_dim.ratio / W.in_dim.ratio if transposed else 1.0)
 
 
 def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Array] | None, xi: Array) -> Array:
