@@ -96,13 +96,17 @@ def test_ratio_factors_of_a_rectangular_matrix() -> None:
 
 
 # ---- finite width against the limit ------------------------------------------------------------------
-@pytest.mark.parametrize("program", [netsor.zoo.semicircle_moments(4), netsor.zoo.marchenko_pastur_moments(3, 0.5)],
-                         ids=["semicircle", "marchenko-pastur"])
-def test_dense_sampler_matches_the_limit(program: netsor.Program) -> None:
-    """Per network, ``K̂ = ⟨A^i v, A^j v⟩ / n`` (400 × 400 matrices, 200 networks)."""
-    run = netsor.run_finite(program, width=400, samples=200, seed=3, return_kernels=True)
+@pytest.mark.parametrize("program", [netsor.zoo.semicircle_moments(4), netsor.zoo.marchenko_pastur_moments(3, 0.5),
+                                     netsor.zoo.marchenko_pastur_moments(3, 2.0)],
+                         ids=["semicircle", "marchenko-pastur-0.5", "marchenko-pastur-2"])
+@pytest.mark.parametrize(("method", "width"), [("dense", 200), ("matrix-free", 1000)])
+def test_samplers_match_the_limit(program: netsor.Program, method: str, width: int) -> None:
+    """Per network, ``K̂ = ⟨A^i v, A^j v⟩ / n`` (200 networks); the matrix-free sampler conditions
+    each use of ``W`` or ``Wᵀ`` on the earlier uses of both."""
+    run = netsor.run_finite(program, width=width, samples=200, seed=3, return_kernels=True, method=method)
     assert run.kernels is not None
-    assert run.widths["n"] == 400 and run.widths.get("m", 200) == 200
+    lam = program.dims[-1].ratio
+    assert run.widths["n"] == width and run.widths.get("m", width) == round(lam * width)
     z = z_scores(run.kernels, netsor.nngp(program))
     assert np.all(np.abs(z) < Z_MAX), z
 
@@ -140,9 +144,11 @@ def test_nonlinear_transposed_program() -> None:
     assert lim.cov(y)[0, 0] == pytest.approx(sigma**2 * np.sum(weight * np.tanh(t) ** 2)
                                              + lim.cov(v, y)[0, 0] ** 2, rel=1e-9)
     assert lim.analysis.derivative_error < 1e-12
-    run = netsor.run_finite(p, width=1000, samples=48, seed=5, return_kernels=True)
-    z = z_scores(run.kernels, netsor.nngp(p))
-    assert np.all(np.abs(z) < Z_MAX), z
+    K = netsor.nngp(p)
+    for method in ("dense", "matrix-free"):
+        run = netsor.run_finite(p, width=1000, samples=48, seed=5, return_kernels=True, method=method)
+        z = z_scores(run.kernels, K)
+        assert np.all(np.abs(z) < Z_MAX), (method, z)
 
 
 def test_data_free_programs() -> None:
@@ -179,8 +185,8 @@ def test_ratio_with_no_coordinates() -> None:
 
 def test_unsupported_transposed_programs() -> None:
     p = netsor.zoo.semicircle_moments(2)
-    with pytest.raises(netsor.UnsupportedError, match="method='dense'"):
-        netsor.sample(p, method="matrix-free")
+    with pytest.raises(netsor.UnsupportedError, match="coupled run does not execute transposed"):
+        netsor.coupled(p, np.ones((1, 1)), width=8, samples=2)
     # nonlinear with data: E[∂φ] differs at every input
     q = netsor.Program()
     n = q.dim("n")

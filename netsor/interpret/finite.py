@@ -3,8 +3,8 @@
 Two samplers execute the same lines and differ only in MatMul (see
 :mod:`netsor.interpret.rules.matmul`): ``"dense"`` (the reference; materialised weights) and
 ``"matrix-free"`` (each MatMul drawn from its exact conditional law given the earlier uses of
-its matrix, never forming it). Both are exact in law at every width for programs without
-transposed MatMuls.
+its matrix, never forming it). Both are exact in law at every width, with or without
+transposed MatMuls (the matrix-free sampler then conditions on the uses of ``W`` and of ``Wᵀ``).
 
 Randomness: networks are grouped in fixed blocks that each own one stream spawned from the
 seed's ``SeedSequence``; a block's draws happen in program order. The block size depends on
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
+from netsor.errors import HyperParameterError, NumericalError, ProgramError
 from netsor.interpret.forward import Chunk, FiniteState, ForwardPlan, World, run_forward
 from netsor.ir import Dim, MatMulLine, Program, Vector
 from netsor.validate import (
@@ -91,13 +91,12 @@ def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> 
 
 
 def choose_method(program: Program, method: str) -> str:
-    """The sampler for ``method`` (``"auto"``: matrix-free unless the program has transposes)."""
+    """The sampler for ``method`` (``"auto"``: matrix-free unless the program has transposes,
+    for which the dense sampler stays the reference)."""
     check_choice(method, "method", METHODS)
-    has_transpose = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
     if method == "auto":
+        has_transpose = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
         return "dense" if has_transpose else "matrix-free"
-    if method == "matrix-free" and has_transpose:
-        raise UnsupportedError("the program has transposed MatMuls: use method='dense'")
     return method
 
 
