@@ -195,7 +195,7 @@ class Analysis:
                 f"the Netsor⊤ correction of a MatMul of the nonlinear vector {vector.name} needs "
                 f"E[∂Z^{vector.name}/∂Ẑ], a different number at every input point: the infinite-width "
                 "interpreter computes it only for programs that read no data (initial vectors from "
-                "p.gaussian); with data and transposes, make the program linear in the Gaussians")
+                "p.gaussian); with data, a program with transposed MatMuls must be linear in the Gaussians")
         return self._point_expectation(linear(0.0, terms))
 
     def _point_expectation(self, expr: Expr) -> float:
@@ -844,11 +844,12 @@ class Run:
         stats_l = {k: v[rows, 0] for k, v in s_left.items()}
         stats_r = {k: v[0, cols] for k, v in s_right.items()}
         value, err = np.zeros(b1 * b2), np.zeros(b1 * b2)
-        value[todo], err[todo], se = joint.pair_expectation(
-            an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
-            seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
-        self.note_stderr(se)
-        err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
+        if todo.size:  # none on a tile of identical inputs (one symbolic point of a data-free program)
+            value[todo], err[todo], se = joint.pair_expectation(
+                an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
+                seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
+            self.note_stderr(se)
+            err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
         return value.reshape(self.shape), bounds.from_dense(err.reshape(self.shape), env_l, env_r, keep_dense=True)
 
 
