@@ -158,7 +158,7 @@ class Analysis:
     def _combination(self, out: Vector, own: tuple[tuple[float, Vector], ...],
                      terms: tuple[tuple[float, Vector], ...]) -> dict[Vector, float]:
         """``own + Σ coef · Z^arg`` over sources, for the G-vector ``out``."""
-        acc = dict((s, c) for c, s in own)
+        acc = {s: c for c, s in own}
         for coef, arg in terms:
             if arg not in self.sources:
                 raise UnsupportedError(
