@@ -73,9 +73,16 @@ def matmul(W: Matrix, h: Any, transposed: bool) -> Vector:
     program.check_own(h)
     in_dim, out_dim = (W.out_dim, W.in_dim) if transposed else (W.in_dim, W.out_dim)
     if h.dim is not in_dim:
+        op = f"{W.name}{'.T' if transposed else ''}"
+        hint = (f"write {W.name}{'' if transposed else '.T'} @ {h.name} to use the "
+                f"{'matrix' if transposed else 'transpose'}" if h.dim is out_dim and not out_dim.is_data
+                else f"multiply a vector of dim {in_dim.name!r}, or make the matrix with p.matrix(out_dim, "
+                     f"{h.dim.name!r} dim)" if not transposed
+                else f"multiply a vector of dim {in_dim.name!r}, or make the matrix with p.matrix("
+                     f"{h.dim.name!r} dim, in_dim)")
         raise DimensionError(
-            f"{W.name}{'ᵀ' if transposed else ''} expects a vector in dim {in_dim.name!r} "
-            f"but {h.name} lives in {h.dim.name!r}"
+            f"{op} @ {h.name}: {W.name} is {W.out_dim.name}×{W.in_dim.name}, so {op} maps dim {in_dim.name!r} "
+            f"to {out_dim.name!r}, but {h.name} lives in {h.dim.name!r}; {hint}"
         )
     if out_dim.is_data:
         raise DimensionError("a transposed input matrix would map into the data dimension")

@@ -165,6 +165,17 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
     return arr
 
 
+def inputs_or_point(program: Program, X: Any, what: str = "X") -> np.ndarray:
+    """:func:`check_inputs`, or for ``X=None`` and a program that reads no data (only Gaussian
+    vectors, :meth:`Program.gaussian`) one symbolic point: an array of shape (1, 1)."""
+    if X is not None:
+        return check_inputs(program, X, what)
+    if program.reads_data:
+        raise InputError(f"this program reads the data point: pass {what} of shape (B, d)"
+                         + (" or (B, T, d)" if program.steps is not None else ""))
+    return np.zeros((1, 1))
+
+
 def check_same_layout(X1: np.ndarray, X2: np.ndarray) -> None:
     """Two input sets of one program must agree in every axis but the batch axis."""
     if X1.shape[1:] != X2.shape[1:]:

@@ -31,6 +31,17 @@ def rnn3(scale: float = 1.0) -> netsor.Program:
     return netsor.zoo.rnn(3, "tanh", scale * 1.2, 1.0, 0.1)
 
 
+def transposed(scale: float = 1.0) -> netsor.Program:
+    """``W : m × n`` (``m = n/2``) used on both sides, nonlinearly: ``c = W(Wᵀ tanh(W relu(g)) + g)``."""
+    p = netsor.Program("transposed")
+    n, m = p.dim("n"), p.dim("m", ratio=0.5)
+    g = p.input(n, sigma=1.0, bias=0.1)
+    W = p.matrix(m, n, sigma=scale * 1.2)
+    b = W.T @ netsor.tanh(W @ netsor.relu(g))
+    p.readout(netsor.relu(W @ (b + g)), sigma=1.0)
+    return p
+
+
 def flat_inputs(B: int, d: int = 5, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((B, d))
 
@@ -156,6 +167,7 @@ LAW_CASES = [
     ("mlp", mlp3, flat_inputs(2, d=3, seed=1)),
     ("rnn", rnn3, seq_inputs(2, 3, d=3, seed=1)),
     ("shared", shared_weights, flat_inputs(2, d=3, seed=1)),
+    ("transposed", transposed, flat_inputs(2, d=3, seed=1)),
 ]
 S_LAW = 40_000
 

@@ -3,8 +3,8 @@
 Two samplers execute the same lines and differ only in MatMul (see
 :mod:`netsor.interpret.rules.matmul`): ``"dense"`` (the reference; materialised weights) and
 ``"matrix-free"`` (each MatMul drawn from its exact conditional law given the earlier uses of
-its matrix, never forming it). Both are exact in law at every width for programs without
-transposed MatMuls.
+its matrix, never forming it). Both are exact in law at every width, with or without
+transposed MatMuls (the matrix-free sampler then conditions on the uses of ``W`` and of ``Wᵀ``).
 
 Randomness: networks are grouped in fixed blocks that each own one stream spawned from the
 seed's ``SeedSequence``; a block's draws happen in program order. The block size depends on
@@ -20,10 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
+from netsor.errors import HyperParameterError, NumericalError, ProgramError
 from netsor.interpret.forward import Chunk, FiniteState, ForwardPlan, World, run_forward
 from netsor.ir import Dim, MatMulLine, Program, Vector
-from netsor.validate import check_choice, check_count, check_inputs, check_memory_budget, check_size, seed_sequence
+from netsor.validate import (
+    check_choice,
+    check_count,
+    check_memory_budget,
+    check_size,
+    inputs_or_point,
+    seed_sequence,
+)
 
 Array = np.ndarray
 
@@ -59,7 +66,8 @@ class FiniteRun:
 
 
 def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> dict[Dim, int]:
-    """Sizes of every dim: one int for all hidden dims, or a mapping by Dim or name."""
+    """Sizes of every dim: ``round(dim.ratio · width)`` for one int ``width``, or a mapping by Dim
+    or name (taken as given)."""
     sizes: dict[Dim, int] = {program.data_dim: d, program.scalar_dim: 1}
     if isinstance(width, Mapping):
         known = {*program.dims, *(dim.name for dim in program.dims)}
@@ -73,19 +81,22 @@ def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> 
             if value is None:
                 raise HyperParameterError(f"no width given for dim {dim.name!r}: width={dict(width)}")
         else:
-            value = width
+            value = round(dim.ratio * check_count(width, "width"))
+            if value < 1:
+                raise HyperParameterError(
+                    f"dim {dim.name!r} has ratio {dim.ratio:g}, so width {width} gives it {value} coordinates; "
+                    f"use a width of at least {int(0.5 / dim.ratio) + 1} or a larger ratio")
         sizes[dim] = check_count(value, f"width of dim {dim.name!r}")
     return sizes
 
 
 def choose_method(program: Program, method: str) -> str:
-    """The sampler for ``method`` (``"auto"``: matrix-free unless the program has transposes)."""
+    """The sampler for ``method`` (``"auto"``: matrix-free unless the program has transposes,
+    for which the dense sampler stays the reference)."""
     check_choice(method, "method", METHODS)
-    has_transpose = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
     if method == "auto":
+        has_transpose = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
         return "dense" if has_transpose else "matrix-free"
-    if method == "matrix-free" and has_transpose:
-        raise UnsupportedError("the program has transposed MatMuls: use method='dense'")
     return method
 
 
@@ -139,7 +150,7 @@ def chunks(seed: Any, samples: int, block: int, per_chunk_blocks: int) -> list[t
 
 def run_finite(
     program: Program,
-    X: Any,
+    X: Any = None,
     *,
     width: int | Mapping[Any, int] = 256,
     samples: int = 1000,
@@ -154,9 +165,11 @@ def run_finite(
     Parameters
     ----------
     program : Program
-    X : array, shape (B, d) or (B, T, d)
+    X : array, shape (B, d) or (B, T, d), optional
+        Omitted for a program that reads no data: one symbolic point (``B = 1``).
     width : int or mapping
-        Size of every hidden dim (or ``{dim or name: size}``).
+        Size of the hidden dims: dim ``D`` gets ``round(D.ratio · width)`` coordinates (or
+        ``{dim or name: size}``, taken as given).
     samples : int
         Number of independent networks S.
     seed : int, SeedSequence or Generator
@@ -169,7 +182,7 @@ def run_finite(
     memory_budget : int
         Bytes one chunk of networks may use; results do not depend on it.
     """
-    Xa = check_inputs(program, X)
+    Xa = inputs_or_point(program, X)
     vectors = list(vectors)
     for v in vectors:
         program.check_own(v)
@@ -218,6 +231,8 @@ def readout_outputs(program: Program, values: Mapping[Vector, Array], sizes: Map
         scale = r.sigma / np.sqrt(K * n)
         outputs += [sum(np.einsum("sbn,sn->sb", values[h], v[:, k]) for k, h in enumerate(out)) * scale
                     + (r.bias * b)[:, None] for out in r.parts]
+    if not outputs:  # a program run for its vectors only
+        return np.empty((chunk.size, next(iter(values.values())).shape[1], 0))
     return np.stack(outputs, axis=-1)
 
 
@@ -240,7 +255,7 @@ def conditional_kernels(program: Program, values: Mapping[Vector, Array], sizes:
 
 def sample(
     program: Program,
-    X: Any,
+    X: Any = None,
     *,
     width: int | Mapping[Any, int] = 256,
     samples: int = 1000,

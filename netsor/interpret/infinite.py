@@ -60,16 +60,17 @@ from netsor.interpret.rules import (
     data_view,
     rule_for,
 )
-from netsor.ir import Program, Vector
-from netsor.ir.expr import Apply, Monomial, Polynomial, Var, expand
+from netsor.ir import MatMulLine, Matrix, NonLinLine, Program, Vector
+from netsor.ir.differentiate import differentiate
+from netsor.ir.expr import Apply, Expr, Monomial, Polynomial, Var, expand, linear
 from netsor.linalg import PSD_TOLERANCE, ensure_psd
 from netsor.validate import (
     check_choice,
-    check_inputs,
     check_memory_budget,
     check_real,
     check_same_layout,
     check_threads,
+    inputs_or_point,
 )
 
 Array = np.ndarray
@@ -90,6 +91,8 @@ DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: amortised over more pairs), and when some term is a joint multi-dimensional expectation.
 TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 384, 512, 128
 PSD_POLICIES = ("auto", "clip", "check", "skip")
+#: Relative tolerance of the expectations ``E[∂Z^h/∂Ẑ]`` of the Netsor⊤ corrections.
+DERIVATIVE_RTOL = 1e-12
 _EPS = np.finfo(float).eps
 
 
@@ -115,11 +118,22 @@ class Projection:
 
 class Analysis:
     """Facts about a program needed by the interpreter, computed once per program (content-keyed:
-    monomials by their expression keys, so equal terms of different lines are computed once)."""
+    monomials by their expression keys, so equal terms of different lines are computed once).
+
+    ``sources[g]`` holds every G-vector as a linear combination ``Z^g = Σ coef · Ẑ^s`` of the
+    Gaussian parts of source lines (MatMul, bias). In a program with transposes the correction
+    ``Ż`` of a MatMul (:mod:`netsor.interpret.rules.matmul`) is folded in, so that
+    ``E[∂Z^g/∂Ẑ^s]`` is the coefficient ``sources[g][s]`` and ``Z^g`` stays Gaussian. The analysis is
+    also the rules' :class:`~netsor.interpret.rules.LimitContext` while it walks the program.
+    """
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.num_lines = len(program.lines)
+        self._uses: dict[Matrix, list[MatMulLine]] = {}
+        #: Largest error bound of an expectation ``E[∂Z^h/∂Ẑ]`` of a nonlinear ``h`` (Netsor⊤
+        #: corrections); those coefficients enter the covariances as exact numbers.
+        self.derivative_error = 0.0
         self.sources: dict[Vector, dict[Vector, pointcoef.Coefficient]] = {}
         #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
         self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
@@ -134,10 +148,12 @@ class Analysis:
         self.tile_plans: dict[tuple[Key, ...], Plan] = {}
         nesting: dict[Vector, int] = {}
         for line in program.lines:
-            form = rule_for(line).limit(line)
+            form = rule_for(line).limit(line, self)
             out = line.out
             expectation = isinstance(form, FunctionForm | MomentForm)
             nesting[out] = max((nesting[v] for v in line.inputs), default=0) + expectation
+            if isinstance(line, MatMulLine):
+                self._uses.setdefault(line.matrix, []).append(line)
             if out.kind == "scalar":
                 assert isinstance(form, MomentForm | FunctionForm)
                 self.scalars[out] = form
@@ -146,13 +162,9 @@ class Analysis:
             elif isinstance(form, DataForm):
                 self.steps[out] = form.step
             elif isinstance(form, SourceForm):
-                self.sources[out] = {out: 1.0}
+                self.sources[out] = self._combination(out, ((1.0, out),), form.correction)
             elif isinstance(form, LinearForm):
-                acc: dict[Vector, pointcoef.Coefficient] = {}
-                for coef, arg in form.terms:
-                    for s, c in self.sources[arg].items():
-                        acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
-                self.sources[out] = {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
+                self.sources[out] = self._combination(out, (), form.terms)
             elif isinstance(form, FunctionForm):
                 self.polys[out] = _with_scalar_coefficients(out, expand(form.expr))
                 for _, m in self.polys[out].terms:
@@ -192,6 +204,71 @@ class Analysis:
         """The scalars the per-input source coefficients of ``g`` depend on."""
         return list(dict.fromkeys(s for c in self.sources[g].values() if isinstance(c, pointcoef.PointCoefficient)
                                   for s in c.scalars))
+
+    def _combination(self, out: Vector, own: tuple[tuple[float, Vector], ...],
+                     terms: tuple[tuple[float | Vector, Vector], ...]) -> dict[Vector, pointcoef.Coefficient]:
+        """``own + Σ coef · Z^arg`` over sources, for the G-vector ``out`` (a coefficient is a
+        number or a scalar of the program: per-input coefficients, :mod:`netsor.interpret.pointcoef`)."""
+        acc: dict[Vector, pointcoef.Coefficient] = {s: c for c, s in own}
+        for coef, arg in terms:
+            if arg not in self.sources:
+                raise UnsupportedError(
+                    f"in the limit, {out.name} = Ẑ + c·Z^{arg.name} where {arg.name} is a nonlinear "
+                    f"vector: {out.name} is not Gaussian, which this interpreter does not represent; the "
+                    "infinite-width limit of transposes (Netsor⊤) supports a MatMul by W (or Wᵀ) of a vector that "
+                    "depends nonlinearly on earlier uses of Wᵀ (or W) only when those uses multiply G-vectors")
+            for s, c in self.sources[arg].items():
+                acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
+        return {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
+
+    # ---- the LimitContext of the rules (valid while the walk is at a line: earlier lines only)
+    def uses(self, matrix: Matrix) -> list[MatMulLine]:
+        """The MatMul lines of ``matrix`` seen so far, in program order."""
+        return self._uses.get(matrix, [])
+
+    def derivative(self, vector: Vector, source: Vector) -> float:
+        """``E[∂Z^vector / ∂Ẑ^source]``: a coefficient of ``sources`` for a G-vector; for an H-vector
+        ``h = φ(g¹, …, gᵏ)``, ``Σᵢ E[∂ᵢφ(Z)] · ∂Z^{gⁱ}/∂Ẑ^source`` (the symbolic derivative of the
+        NonLin expression, integrated by the Gaussian engine at the one symbolic point of a
+        program that reads no data)."""
+        if vector in self.sources:
+            coefficient = self.sources[vector].get(source, 0.0)
+            if isinstance(coefficient, pointcoef.PointCoefficient):
+                raise UnsupportedError(f"the Netsor⊤ correction through {vector.name}, whose coefficients are "
+                                       "NetsorK scalars (per input), is not implemented")
+            return coefficient
+        if vector in self.steps:
+            return 0.0
+        line = self.program.line_of(vector)
+        assert isinstance(line, NonLinLine)
+        terms = [(self.sources[g][source], differentiate(line.expr, g)) for g in line.expr.args
+                 if source in self.sources[g]]
+        if not terms:
+            return 0.0
+        if self.program.reads_data:
+            raise UnsupportedError(
+                f"the Netsor⊤ correction of a MatMul of the nonlinear vector {vector.name} needs "
+                f"E[∂Z^{vector.name}/∂Ẑ], a different number at every input point: the infinite-width "
+                "interpreter computes it only for programs that read no data (initial vectors from "
+                "p.gaussian); with data, a program with transposed MatMuls must be linear in the Gaussians")
+        return self._point_expectation(linear(0.0, terms))
+
+    def _point_expectation(self, expr: Expr) -> float:
+        """``E[expr(Z)]`` at the one symbolic point of a program that reads no data (lines so far)."""
+        poly = expand(expr)
+        monomials = [self.register(m.atoms) for _, m in poly.terms]
+        roots: list[Key] = [("mean", m.key) for m in monomials]
+        run = Run(self, diag=True, term_rtol=DERIVATIVE_RTOL, memo=CoefficientMemo(), tables=joint.TableMemo(),
+                  X=np.zeros((1, 1)))
+        with np.errstate(all="ignore"):
+            run.run(make_plan(self, roots, diag=True))
+        value, err = poly.const, 0.0
+        for (a, _), key in zip(poly.terms, roots, strict=True):
+            v, e = run.values[key]
+            value += a * float(v[0])
+            err += abs(a) * float(e[0])
+        self.derivative_error = max(self.derivative_error, err)
+        return value
 
     def poly(self, v: Vector) -> Polynomial:
         if v in self.polys:
@@ -951,11 +1028,12 @@ class Run:
         stats_l = {k: v[rows, 0] for k, v in s_left.items()}
         stats_r = {k: v[0, cols] for k, v in s_right.items()}
         value, err = np.zeros(b1 * b2), np.zeros(b1 * b2)
-        value[todo], err[todo], se = joint.pair_expectation(
-            an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
-            seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
-        self.note_stderr(se)
-        err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
+        if todo.size:  # none on a tile of identical inputs (one symbolic point of a data-free program)
+            value[todo], err[todo], se = joint.pair_expectation(
+                an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
+                seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
+            self.note_stderr(se)
+            err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
         return value.reshape(self.shape), bounds.from_dense(err.reshape(self.shape), env_l, env_r, keep_dense=True)
 
 
@@ -1016,8 +1094,10 @@ class Limit:
     Parameters
     ----------
     program : Program
-    X : array, shape (B, d) or (B, T, d)
-        Inputs (``(B, T, d)`` for programs reading time steps).
+    X : array, shape (B, d) or (B, T, d), optional
+        Inputs (``(B, T, d)`` for programs reading time steps). A program that reads no data
+        (its initial vectors are :meth:`Program.gaussian` vectors) may omit it: it runs on one
+        symbolic point, so every covariance is a 1×1 array (``B1 = B2 = 1``).
     X2 : array, optional
         Second input set for cross-covariances; defaults to ``X``.
     rtol : float
@@ -1044,14 +1124,14 @@ class Limit:
     G-vectors, which are centred). Weights are ``N(0, σ²/n_in)``.
     """
 
-    def __init__(self, program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
+    def __init__(self, program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None) -> None:
         if not isinstance(program, Program):
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         self.program = program
         self.analysis = analysis_of(program)
-        self.X = check_inputs(program, X, "X")
-        self.X2 = self.X if X2 is None else check_inputs(program, X2, "X2")
+        self.X = inputs_or_point(program, X, "X")
+        self.X2 = self.X if X2 is None else inputs_or_point(program, X2, "X2")
         check_same_layout(self.X, self.X2)
         self.symmetric = X2 is None
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
@@ -1399,20 +1479,21 @@ def _finite_or_raise(K: Array, what: str) -> Array:
     return K
 
 
-def limit(program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
+def limit(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
           memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None) -> Limit:
     """The infinite-width limit of ``program`` on inputs ``X`` (see :class:`Limit`)."""
     return Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
 
 
-def nngp(program: Program, X: Any, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
+def nngp(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
          memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, psd: str = "auto") -> Array:
     """NNGP kernel: the covariance of the outputs of ``program`` in the infinite-width limit.
 
     Parameters
     ----------
     program : Program
-    X : array, shape (B1, d) or (B1, T, d)
+    X : array, shape (B1, d) or (B1, T, d), optional
+        Omitted for a program that reads no data (one symbolic point, ``B1 = 1``).
     X2 : array, shape (B2, ...), optional
         If given, returns the cross-covariance between outputs on ``X`` and on ``X2``.
     rtol : float

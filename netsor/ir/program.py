@@ -22,7 +22,7 @@ from typing import Any
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir.lines import BiasLine, DataLine, Line
 from netsor.ir.variables import Dim, Matrix, Vector
-from netsor.validate import check_sigma
+from netsor.validate import check_real, check_sigma
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,13 +142,15 @@ class Program:
         return self._line_of[vector]
 
     # -------------------------------------------------------- construction
-    def dim(self, name: str) -> Dim:
-        """A new hidden dimension (all hidden dims get the sampler's ``width``)."""
+    def dim(self, name: str, ratio: float = 1.0) -> Dim:
+        """A new hidden dimension: ``round(ratio · width)`` coordinates at the sampler's ``width``
+        (at least 1); in the infinite-width limit the ratios of the dims stay fixed."""
         if not isinstance(name, str) or not name:
             raise ProgramError("a dimension needs a non-empty string name")
         if name == self._data_dim.name or any(d.name == name for d in self._dims):
             raise ProgramError(f"dimension name {name!r} is taken; pick another name")
-        d = Dim(name, self)
+        ratio = check_real(ratio, f"ratio of dim {name!r}", minimum=0.0, strict=True)
+        d = Dim(name, self, ratio=ratio)
         self._dims.append(d)
         return d
 
@@ -191,6 +193,17 @@ class Program:
             raise DimensionError("a bias lives in a hidden dimension, not the data or scalar dimension")
         sigma = check_sigma(sigma, "bias sigma")
         return self.add_line(BiasLine(self.new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
+
+    def gaussian(self, dim: Dim, sigma: float = 1.0) -> Vector:
+        """An initial G-vector with iid ``N(0, sigma²)`` coordinates, independent of everything else
+        and the same for every input (a :class:`BiasLine`): the starting vector of a program
+        that reads no data, such as the matrix-law programs of :mod:`netsor.zoo`."""
+        return self.bias(dim, sigma)
+
+    @property
+    def reads_data(self) -> bool:
+        """Whether some line reads the data point (a program that does not runs on one symbolic point)."""
+        return any(isinstance(ln, DataLine) for ln in self._lines)
 
     def input(self, dim: Dim, sigma: float = 1.0, bias: float = 0.0, step: int | None = None) -> Vector:
         """The first layer ``U x + b``: ``U ~ N(0, sigma²/d)`` entrywise, ``b ~ N(0, bias²)``.

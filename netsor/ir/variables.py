@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Dim:
-    """A width dimension. At finite width it has a size; in the limit it is infinite.
+    """A width dimension. At finite width ``w`` it has ``round(ratio · w)`` coordinates; in the
+    limit it is infinite, and the ratios of dims stay fixed (they matter with transposes).
 
     Two special dims per program: the data dim (its size is read off the inputs) and the
     scalar dim (one coordinate: scalars are its vectors)."""
@@ -33,9 +34,10 @@ class Dim:
     program: Program
     is_data: bool = False
     is_scalar: bool = False
+    ratio: float = 1.0
 
     def __repr__(self) -> str:
-        return f"Dim({self.name!r})"
+        return f"Dim({self.name!r})" if self.ratio == 1.0 else f"Dim({self.name!r}, ratio={self.ratio:g})"
 
 
 @dataclass(frozen=True, eq=False)

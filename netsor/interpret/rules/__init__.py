@@ -11,6 +11,7 @@ from netsor.errors import UnsupportedError
 from netsor.interpret.rules.base import (
     DataForm,
     FunctionForm,
+    LimitContext,
     LinearForm,
     LineRule,
     MomentForm,
@@ -43,5 +44,6 @@ def rule_for(line: Line) -> LineRule:
         raise UnsupportedError(f"no interpretation rules for line kind {type(line).__name__}") from None
 
 
-__all__ = ["RULES", "DataForm", "FunctionForm", "LineRule", "LinearForm", "MomentForm", "SourceCovariance",
+__all__ = ["RULES", "DataForm", "FunctionForm", "LimitContext", "LineRule", "LinearForm", "MomentForm",
+           "SourceCovariance",
            "SourceForm", "data_view", "rule_for"]

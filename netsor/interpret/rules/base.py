@@ -4,21 +4,23 @@
   shape (S, B, n) (S networks, B inputs, n the width of the line's dim);
 * ``coupled(line, state)`` — the pair (finite, limit) of a same-noise coupled run; for a
   deterministic line it is the finite rule applied in each world;
-* ``limit(line)`` — how the line's random variable ``Z^out`` of the infinite-width limit is
-  expressed (:class:`LimitForm`); the infinite interpreter turns these into covariances (and,
-  for scalars, into one deterministic number per input).
+* ``limit(line, context)`` — how the line's random variable ``Z^out`` of the infinite-width
+  limit is expressed (:class:`LimitForm`), given what the analysis knows of the lines before it
+  (:class:`LimitContext`); the infinite interpreter turns these into covariances (and, for
+  scalars, into one deterministic number per input).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from netsor.interpret.forward import CoupledState, FiniteState
-    from netsor.ir import Line, Vector
+    from netsor.ir import Line, MatMulLine, Matrix, Vector
     from netsor.ir.expr import Expr
 
 Array = np.ndarray
@@ -33,8 +35,11 @@ class DataForm:
 
 @dataclass(frozen=True)
 class SourceForm:
-    """``Z`` is a Gaussian source; its covariance with other sources is the rule's
-    :meth:`LineRule.source_covariance`."""
+    """``Z = Ẑ + Σ coef · Z^vector``: a Gaussian source ``Ẑ`` (its covariance with other sources is
+    the rule's :meth:`LineRule.source_covariance`) plus a ``correction`` linear in earlier
+    G-vectors (the ``Ż`` of a MatMul in a program with transposes; empty otherwise)."""
+
+    correction: tuple[tuple[float, Vector], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,20 @@ class SourceCovariance:
 LimitForm = DataForm | SourceForm | LinearForm | FunctionForm | MomentForm
 
 
+class LimitContext(Protocol):
+    """What a rule's :meth:`LineRule.limit` may ask about the lines before its own (the
+    infinite-width analysis so far)."""
+
+    def uses(self, matrix: Matrix) -> Sequence[MatMulLine]:
+        """The MatMul lines of ``matrix`` before the current line, in program order."""
+        ...
+
+    def derivative(self, vector: Vector, source: Vector) -> float:
+        """``E[∂Z^vector / ∂Ẑ^source]`` for a source vector ``source`` (raises
+        :class:`~netsor.errors.UnsupportedError` where it cannot be computed)."""
+        ...
+
+
 class LineRule:
     """Base class: the meaning of one line kind under every interpretation."""
 
@@ -80,7 +99,7 @@ class LineRule:
         """Deterministic lines: the finite rule in each world."""
         return self.finite(line, state.fin), self.finite(line, state.lim)
 
-    def limit(self, line: Line) -> LimitForm:
+    def limit(self, line: Line, context: LimitContext) -> LimitForm:
         raise NotImplementedError
 
     def source_covariance(self, line: Line, other: Line) -> SourceCovariance | None:

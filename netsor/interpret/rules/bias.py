@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from netsor.interpret.forward import CoupledState, FiniteState
-from netsor.interpret.rules.base import LineRule, SourceCovariance, SourceForm
+from netsor.interpret.rules.base import LimitContext, LineRule, SourceCovariance, SourceForm
 from netsor.ir import BiasLine, Line
 
 Array = np.ndarray
@@ -20,7 +20,7 @@ class BiasRule(LineRule):
         b = self.finite(line, state.fin)  # one draw: both worlds share the bias
         return b, b
 
-    def limit(self, line: BiasLine) -> SourceForm:
+    def limit(self, line: BiasLine, context: LimitContext) -> SourceForm:
         return SourceForm()
 
     def source_covariance(self, line: BiasLine, other: Line) -> SourceCovariance | None:

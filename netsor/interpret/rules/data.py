@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from netsor.interpret.forward import FiniteState
-from netsor.interpret.rules.base import DataForm, LineRule
+from netsor.interpret.rules.base import DataForm, LimitContext, LineRule
 from netsor.ir import DataLine
 
 Array = np.ndarray
@@ -21,5 +21,5 @@ class DataRule(LineRule):
         x = data_view(state.X, line.step)
         return np.broadcast_to(x, (state.chunk.size, *x.shape))
 
-    def limit(self, line: DataLine) -> DataForm:
+    def limit(self, line: DataLine, context: LimitContext) -> DataForm:
         return DataForm(line.step)

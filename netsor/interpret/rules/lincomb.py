@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from netsor.interpret.forward import FiniteState
-from netsor.interpret.rules.base import LinearForm, LineRule
+from netsor.interpret.rules.base import LimitContext, LinearForm, LineRule
 from netsor.ir import LinCombLine, Vector
 
 Array = np.ndarray
@@ -28,5 +28,5 @@ class LinCombRule(LineRule):
             out = out + state.values[line.offset]
         return np.asarray(out, dtype=float)
 
-    def limit(self, line: LinCombLine) -> LinearForm:
+    def limit(self, line: LinCombLine, context: LimitContext) -> LinearForm:
         return LinearForm(tuple(zip(line.coeffs, line.args, strict=True)))

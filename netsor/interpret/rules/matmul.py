@@ -6,15 +6,29 @@ Finite width, two samplers:
 * ``"matrix-free"`` draws ``g`` from its exact conditional law given the earlier uses of ``W``
   (DESIGN §3): with ``H = [h₁ … h_k]`` and ``G = W H`` so far,
   ``W h | past ~ N(G c, (σ²/n_in) ‖Π⊥h‖² I)``, ``c = H⁺ h`` — jointly over the batch — without
-  ever forming ``W``: O(n k²) instead of O(n² k).
+  ever forming ``W``: O(n k²) instead of O(n² k). With transposes, ``W`` is also constrained
+  from the left by the earlier ``F = Wᵀ U``; given both, ``W = W* + Π_U⊥ Z Π_H⊥`` (``Z`` iid
+  ``N(0, σ²/n_in)``) with the least-norm solution ``W* = Π_U⊥ G H⁺ + U (UᵀU)⁺ Fᵀ``, so
+  ``W h | past = Π_U⊥ (G c + noise) + U (UᵀU)⁺ Fᵀ h`` and ``Wᵀ u`` symmetrically
+  (:func:`two_sided_matmul`).
 
 Coupled: the finite world is the matrix-free draw; the limit world draws from the same formula
 with the Gram matrix of the earlier arguments replaced by its limit, with the same noise ``ξ``.
 A use whose limiting conditional variance vanishes is a LinComb of earlier uses (degenerate):
 it is executed as one and reported.
 
-Infinite width: ``Cov(Z^{Wh}, Z^{Wh'}) = σ² E[Z^h Z^{h'}]`` for two uses of the same ``W``;
-uses of different matrices are independent.
+Infinite width (Netsor⊤ Master Theorem, Tensor Programs III): ``Z^{Wx} = Ẑ^{Wx} + Ż^{Wx}``.
+The Gaussian parts ``Ẑ`` of two uses of one ``W : n_out × n_in`` with the same orientation have
+``Cov(Ẑ^{Wx}, Ẑ^{Wx'}) = σ² E[Z^x Z^{x'}]`` and ``Cov(Ẑ^{Wᵀy}, Ẑ^{Wᵀy'}) = σ² ρ E[Z^y Z^{y'}]``
+with ``ρ = ratio(n_out) / ratio(n_in)``; ``Ẑ`` of uses of ``W`` and of ``Wᵀ`` are independent, and
+uses of different matrices too. The correction is linear in the arguments of the earlier uses
+with the other orientation:
+
+* ``Ż^{Wx}  = σ²  Σ_{earlier Wᵀy} Z^y E[∂Z^x / ∂Ẑ^{Wᵀy}]``,
+* ``Ż^{Wᵀy} = σ² ρ Σ_{earlier Wx}  Z^x E[∂Z^y / ∂Ẑ^{Wx}]``
+
+(zero in a program without transposes). The derivatives come from the analysis
+(:class:`~netsor.interpret.rules.base.LimitContext`).
 """
 
 from __future__ import annotations
@@ -23,8 +37,8 @@ import numpy as np
 
 from netsor.errors import NumericalError, UnsupportedError
 from netsor.interpret.forward import CoupledState, FiniteState
-from netsor.interpret.rules.base import LineRule, SourceCovariance, SourceForm
-from netsor.ir import Line, MatMulLine
+from netsor.interpret.rules.base import LimitContext, LineRule, SourceCovariance, SourceForm
+from netsor.ir import Line, MatMulLine, Matrix
 from netsor.linalg import psd_sqrt
 
 Array = np.ndarray
@@ -34,26 +48,21 @@ Array = np.ndarray
 DEGENERACY_TOLERANCE = 1e-10
 
 
-def _transposes_unsupported(what: str) -> UnsupportedError:
-    return UnsupportedError(
-        f"the {what} does not execute transposed MatMul lines (Netsor⊤) yet; "
-        "use netsor.sample(..., method='dense') for finite widths")
-
-
 class MatMulRule(LineRule):
     def finite(self, line: MatMulLine, state: FiniteState) -> Array:
         if state.method == "dense":
             return self._dense(line, state)
-        if line.transposed:
-            raise _transposes_unsupported("matrix-free sampler")
         W = line.matrix
         n_in, n_out = state.sizes[W.in_dim], state.sizes[W.out_dim]
-        h = np.ascontiguousarray(np.broadcast_to(state.values[line.arg], (state.chunk.size, state.batch, n_in)))
-        xi = state.chunk.normal((state.batch, n_out))
-        past = state.world.memory.get(W)
-        g = conditional_matmul(W.sigma, n_in, h, past, xi)
+        n_arg, n_res = (n_out, n_in) if line.transposed else (n_in, n_out)
+        h = np.ascontiguousarray(np.broadcast_to(state.values[line.arg], (state.chunk.size, state.batch, n_arg)))
+        xi = state.chunk.normal((state.batch, n_res))
+        # per matrix: the histories (arguments, results) of its uses by W and by Wᵀ
+        history = state.world.memory.setdefault(W, {False: None, True: None})
+        same, other = history[line.transposed], history[not line.transposed]
+        g = two_sided_matmul(W.sigma, n_in, h, same, other, xi)
         if state.last_use_of(W) > state.position:
-            state.world.memory[W] = extend_history(past, h, g)
+            history[line.transposed] = extend_history(same, h, g)
         return g
 
     def _dense(self, line: MatMulLine, state: FiniteState) -> Array:
@@ -68,7 +77,8 @@ class MatMulRule(LineRule):
 
     def coupled(self, line: MatMulLine, state: CoupledState) -> tuple[Array, Array]:
         if line.transposed:
-            raise _transposes_unsupported("coupled run")
+            raise UnsupportedError("the coupled run does not execute transposed MatMul lines (Netsor⊤) yet; "
+                                   "use netsor.run_finite and netsor.limit separately")
         fin, lim = state.fin, state.lim
         W = line.matrix
         n_in, n_out = fin.sizes[W.in_dim], fin.sizes[W.out_dim]
@@ -91,15 +101,26 @@ class MatMulRule(LineRule):
         lim.world.memory[W] = (uses, g_lim if past_lim is None else np.concatenate([past_lim, g_lim], axis=1))
         return g_fin, g_lim
 
-    def limit(self, line: MatMulLine) -> SourceForm:
-        return SourceForm()
+    def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
+        scale = variance_scale(line.matrix, line.transposed)
+        correction = []
+        for use in context.uses(line.matrix):
+            if use.transposed != line.transposed:
+                c = context.derivative(line.arg, use.out)
+                if c != 0.0:
+                    correction.append((scale * c, use.arg))
+        return SourceForm(tuple(correction))
 
     def source_covariance(self, line: MatMulLine, other: Line) -> SourceCovariance | None:
-        if not isinstance(other, MatMulLine) or other.matrix is not line.matrix:
+        if not isinstance(other, MatMulLine) or other.matrix is not line.matrix or other.transposed != line.transposed:
             return None
-        if line.transposed or other.transposed:
-            raise _transposes_unsupported("infinite-width interpreter")
-        return SourceCovariance(line.matrix.sigma**2, (line.arg, other.arg))
+        return SourceCovariance(variance_scale(line.matrix, line.transposed), (line.arg, other.arg))
+
+
+def variance_scale(W: Matrix, transposed: bool) -> float:
+    """``σ²`` for a use of ``W`` and ``σ² · ratio(out_dim) / ratio(in_dim)`` for a use of ``Wᵀ``:
+    the limit of ``Var((Wᵀy)_j) = (σ²/n_in) Σ_i y_i²`` per unit ``E[Z^y Z^y]``."""
+    return W.sigma**2 * (W.out_dim.ratio / W.in_dim.ratio if transposed else 1.0)
 
 
 def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Array] | None, xi: Array) -> Array:
@@ -127,6 +148,26 @@ def conditional_matmul(sigma: float, n_in: int, h: Array, past: tuple[Array, Arr
     return g
 
 
+def two_sided_matmul(sigma: float, n_in: int, h: Array, same: tuple[Array, Array] | None,
+                     other: tuple[Array, Array] | None, xi: Array) -> Array:
+    """Draw ``g = W h`` (or ``Wᵀ h``) given the earlier uses ``same = (H, G)`` with the same
+    orientation (``G = W H``) and ``other = (U, F)`` with the other one (``F = Wᵀ U``).
+
+    ``W h | past = Π_U⊥ (G c + noise) + U (UᵀU)⁺ Fᵀ h``: the one-sided draw of
+    :func:`conditional_matmul`, projected off ``span(U)``, plus the part of ``W h`` that the
+    left constraints fix. For ``Wᵀ h`` swap the roles (``Wᵀ`` has iid entries too). Shapes as in
+    :func:`conditional_matmul`: ``h`` (S, B, n_arg), ``U`` (S, l, n_res), ``F`` (S, l, n_arg),
+    ``xi`` (S, B, n_res); ``n_in`` is ``W``'s, which sets the entries' variance ``σ²/n_in``.
+    """
+    g = conditional_matmul(sigma, n_in, h, same, xi)
+    if other is None:
+        return g
+    U, F = other
+    g -= np.matmul(projection_coefficients(U, g).transpose(0, 2, 1), U)
+    g += np.matmul(gram_solve(U, np.matmul(F, h.transpose(0, 2, 1))).transpose(0, 2, 1), U)
+    return g
+
+
 def extend_history(past: tuple[Array, Array] | None, h: Array, g: Array) -> tuple[Array, Array]:
     """Append a use ``g = W h`` to the conditioning set of ``W`` (stacked along axis 1)."""
     if past is None:
@@ -136,11 +177,16 @@ def extend_history(past: tuple[Array, Array] | None, h: Array, g: Array) -> tupl
 
 def projection_coefficients(H: Array, h: Array) -> Array:
     """``c = (H Hᵀ)⁺ H hᵀ`` per network: (S, k, n), (S, B, n) → (S, k, B)."""
+    return gram_solve(H, np.matmul(H, h.transpose(0, 2, 1)))
+
+
+def gram_solve(H: Array, rhs: Array) -> Array:
+    """``(H Hᵀ)⁺ rhs`` per network: (S, k, n), (S, k, B) → (S, k, B) (eigenvalues below the
+    rounding level of the Gram matrix are dropped)."""
     gram = np.matmul(H, H.transpose(0, 2, 1))
     vals, vecs = np.linalg.eigh(gram)
     cutoff = vals[:, -1:] * (gram.shape[-1] * np.finfo(float).eps * 10)
     inv = np.where(vals > cutoff, 1.0 / np.where(vals > cutoff, vals, 1.0), 0.0)
-    rhs = np.matmul(H, h.transpose(0, 2, 1))
     return np.matmul(vecs * inv[:, None, :], np.matmul(vecs.transpose(0, 2, 1), rhs))
 
 

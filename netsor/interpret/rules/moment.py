@@ -13,7 +13,7 @@ import numpy as np
 
 from netsor.errors import NumericalError
 from netsor.interpret.forward import CoupledState, FiniteState
-from netsor.interpret.rules.base import LineRule, MomentForm
+from netsor.interpret.rules.base import LimitContext, LineRule, MomentForm
 from netsor.ir import MomentLine
 
 Array = np.ndarray
@@ -36,5 +36,5 @@ class MomentRule(LineRule):
         lim = np.broadcast_to(limit[None, :, None], (state.lim.chunk.size, state.lim.batch, 1))
         return self.finite(line, state.fin), lim
 
-    def limit(self, line: MomentLine) -> MomentForm:
+    def limit(self, line: MomentLine, context: LimitContext) -> MomentForm:
         return MomentForm(line.expr)

@@ -6,7 +6,7 @@ import numpy as np
 
 from netsor.errors import NumericalError
 from netsor.interpret.forward import FiniteState
-from netsor.interpret.rules.base import FunctionForm, LineRule
+from netsor.interpret.rules.base import FunctionForm, LimitContext, LineRule
 from netsor.ir import NonLinLine
 
 Array = np.ndarray
@@ -25,5 +25,5 @@ class NonLinRule(LineRule):
                 "or reduce sigma_w, depth or the input scale")
         return out
 
-    def limit(self, line: NonLinLine) -> FunctionForm:
+    def limit(self, line: NonLinLine, context: LimitContext) -> FunctionForm:
         return FunctionForm(line.expr)

@@ -1,0 +1,223 @@
+"""Netsor⊤: programs with transposed MatMuls at infinite and finite width.
+
+Reference numbers come from closed forms computed here (Catalan numbers ``binom(2m, m)/(m+1)``,
+Narayana numbers ``binom(k, r) binom(k, r−1)/k``), never from netsor. Finite-width checks are
+seeded, and their tolerance is ``Z_MAX`` standard errors of the Monte-Carlo mean (each network
+gives one independent value).
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+import pytest
+
+import netsor
+
+Z_MAX = 4.0
+RTOL = 1e-12
+
+
+def catalan(m: int) -> int:
+    return comb(2 * m, m) // (m + 1)
+
+
+def narayana_polynomial(k: int, lam: float) -> float:
+    """``Σ_r N(k, r) λ^{r−1}``, the k-th Marchenko–Pastur moment (k ≥ 1)."""
+    return sum(comb(k, r) * comb(k, r - 1) // k * lam ** (r - 1) for r in range(1, k + 1))
+
+
+def krylov(p: netsor.Program) -> list[netsor.Vector]:
+    """The read-out vectors ``A^j v`` of a matrix-law program, in order of ``j``."""
+    return [v for _, (v,) in p.outputs]
+
+
+def z_scores(samples: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """(mean − expected) / standard error over axis 0 (entries with no spread must be exact)."""
+    mean = samples.mean(axis=0)
+    se = samples.std(axis=0, ddof=1) / np.sqrt(samples.shape[0])
+    return np.where(se > 0, (mean - expected) / np.where(se > 0, se, 1.0), np.inf * (mean != expected))
+
+
+# ---- infinite width: exact moments ------------------------------------------------------------------
+def test_semicircle_moments_are_catalan_numbers() -> None:
+    p = netsor.zoo.semicircle_moments(16)
+    vs = krylov(p)
+    lim = netsor.limit(p)
+    for k, x in enumerate(vs):
+        got = lim.cov(vs[0], x)
+        assert got.shape == (1, 1)
+        if k % 2:
+            assert abs(got[0, 0]) <= RTOL
+        else:
+            assert got[0, 0] == pytest.approx(catalan(k // 2), rel=RTOL)
+    # the NNGP kernel of the outputs v, Xv, …: the Hankel matrix of the moments
+    K = netsor.nngp(netsor.zoo.semicircle_moments(4, sigma=0.5))
+    hankel = np.array([[catalan((i + j) // 2) * 0.25 ** ((i + j) // 2) if (i + j) % 2 == 0 else 0.0
+                        for j in range(5)] for i in range(5)])
+    np.testing.assert_allclose(K, hankel, rtol=RTOL, atol=RTOL)
+
+
+@pytest.mark.parametrize("lam", [0.25, 0.5, 1.0, 2.0])
+def test_marchenko_pastur_moments_are_narayana_polynomials(lam: float) -> None:
+    p = netsor.zoo.marchenko_pastur_moments(6, lam)
+    vs = krylov(p)
+    lim = netsor.limit(p)
+    got = np.array([lim.cov(vs[0], x)[0, 0] for x in vs[1:]])
+    expected = np.array([narayana_polynomial(k, lam) for k in range(1, 7)])
+    np.testing.assert_allclose(got, expected, rtol=RTOL)
+    assert lim.cov(vs[0])[0, 0] == 1.0
+
+
+def test_moments_agree_with_matrixlaws() -> None:
+    K = netsor.nngp(netsor.zoo.semicircle_moments(3, sigma=1.5))
+    np.testing.assert_allclose(K[0, 1:], netsor.matrixlaws.Semicircle(variance=2.25).moments(3), rtol=RTOL, atol=RTOL)
+    np.testing.assert_allclose(K[-1, 1:], netsor.matrixlaws.Semicircle(variance=2.25).moments(6)[3:], rtol=RTOL)
+    for lam in (0.3, 1.7):
+        K = netsor.nngp(netsor.zoo.marchenko_pastur_moments(3, lam))
+        np.testing.assert_allclose(K[0, 1:], netsor.matrixlaws.MarchenkoPastur(ratio=lam).moments(3), rtol=RTOL)
+        np.testing.assert_allclose(K[-1, 1:], netsor.matrixlaws.MarchenkoPastur(ratio=lam).moments(6)[3:], rtol=RTOL)
+
+
+def test_ratio_factors_of_a_rectangular_matrix() -> None:
+    """``W : n × m`` with ``m = λ n``, entries ``N(0, σ²/m)``: ``Var(Wᵀu) = σ² (n/m) E u²`` and the
+    correction of ``Wᵀ W v`` is ``σ² (n/m) v``."""
+    lam, sigma = 0.4, 1.3
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=lam)
+    W = p.matrix(n, m, sigma=sigma)
+    u, v = p.gaussian(n, sigma=0.7), p.gaussian(m)
+    a, b = W.T @ u, W.T @ (W @ v)
+    lim = netsor.limit(p)
+    assert lim.cov(a)[0, 0] == pytest.approx(sigma**2 / lam * 0.49, rel=RTOL)
+    assert lim.cov(v, b)[0, 0] == pytest.approx(sigma**2 / lam, rel=RTOL)
+    assert lim.cov(a, b)[0, 0] == 0.0  # Ẑ of Wᵀu and Wᵀ(Wv) correlate through u ⊥ Wv: none
+
+
+# ---- finite width against the limit ------------------------------------------------------------------
+@pytest.mark.parametrize("program", [netsor.zoo.semicircle_moments(4), netsor.zoo.marchenko_pastur_moments(3, 0.5),
+                                     netsor.zoo.marchenko_pastur_moments(3, 2.0)],
+                         ids=["semicircle", "marchenko-pastur-0.5", "marchenko-pastur-2"])
+@pytest.mark.parametrize(("method", "width"), [("dense", 200), ("matrix-free", 1000)])
+def test_samplers_match_the_limit(program: netsor.Program, method: str, width: int) -> None:
+    """Per network, ``K̂ = ⟨A^i v, A^j v⟩ / n`` (200 networks); the matrix-free sampler conditions
+    each use of ``W`` or ``Wᵀ`` on the earlier uses of both."""
+    run = netsor.run_finite(program, width=width, samples=200, seed=3, return_kernels=True, method=method)
+    assert run.kernels is not None
+    lam = program.dims[-1].ratio
+    assert run.widths["n"] == width and run.widths.get("m", width) == round(lam * width)
+    z = z_scores(run.kernels, netsor.nngp(program))
+    assert np.all(np.abs(z) < Z_MAX), z
+
+
+def test_linear_transposed_program_with_data() -> None:
+    """``y = Wᵀ W (U x)`` on several inputs: the corrections are per input, the limit exact."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    W = p.matrix(n, n, sigma=0.8)
+    y = W.T @ (W @ g) + W @ g
+    p.readout(y, sigma=1.0)
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    G = X @ X.T / 4
+    K = netsor.nngp(p, X)
+    # y = Ẑ² + σ² g + Ẑ¹ with Ẑ² = Ẑ^{Wᵀ(Wg)}, Ẑ¹ = Ẑ^{Wg}: σ² E[(Wg)²] + σ⁴ G + σ² G, E[(Wg)²] = σ² G
+    np.testing.assert_allclose(K, (2 * 0.64**2 + 0.64) * G, rtol=1e-12)
+    run = netsor.run_finite(p, X, width=300, samples=200, seed=4, return_kernels=True, method="dense")
+    assert np.all(np.abs(z_scores(run.kernels, K)) < Z_MAX)
+
+
+def test_nonlinear_transposed_program() -> None:
+    """``y = Wᵀ tanh(W v)``: ``Z^y = Ẑ + σ² E[tanh'(Z^{Wv})] Z^v``, against 100 dense networks of width
+    400 and 48 matrix-free ones of width 1000."""
+    sigma = 1.3
+    p = netsor.Program()
+    n = p.dim("n")
+    v = p.gaussian(n)
+    W = p.matrix(n, n, sigma=sigma)
+    y = W.T @ netsor.tanh(W @ v)
+    p.readout(v, y, sigma=1.0)
+    lim = netsor.limit(p)
+    t = np.linspace(-12, 12, 200001)
+    weight = np.exp(-t**2 / (2 * sigma**2)) / np.sqrt(2 * np.pi * sigma**2) * (t[1] - t[0])
+    assert lim.cov(v, y)[0, 0] == pytest.approx(sigma**2 * np.sum(weight / np.cosh(t) ** 2), rel=1e-9)
+    assert lim.cov(y)[0, 0] == pytest.approx(sigma**2 * np.sum(weight * np.tanh(t) ** 2)
+                                             + lim.cov(v, y)[0, 0] ** 2, rel=1e-9)
+    assert lim.analysis.derivative_error < 1e-12
+    K = netsor.nngp(p)
+    for method, width, samples in (("dense", 400, 100), ("matrix-free", 1000, 48)):
+        run = netsor.run_finite(p, width=width, samples=samples, seed=5, return_kernels=True, method=method)
+        z = z_scores(run.kernels, K)
+        assert np.all(np.abs(z) < Z_MAX), (method, z)
+
+
+def test_nonlinear_transpose_of_several_arguments() -> None:
+    """``h = tanh(a + 0.3 b)·b + relu(a)``, ``a = Wv``, ``b = W(u + v)``, ``W : n × m`` (m = 1.5 n):
+    by symmetry ``E[∂h/∂Ẑ^a] = E[step(a)] = ½`` and ``E[∂h/∂Ẑ^b] = 0``, so
+    ``Z^{Wᵀh} = Ẑ + ½ σ² (n/m) Z^v`` (a multi-argument joint expectation at one symbolic point)."""
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=1.5)
+    v, u = p.gaussian(m), p.gaussian(m, sigma=0.5)
+    W = p.matrix(n, m, sigma=1.1)
+    a, b = W @ v, W @ (u + v)
+    y = W.T @ (netsor.tanh(a + 0.3 * b) * b + netsor.relu(a))
+    p.readout(v, u, y, sigma=1.0)
+    K = netsor.nngp(p)
+    assert K[0, 2] == pytest.approx(0.5 * 1.21 / 1.5, rel=1e-9)
+    assert abs(K[1, 2]) < 1e-12
+    run = netsor.run_finite(p, width=1000, samples=64, seed=7, return_kernels=True, method="matrix-free")
+    z = z_scores(run.kernels, K)
+    assert np.all(np.abs(z) < Z_MAX), z
+
+
+def test_data_free_programs() -> None:
+    p = netsor.zoo.semicircle_moments(2)
+    assert netsor.sample(p, width=16, samples=5).shape == (5, 3)
+    assert netsor.nngp(p).shape == (3, 3)
+    with pytest.raises(netsor.InputError, match="pass X"):
+        netsor.limit(netsor.zoo.mlp(1))
+
+
+# ---- refusals ----------------------------------------------------------------------------------------
+def test_transposes_that_do_not_chain() -> None:
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=2.0)
+    W = p.matrix(n, m)
+    with pytest.raises(netsor.DimensionError, match=r"W0.T maps dim 'n' to 'm'.*write W0 @ b"):
+        W.T @ p.gaussian(m)
+    with pytest.raises(netsor.DimensionError, match=r"write W0.T @ b"):
+        W @ p.gaussian(n)
+
+
+@pytest.mark.parametrize("ratio", [0.0, -1.0, float("nan")])
+def test_bad_ratio(ratio: float) -> None:
+    with pytest.raises(netsor.HyperParameterError, match="ratio"):
+        netsor.Program().dim("m", ratio=ratio)
+
+
+def test_ratio_with_no_coordinates() -> None:
+    p = netsor.Program()
+    p.readout(p.gaussian(p.dim("m", ratio=0.01)))
+    with pytest.raises(netsor.HyperParameterError, match="0 coordinates; use a width of at least 51"):
+        netsor.sample(p, width=10)
+
+
+def test_unsupported_transposed_programs() -> None:
+    p = netsor.zoo.semicircle_moments(2)
+    with pytest.raises(netsor.UnsupportedError, match="coupled run does not execute transposed"):
+        netsor.coupled(p, np.ones((1, 1)), width=8, samples=2)
+    # nonlinear with data: E[∂φ] differs at every input
+    q = netsor.Program()
+    n = q.dim("n")
+    W = q.matrix(n, n)
+    q.readout(W.T @ netsor.tanh(W @ q.input(n)))
+    with pytest.raises(netsor.UnsupportedError, match="read no data"):
+        netsor.nngp(q, np.ones((2, 3)))
+    # a correction that is a nonlinear vector: not Gaussian
+    r = netsor.Program()
+    n = r.dim("n")
+    W = r.matrix(n, n)
+    r.readout(W @ (W.T @ netsor.tanh(r.gaussian(n))))
+    with pytest.raises(netsor.UnsupportedError, match="not Gaussian"):
+        netsor.limit(r).cov(r.outputs[0][1][0])
