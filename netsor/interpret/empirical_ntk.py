@@ -26,7 +26,14 @@ from netsor.errors import NumericalError, ProgramError
 from netsor.interpret.finite import chunks, network_bytes, resolve_widths
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
 from netsor.ir import BiasLine, Dim, LinCombLine, Line, MatMulLine, Matrix, MomentLine, NonLinLine, Program, Vector
-from netsor.validate import check_count, check_inputs, check_memory_budget, check_same_layout, check_size
+from netsor.validate import (
+    check_count,
+    check_inputs,
+    check_memory_budget,
+    check_same_layout,
+    check_size,
+    inputs_or_point,
+)
 
 Array = np.ndarray
 
@@ -34,7 +41,7 @@ Array = np.ndarray
 DEFAULT_MEMORY_BUDGET = 2**30
 
 
-def empirical_ntk(program: Program, X: Any, X2: Any = None, *, width: int | Mapping[Any, int] = 256,
+def empirical_ntk(program: Program, X: Any = None, X2: Any = None, *, width: int | Mapping[Any, int] = 256,
                   samples: int = 1, seed: Any = 0, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> Array:
     """The NTK of ``samples`` finite-width networks of ``program``, shape (samples, B1·R, B2·R).
 
@@ -42,7 +49,7 @@ def empirical_ntk(program: Program, X: Any, X2: Any = None, *, width: int | Mapp
     ----------
     program : Program
         Any program with outputs (transposes and NetsorK scalars included).
-    X : array, shape (B1, d) or (B1, T, d)
+    X : array, shape (B1, d) or (B1, T, d); None for a program that reads no data (one point)
     X2 : array, shape (B2, ...), optional
         The second argument of the kernel (default ``X``); the same networks are used for both.
     width : int or mapping
@@ -62,7 +69,7 @@ def empirical_ntk(program: Program, X: Any, X2: Any = None, *, width: int | Mapp
         raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
     if not program.outputs:
         raise ProgramError("the program has no outputs, so it has no kernel; add p.readout(h, sigma=...) first")
-    Xa = check_inputs(program, X, "X")
+    Xa = inputs_or_point(program, X, "X")
     Xb = Xa if X2 is None else check_inputs(program, X2, "X2")
     check_same_layout(Xa, Xb)
     X_all = Xa if X2 is None else np.concatenate([Xa, Xb])

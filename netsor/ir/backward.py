@@ -1,11 +1,18 @@
-"""The backward program under gradient independence (DESIGN §4): a program transform.
+"""The backward program (DESIGN §4): a program transform.
 
-For a program without transposed MatMuls, :func:`gradient_program` returns a copy of it extended
-by the back-propagated gradients of every output, scaled by ``√n`` (``δx = √n ∂y/∂x``, so that
-they have O(1) coordinates), where every ``Wᵀ`` of the backward pass is an independent copy
-``W̃`` of ``W`` (same law) — the gradient-independence assumption, valid when the forward pass
-uses no transposes and the readout is independent of everything else (Yang, Tensor Programs
-II/IV). The rules, walking the lines backwards, are
+:func:`gradient_program` returns a copy of a program extended by the back-propagated gradients of
+every output, scaled by ``√n`` (``δx = √n ∂y/∂x``, so that they have O(1) coordinates).
+
+* **Gradient independence** (programs without transposed MatMuls): every ``Wᵀ`` of the backward
+  pass is an independent copy ``W̃`` of ``W`` (same law). Valid when the forward pass uses no
+  transposes and the readout is independent of everything else (Yang, Tensor Programs II/IV),
+  and the only way the infinite-width engine can take programs that read data.
+* **Exact transposes** (programs whose forward pass uses ``Wᵀ``): there the assumption fails —
+  the backward ``Wᵀ`` is correlated with the forward ``Wᵀ`` — so the backward pass uses the real
+  ``W`` (a Netsor⊤ program), and its limit is the exact NTK as far as the Netsor⊤ engine takes it
+  (linear programs; nonlinear ones that read no data). All dims must have ratio 1.
+
+The rules, walking the lines backwards, are
 
 * readout ``y = Σ_k v_kᵀ h_k / √(Kn)`` (K = 1 but for :meth:`~netsor.Program.readout_concat`):
   ``δh_k += v_k/√K`` (fresh G-vectors of variance σ_v²/K, one per readout call and part,
@@ -13,7 +20,8 @@ II/IV). The rules, walking the lines backwards, are
 * NonLin ``h = φ(g¹, …, gᵏ)``: ``δgⁱ += ∂ᵢφ(g) · δh`` (a symbolic derivative:
   :mod:`netsor.ir.differentiate`);
 * LinComb ``g = Σ aᵢ gⁱ``: ``δgⁱ += aᵢ δg``;
-* MatMul ``g = W h``: ``δh += W̃ δg`` (nothing flows into the data through an input matrix);
+* MatMul ``g = W h``: ``δh += W̃ δg`` (``Wᵀ δg`` with exact transposes), and ``g = Wᵀ h``:
+  ``δh += W δg``; nothing flows into the data through an input matrix;
 * scalars (NetsorK: moments, LayerNorm's ``μ, σ``, attention weights) are held at their values:
   a LinComb ``g = Σ θᵢ gⁱ`` passes ``δgⁱ += θᵢ δg``, and no gradient flows into a scalar. In
   the limit that gradient vanishes: it is ``(1/n) Σ_α δ_α ψ'(x_α)`` for a backward vector ``δ``,
@@ -32,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netsor.errors import UnsupportedError
+from netsor.errors import ProgramError, UnsupportedError
 from netsor.ir.differentiate import differentiate
 from netsor.ir.expr import Const, Expr, Var, linear, product
 from netsor.ir.lines import BiasLine, LinCombLine, MatMulLine, NonLinLine
@@ -43,12 +51,19 @@ from netsor.ir.variables import Dim, Matrix, Vector
 
 @dataclass(frozen=True)
 class MatrixUse:
-    """One use ``g = W h`` of a matrix in the forward pass, with the gradient ``δg`` of the
-    output it is taken for (a vector of the gradient program; ``h`` is renamed there too)."""
+    """One use ``g = W h`` (``Wᵀ h`` when ``transposed``) of a matrix in the forward pass, with the
+    gradient ``δg`` of the output it is taken for (a vector of the gradient program; ``h`` is
+    renamed there too). The weights' gradient is ``factors[0] ⊗ factors[1]`` (out × in of ``W``)."""
 
     matrix: Matrix
     arg: Vector
     grad: Vector
+    transposed: bool = False
+
+    @property
+    def factors(self) -> tuple[Vector, Vector]:
+        """``(δg, h)``, or ``(h, δg)`` for a transposed use: the out- and in-dim factors of ∂y/∂W."""
+        return (self.arg, self.grad) if self.transposed else (self.grad, self.arg)
 
 
 @dataclass(frozen=True)
@@ -80,16 +95,29 @@ class GradientProgram:
     outputs: tuple[OutputGradient, ...]
 
 
-def gradient_program(program: Program) -> GradientProgram:
-    """The program extended by the √n-scaled gradients of each output (gradient independence).
+BACKWARDS = ("auto", "exact", "independent")
 
-    Raises :class:`UnsupportedError` for programs with transposed MatMuls, where gradient
-    independence does not hold.
+
+def gradient_program(program: Program, backward: str = "auto") -> GradientProgram:
+    """The program extended by the √n-scaled gradients of each output.
+
+    ``backward``: ``"auto"`` uses exact transposes when the forward pass has transposed MatMuls
+    and gradient independence otherwise (where both give the same limit); ``"exact"`` and
+    ``"independent"`` force one (gradient independence on a program with transposes is not its
+    NTK: offered to show the difference).
     """
-    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
-        raise UnsupportedError("the NTK by gradient independence needs a program without transposed MatMuls "
-                               "(W.T @ h); the exact transposed backward pass is not implemented yet")
-    new, ren = clone(program, name=f"{program.name} + backward (gradient independence)")
+    if backward not in BACKWARDS:
+        raise ProgramError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    has_transposes = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
+    exact = has_transposes if backward == "auto" else backward == "exact"
+    if any(d.ratio != 1.0 for d in program.dims):
+        raise UnsupportedError("the NTK of programs with dims of ratio ≠ 1 is not implemented yet "
+                               "(the gradients' scales differ per dim); use p.dim(name) without ratio")
+    if exact and any(ln.out.kind == "scalar" for ln in program.lines):
+        raise UnsupportedError("the NTK of programs with both transposed MatMuls and NetsorK scalars is not "
+                               "implemented (the scalars' gradients need not vanish there)")
+    new, ren = clone(program, name=f"{program.name} + backward "
+                     + ("(exact transposes)" if exact else "(gradient independence)"))
     tilde: dict[Matrix, Matrix] = {}
     readout_vectors: dict[int, tuple[Vector, ...]] = {}
     outputs = []
@@ -101,15 +129,16 @@ def gradient_program(program: Program) -> GradientProgram:
                 new.add_line(BiasLine(new.new_vector(ren.dims[readout.dim], "G", f"v{readout.index}"
                                                      + (f"_{k}" if K > 1 else "")), readout.sigma / K**0.5))
                 for k in range(K))
-        uses, biases = _backward(program, new, ren, tilde, tuple(zip(parts, vs, strict=True)))
+        uses, biases = _backward(program, new, ren, None if exact else tilde, tuple(zip(parts, vs, strict=True)))
         outputs.append(OutputGradient(readout, tuple(ren[h] for h in parts), uses, biases))
     return GradientProgram(new, ren, tuple(outputs))
 
 
-def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix],
+def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix] | None,
               seeds: tuple[tuple[Vector, Vector], ...]) -> tuple[tuple[MatrixUse, ...], tuple[BiasUse, ...]]:
     """Walk the lines backwards from ``δh = Σ v`` over the ``(h, v)`` in ``seeds``; returns the
-    matrix uses and biases."""
+    matrix uses and biases. ``tilde``: the independent copies of gradient independence (filled
+    as needed), or None for exact transposes."""
     grads: dict[Vector, list[tuple[float, Expr]]] = {}
     for h, v in seeds:
         grads.setdefault(h, []).append((1.0, Var(v)))
@@ -124,13 +153,18 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix,
             continue
         if isinstance(line, MatMulLine):
             dg = _materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
-            uses.append(MatrixUse(line.matrix, ren[line.arg], dg))
+            uses.append(MatrixUse(line.matrix, ren[line.arg], dg, line.transposed))
             if not line.matrix.is_input:
                 W = line.matrix
-                Wt = tilde.get(W)
-                if Wt is None:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
-                    Wt = tilde[W] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
-                back = new.add_line(MatMulLine(new.new_vector(Wt.out_dim, "G", f"d{line.arg.name}'"), Wt, dg))
+                if tilde is None:  # exact: δh = Wᵀ δg for g = W h, W δg for g = Wᵀ h
+                    back_matrix, back_transposed = ren.matrices[W], not line.transposed
+                else:
+                    if W not in tilde:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
+                        tilde[W] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
+                    back_matrix, back_transposed = tilde[W], False
+                back_dim = ren.dims[line.arg.dim]
+                back = new.add_line(MatMulLine(new.new_vector(back_dim, "G", f"d{line.arg.name}'"), back_matrix, dg,
+                                               back_transposed))
                 grads.setdefault(line.arg, []).append((1.0, Var(back)))
         elif isinstance(line, LinCombLine):
             for coef, arg in zip(line.coeffs, line.args, strict=True):
