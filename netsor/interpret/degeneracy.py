@@ -25,7 +25,7 @@ from netsor.errors import ProgramError
 from netsor.interpret.coupled import LimitGram
 from netsor.interpret.infinite import Limit
 from netsor.interpret.rules.matmul import DEGENERACY_TOLERANCE, limit_conditional, negligible
-from netsor.ir import LinCombLine, MatMulLine, Program, Vector
+from netsor.ir import LinCombLine, Line, MatMulLine, Matrix, Program, Vector
 from netsor.ir.transforms import Renaming, Rewrite, substitute
 from netsor.validate import check_real
 
@@ -97,7 +97,7 @@ def degeneracies(program: Program, X: Any = None, *, tolerance: float = DEGENERA
     X : array, shape (B, d) or (B, T, d), optional
         As for :func:`netsor.limit` (omitted for a program that reads no data).
     tolerance : float
-        Relative variance below which a line is degenerate, in (0, 1); the default
+        Relative variance below which a line is degenerate, in (0, 1]; the default
         ``DEGENERACY_TOLERANCE = 1e-10`` is the coupled run's. The residual is a difference of
         limit covariances, so their errors enter it linearly: closed forms and the exact per-input
         paths are accurate to rounding (residuals ~1e-16), and an exact identity such as
@@ -117,8 +117,8 @@ def degeneracies(program: Program, X: Any = None, *, tolerance: float = DEGENERA
     grams = LimitGram(limit)
     B = limit.X.shape[0]
     transposed = {ln.matrix for ln in program.lines if isinstance(ln, MatMulLine) and ln.transposed}
-    basis: dict[Any, list[MatMulLine]] = {}
-    found = []
+    basis: dict[Matrix, list[MatMulLine]] = {}
+    found: list[Degeneracy] = []
     for line in program.lines:
         if not isinstance(line, MatMulLine) or line.matrix in transposed:
             continue
@@ -194,7 +194,7 @@ def _as_lincomb(degeneracy: Degeneracy) -> Rewrite:
     assert degeneracy.constant is not None
     coeffs = degeneracy.constant
 
-    def build(line: Any, new: Program, renaming: Renaming) -> Vector:
+    def build(line: Line, new: Program, renaming: Renaming) -> Vector:
         out = new.new_vector(renaming.dims[line.out.dim], "G", line.out.name)
         return new.add_line(LinCombLine(out, coeffs, tuple(renaming[u] for u in degeneracy.uses)))
 
