@@ -2,7 +2,8 @@
 
 A Netsor program (:class:`Program`) describes a neural architecture once; the interpreters run
 it at finite width (:func:`sample`, :func:`run_finite`), at infinite width (:func:`nngp`,
-:func:`ntk`, :func:`kernel`, :func:`limit`) and coupled (:func:`coupled`). Architectures: :mod:`netsor.zoo`; convergence
+:func:`ntk`, :func:`kernel`, :func:`limit`) and coupled (:func:`coupled`); degenerate MatMul lines:
+:func:`degeneracies`, :func:`rewrite_degenerate`. Architectures: :mod:`netsor.zoo`; convergence
 statistics: :mod:`netsor.stats`; neural matrix laws: :mod:`netsor.matrixlaws`.
 """
 
@@ -38,6 +39,7 @@ from netsor.errors import (
     UnsupportedError,
 )
 from netsor.interpret.coupled import CoupledRun, coupled
+from netsor.interpret.degeneracy import Degeneracy, degeneracies, rewrite_degenerate
 from netsor.interpret.empirical_ntk import empirical_ntk
 from netsor.interpret.finite import FiniteRun, run_finite, sample
 from netsor.interpret.infinite import Limit, limit, nngp
@@ -50,10 +52,10 @@ __version__ = "0.1.0"
 from netsor import matrixlaws, predict, stats, zoo  # noqa: E402  (after the names they use)
 
 __all__ = [
-    "__version__", "attention", "batchnorm", "abs_", "activation", "cos", "coupled", "elu", "empirical_ntk", "erf",
-    "exp", "gelu", "hard_tanh", "identity", "inner", "kernel", "layernorm", "leaky_relu", "limit", "matrixlaws",
-    "moment", "nngp", "predict", "nonlin", "ntk", "relu", "run_finite", "sample", "sigmoid", "silu", "sin",
-    "softmax", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation", "CoupledRun", "Dim",
-    "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels", "Limit", "Matrix",
-    "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector",
+    "__version__", "attention", "batchnorm", "abs_", "activation", "cos", "coupled", "degeneracies", "elu",
+    "empirical_ntk", "erf", "exp", "gelu", "hard_tanh", "identity", "inner", "kernel", "layernorm", "leaky_relu",
+    "limit", "matrixlaws", "moment", "nngp", "predict", "nonlin", "ntk", "relu", "rewrite_degenerate", "run_finite",
+    "sample", "sigmoid", "silu", "sin", "softmax", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation",
+    "CoupledRun", "Degeneracy", "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels",
+    "Limit", "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector"
 ]

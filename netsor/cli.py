@@ -1,6 +1,7 @@
 """The ``netsor`` command line.
 
-``netsor kernel ARCH``   infinite-width NNGP kernel of a zoo architecture;
+``netsor kernel ARCH``   infinite-width NNGP kernel of a zoo architecture (``--explain``: listing and
+                         degenerate MatMul lines);
 ``netsor sample ARCH``   outputs of finite-width networks;
 ``netsor converge ARCH`` distance to the limit versus width, with floor and slope;
 ``netsor reproduce``     the quantitative-limits report (the main job);
@@ -34,6 +35,7 @@ import numpy as np
 import netsor
 from netsor import Program
 from netsor.errors import HyperParameterError, InputError, NetsorError
+from netsor.interpret.rules.matmul import DEGENERACY_TOLERANCE
 from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
 from netsor.validate import (
@@ -192,9 +194,13 @@ def cli() -> None:
               help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
 @click.option("--ntk", "neural_tangent", is_flag=True,
               help="The neural tangent kernel (every weight, bias and readout trained) instead of the NNGP.")
+@click.option("--explain", is_flag=True,
+              help="First print the program listing and its degenerate MatMul lines (linear combinations of "
+                   "earlier uses of their matrix in the limit); those with constant coefficients are "
+                   "rewritten as LinComb lines and the kernel is computed on the rewritten program.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
            sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, out: str | None,
-           memory_budget: float, neural_tangent: bool) -> None:
+           memory_budget: float, neural_tangent: bool, explain: bool) -> None:
     """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
@@ -205,6 +211,11 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         _check_kernel_size(random_shape(random, program)[0], program)
     X = load_inputs(inputs, random, program, seed=seed)
     _check_kernel_size(X.shape[0], program)
+    if explain:
+        listing = program.pretty()
+        program, _, found = netsor.rewrite_degenerate(program, X)
+        click.echo(listing)
+        click.echo(degeneracy_report(found))
     start = time.perf_counter()
     if neural_tangent:
         K = netsor.ntk(program, X, memory_budget=budget)
@@ -223,6 +234,16 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     if out_path is not None:
         save_array(out_path, K, "--out")
         click.echo(f"saved {out_path}")
+
+
+def degeneracy_report(found: list[netsor.Degeneracy]) -> str:
+    """The ``--explain`` rows of :func:`netsor.rewrite_degenerate`'s findings."""
+    head = (f"degenerate MatMul lines (limiting conditional variance <= {DEGENERACY_TOLERANCE:g} of the variance "
+            f"at every input): {len(found) or 'none'}")
+    rows = [f"  {d.describe()}  [{'rewritten as a LinComb' if d.rewritable else 'kept as a MatMul'}]" for d in found]
+    if any(d.rewritable for d in found):
+        rows.append("  the kernel below is computed on the rewritten program (the same limit)")
+    return "\n".join([head, *rows])
 
 
 def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:

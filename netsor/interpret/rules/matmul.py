@@ -190,9 +190,14 @@ def gram_solve(H: Array, rhs: Array) -> Array:
     return np.matmul(vecs * inv[:, None, :], np.matmul(vecs.transpose(0, 2, 1), rhs))
 
 
-def limit_conditional(sigma: float, gram: Array, B: int) -> tuple[Array | None, Array, bool]:
+def limit_conditional(sigma: float, gram: Array, B: int, tolerance: float = DEGENERACY_TOLERANCE
+                      ) -> tuple[Array | None, Array, bool]:
     """Coefficients, residual covariance and degeneracy of the newest use (last B rows of the
-    limit Gram matrix ``gram`` of all uses of ``W`` so far)."""
+    limit Gram matrix ``gram`` of all uses of ``W`` so far).
+
+    The use is degenerate when the trace of its conditional covariance is :func:`negligible`
+    next to the trace of its unconditional covariance (relative ``tolerance``).
+    """
     k = gram.shape[0] - B
     cc = gram[k:, k:]
     if k == 0:
@@ -202,6 +207,11 @@ def limit_conditional(sigma: float, gram: Array, B: int) -> tuple[Array | None, 
         coef = np.linalg.pinv(pp, rcond=1e-12, hermitian=True) @ pc  # (k, B)
         resid = cc - pc.T @ coef
     resid = 0.5 * (resid + resid.T) * sigma**2
-    scale = max(float(np.trace(cc)) * sigma**2, np.finfo(float).tiny)
-    degenerate = float(np.trace(resid)) <= DEGENERACY_TOLERANCE * scale
+    degenerate = negligible(float(np.trace(resid)), float(np.trace(cc)) * sigma**2, tolerance)
     return coef, resid, degenerate
+
+
+def negligible(residual: float, variance: float, tolerance: float = DEGENERACY_TOLERANCE) -> bool:
+    """Whether a conditional variance ``residual`` vanishes next to the unconditional ``variance``:
+    ``residual <= tolerance · variance`` (a zero variance counts as vanishing)."""
+    return residual <= tolerance * max(variance, np.finfo(float).tiny)
