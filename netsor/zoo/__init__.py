@@ -1,6 +1,7 @@
 """Architectures as Netsor programs. Each function returns a :class:`netsor.Program`."""
 
 from netsor.zoo.cnn import cnn
+from netsor.zoo.gru import gru
 from netsor.zoo.layernorm_mlp import layernorm_mlp
 from netsor.zoo.matrix_laws import marchenko_pastur_moments, semicircle_moments
 from netsor.zoo.mlp import mlp
@@ -9,11 +10,11 @@ from netsor.zoo.rnn import rnn
 from netsor.zoo.transformer import transformer
 
 #: Architectures by name, for the command line.
-ARCHITECTURES = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "rnn": rnn, "layernorm_mlp": layernorm_mlp,
+ARCHITECTURES = {"cnn": cnn, "gru": gru, "mlp": mlp, "resnet": resnet, "rnn": rnn, "layernorm_mlp": layernorm_mlp,
                  "transformer": transformer}
 #: Random-matrix laws as data-free Netsor⊤ programs, by name (their NNGP kernel is the Hankel
 #: matrix of the law's moments).
 MATRIX_LAWS = {"semicircle": semicircle_moments, "marchenko-pastur": marchenko_pastur_moments}
 
-__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "cnn", "layernorm_mlp", "marchenko_pastur_moments", "mlp", "resnet", "rnn",
-           "semicircle_moments", "transformer"]
+__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "cnn", "gru", "layernorm_mlp", "marchenko_pastur_moments", "mlp", "resnet",
+           "rnn", "semicircle_moments", "transformer"]
