@@ -1,0 +1,62 @@
+"""Time the NetsorK kernels against the issue's goals, and against a one-argument kernel of the
+same size measured in the same run.
+
+Goals (issue: NetsorK): the transformer with 2 layers on 4 sequences of 8 tokens under 10 s; the
+LayerNorm MLP is reported beside the plain MLP of the same depth (LayerNorm adds per-input
+scalars: the ratio shows their cost). Medians of ``--repeats`` after a warm-up, calls interleaved.
+
+Run::
+
+    python benchmarks/bench_netsork.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from common import finish
+
+import netsor
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    load = os.getloadavg()
+    rng = np.random.default_rng(0)
+    X_seq = rng.standard_normal((4, 8, 16))
+    X = rng.standard_normal((500, 50))
+    transformer = netsor.zoo.transformer(2, tokens=8)
+    layernorm = netsor.zoo.layernorm_mlp(3, "relu", 1.0, 0.1)
+    plain = netsor.zoo.mlp(3, "relu", 1.0, 0.1)
+    calls = {"transformer": lambda: netsor.nngp(transformer, X_seq),
+             "layernorm_mlp": lambda: netsor.nngp(layernorm, X),
+             "mlp": lambda: netsor.nngp(plain, X)}
+    for f in calls.values():  # warm-up
+        f()
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(args.repeats):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    fig = {"loadavg_start": load, "cpus": os.cpu_count(), "median_s": med,
+           "layernorm_over_mlp": med["layernorm_mlp"] / med["mlp"]}
+    print(f"NetsorK kernels ({os.cpu_count()} CPUs), medians of {args.repeats}")
+    print(f"  transformer, 2 layers, 4 sequences × 8 tokens   {med['transformer']:8.3f} s "
+          f"(goal < 10 s: {'met' if med['transformer'] < 10 else 'MISSED'})")
+    print(f"  LayerNorm MLP depth 3, N = 500                   {med['layernorm_mlp'] * 1e3:8.1f} ms")
+    print(f"  MLP depth 3, N = 500 (same run)                  {med['mlp'] * 1e3:8.1f} ms   "
+          f"LayerNorm / plain = {fig['layernorm_over_mlp']:.2f}")
+    return finish(fig, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
