@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
-from common import finish
+from common import finish, interleaved_medians
 
 import netsor
 
@@ -38,15 +36,7 @@ def main(argv=None) -> int:
     calls = {"transformer": lambda: netsor.nngp(transformer, X_seq),
              "layernorm_mlp": lambda: netsor.nngp(layernorm, X),
              "mlp": lambda: netsor.nngp(plain, X)}
-    for f in calls.values():  # warm-up
-        f()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(args.repeats):
-        for name, f in calls.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, _ = interleaved_medians(calls, args.repeats)
     fig = {"loadavg_start": load, "cpus": os.cpu_count(), "median_s": med,
            "layernorm_over_mlp": med["layernorm_mlp"] / med["mlp"]}
     print(f"NetsorK kernels ({os.cpu_count()} CPUs), medians of {args.repeats}")

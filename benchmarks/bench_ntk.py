@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from bench_nngp import DEFAULT_NT_PYTHON, run_nt
-from common import finish
+from common import finish, interleaved_medians
 
 import netsor
 
@@ -40,14 +38,7 @@ def main(argv=None) -> int:
     X = np.random.default_rng(0).standard_normal((args.n, args.d))
     prog = netsor.zoo.mlp(args.depth, "relu", 1.0, 0.0)
     calls = {"nngp": lambda: netsor.nngp(prog, X), "kernel": lambda: netsor.kernel(prog, X)}
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    result = {k: f() for k, f in calls.items()}  # warm-up
-    for _ in range(args.repeats):
-        for name, f in calls.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, result = interleaved_medians(calls, args.repeats)
     fig = {"loadavg_start": load, "n": args.n, "d": args.d, "depth": args.depth, "cpus": os.cpu_count(),
            "median_s": med, "kernel_over_nngp": med["kernel"] / med["nngp"]}
     print(f"NNGP + NTK, depth-{args.depth} ReLU MLP, N = {args.n}, d = {args.d} ({os.cpu_count()} CPUs), "

@@ -2,6 +2,23 @@
 
 import json
 import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def interleaved_medians(calls: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Warm each call up once, then time ``repeats`` rounds of all calls interleaved (so that every
+    call sees the same machine load); returns (median seconds by name, warm-up results by name)."""
+    results = {name: f() for name, f in calls.items()}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}, results
 
 
 def finish(fig: dict, json_path: str | None) -> int:

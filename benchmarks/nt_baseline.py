@@ -102,6 +102,19 @@ def nngp_kernel(
     return np.asarray(k, dtype=np.float64)
 
 
+def save_reference(path: str, arrays: dict, keys: list, seed: int) -> None:
+    """Write reference kernels (``{key}/{name}`` arrays, plus inputs) with a ``meta`` record of
+    the NT and jax versions; refuses non-finite kernels."""
+    for name, value in arrays.items():
+        if "/" in name and not np.isfinite(value).all():
+            raise RuntimeError(f"non-finite reference {name}")
+    meta = {"source": "neural_tangents stax kernel_fn(X, None | X2, ('nngp', 'ntk'))",
+            "neural_tangents_version": getattr(nt, "__version__", None), "jax_version": jax.__version__,
+            "x64": bool(jax.config.jax_enable_x64), "seed": seed, "keys": list(keys)}
+    np.savez_compressed(path, **arrays, meta=np.array(json.dumps(meta)))
+    print(f"wrote {len(keys)} architectures to {path}")
+
+
 def make_inputs(n: int, d: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, d))
 

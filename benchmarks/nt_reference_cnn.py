@@ -20,7 +20,6 @@ float64, for::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -81,14 +80,7 @@ def main(argv=None) -> int:
         for name, value in (("nngp", both.nngp), ("ntk", both.ntk), ("nngp_cross", cross.nngp),
                             ("ntk_cross", cross.ntk)):
             arrays[f"{key}/{name}"] = np.asarray(value, dtype=np.float64)
-            if not np.isfinite(arrays[f"{key}/{name}"]).all():
-                raise RuntimeError(f"non-finite {name} for {key}")
-    meta = {"source": "neural_tangents stax kernel_fn(X, None | X2, ('nngp', 'ntk'))",
-            "neural_tangents_version": getattr(ntb.nt, "__version__", None), "jax_version": ntb.jax.__version__,
-            "x64": bool(ntb.jax.config.jax_enable_x64), "seed": SEED, "keys": keys}
-    arrays["meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(args.out, **arrays)
-    print(f"wrote {len(keys)} architectures to {args.out}")
+    ntb.save_reference(args.out, arrays, keys, SEED)
     return 0
 
 

@@ -15,7 +15,6 @@ Inputs as in ``nt_reference_ntk.py``: ``X`` (6, 5) from ``reference_inputs()`` a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -56,15 +55,7 @@ def main(argv=None) -> int:
         arrays[f"{key}/nngp"] = np.asarray(both.nngp, dtype=np.float64)
         arrays[f"{key}/ntk"] = np.asarray(both.ntk, dtype=np.float64)
         arrays[f"{key}/nngp_cross"] = np.asarray(kernel_fn(X, X2, "nngp"), dtype=np.float64)
-        for name in ("nngp", "ntk", "nngp_cross"):
-            if not np.isfinite(arrays[f"{key}/{name}"]).all():
-                raise RuntimeError(f"non-finite {name} for {key}")
-    meta = {"source": "neural_tangents stax kernel_fn with LayerNorm(eps=1e-12)",
-            "neural_tangents_version": getattr(ntb.nt, "__version__", None), "jax_version": ntb.jax.__version__,
-            "x64": bool(ntb.jax.config.jax_enable_x64), "seed": SEED, "keys": keys}
-    arrays["meta"] = np.array(json.dumps(meta))
-    np.savez(args.out, **arrays)
-    print(f"wrote {len(keys)} architectures to {args.out}")
+    ntb.save_reference(args.out, arrays, keys, SEED)
     return 0
 
 

@@ -23,7 +23,6 @@ parameters, every layer trained.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -68,15 +67,7 @@ def main(argv=None) -> int:
         arrays[f"{key}/nngp"] = np.asarray(both.nngp, dtype=np.float64)
         arrays[f"{key}/ntk"] = np.asarray(both.ntk, dtype=np.float64)
         arrays[f"{key}/ntk_cross"] = np.asarray(cross, dtype=np.float64)
-        for name in ("nngp", "ntk", "ntk_cross"):
-            if not np.isfinite(arrays[f"{key}/{name}"]).all():
-                raise RuntimeError(f"non-finite {name} for {key}")
-    meta = {"source": "neural_tangents stax kernel_fn(X, None | X2, ('nngp', 'ntk'))",
-            "neural_tangents_version": getattr(ntb.nt, "__version__", None), "jax_version": ntb.jax.__version__,
-            "x64": bool(ntb.jax.config.jax_enable_x64), "seed": SEED, "keys": list(nets)}
-    arrays["meta"] = np.array(json.dumps(meta))
-    np.savez(args.out, **arrays)
-    print(f"wrote {len(nets)} architectures to {args.out}")
+    ntb.save_reference(args.out, arrays, list(nets), SEED)
     return 0
 
 

@@ -2,9 +2,8 @@
 
 from netsor.zoo.cnn import cnn
 from netsor.zoo.gru import gru
-from netsor.zoo.layernorm_mlp import layernorm_mlp
 from netsor.zoo.matrix_laws import marchenko_pastur_moments, semicircle_moments
-from netsor.zoo.mlp import mlp
+from netsor.zoo.mlp import layernorm_mlp, mlp
 from netsor.zoo.resnet import resnet
 from netsor.zoo.rnn import rnn
 from netsor.zoo.transformer import transformer
