@@ -50,6 +50,11 @@ DEFAULT_OUT = os.path.join(
 )
 
 
+def reference_pair(seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` of :func:`reference_inputs` and a second set ``X2`` (4, 5) for cross kernels."""
+    return reference_inputs(seed), np.random.default_rng(seed + 1).standard_normal((4, 5))
+
+
 def reference_inputs(seed: int = SEED) -> np.ndarray:
     a, b, c = np.random.default_rng(seed).standard_normal((3, 5))
     return np.stack([a, 2.0 * a, b, 2.0 * b, c, -c]).astype(np.float64)

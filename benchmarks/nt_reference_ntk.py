@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import nt_baseline as ntb  # noqa: E402  (installs the NT import shim and enables x64)
 import numpy as np  # noqa: E402
-from nt_reference_kernels import SEED, reference_inputs  # noqa: E402
+from nt_reference_kernels import SEED, reference_pair  # noqa: E402
 
 stax = ntb.stax
 MLP_CASES = [(act, depth, sw, sb) for act in ("relu", "erf") for depth in (1, 2, 3, 5, 10)
@@ -56,8 +56,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    X = reference_inputs()
-    X2 = np.random.default_rng(SEED + 1).standard_normal((4, 5))
+    X, X2 = reference_pair()
     arrays = {"X": X, "X2": X2}
     nets = {f"mlp_{a}_d{d}_w{sw}_b{sb}": ntb.build_network(d, a, sw, sb) for a, d, sw, sb in MLP_CASES}
     nets |= {f"resnet_{a}_k{k}_w{sw}_b{sb}": resnet(a, k, sw, sb) for a, k, sw, sb in RESNET_CASES}
