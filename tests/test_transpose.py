@@ -171,6 +171,22 @@ def test_nonlinear_transpose_of_several_arguments() -> None:
     assert np.all(np.abs(z) < Z_MAX), z
 
 
+def test_two_forward_and_two_transposed_uses_of_one_matrix() -> None:
+    """``a = Wv``, ``b = W(v + u)``, ``y₁ = Wᵀ tanh(a)``, ``y₂ = Wᵀ (relu(b) tanh(a))``: the Gaussian parts
+    of the two ``Wᵀ`` uses are correlated (``σ² E[tanh(a) relu(b) tanh(a)]``) and each ``Ż`` sums over
+    both forward uses; against 100 dense networks of width 400."""
+    p = netsor.Program()
+    n = p.dim("n")
+    v, u = p.gaussian(n), p.gaussian(n, sigma=0.7)
+    W = p.matrix(n, n, sigma=1.2)
+    a, b = W @ v, W @ (v + u)
+    p.readout(v, u, W.T @ netsor.tanh(a), W.T @ (netsor.relu(b) * netsor.tanh(a)), sigma=1.0)
+    K = netsor.nngp(p)
+    run = netsor.run_finite(p, width=400, samples=100, seed=5, return_kernels=True, method="dense")
+    z = z_scores(run.kernels, K)
+    assert np.all(np.abs(z) < Z_MAX), z
+
+
 def test_data_free_programs() -> None:
     p = netsor.zoo.semicircle_moments(2)
     assert netsor.sample(p, width=16, samples=5).shape == (5, 3)
