@@ -111,7 +111,8 @@ def batchnorm_expectation(phi: Activation, psi: Activation | None, b: int, c: in
 
 
 def _expectation(phi: Activation, psi: Activation | None, k1: float, k2: float, b: int, c: int, cov: Array,
-                 d_cov: Array, rtol: float, atol: float, scale: float, memo: CoefficientMemo | None) -> tuple[Array, Array]:
+                 d_cov: Array, rtol: float, atol: float, scale: float,
+                 memo: CoefficientMemo | None) -> tuple[Array, Array]:
     """The expectation and its numerical error for each of N covariances (N, B, B) (``d_cov``:
     their error bounds, to decide which eigenvalues of the centred covariance are zero)."""
     N, B = cov.shape[0], cov.shape[-1]
@@ -134,7 +135,8 @@ def _expectation(phi: Activation, psi: Activation | None, k1: float, k2: float, 
     b0 = np.maximum(np.einsum("ni,ni,ni->n", qc, qc, lam), 1e-300) if psi is not None else np.ones(N)
     rank = kept.sum(axis=1)
     log_lam = np.sum(np.log(np.where(kept, lam, 1.0)), axis=1)
-    # tails: ∫_{−∞}^{t_lo} ≤ S a0^{k1/2} b0^{k2/2} e^{m t_lo} / m; ∫_{t_hi}^∞ ≤ S 2^{−m−r/2} Πλ^{−1/2} (2/r) e^{−r t_hi/2}
+    # tails: ∫_{−∞}^{t_lo} ≤ S a0^{k1/2} b0^{k2/2} e^{m t_lo} / m,
+    #        ∫_{t_hi}^∞ ≤ S 2^{−m−r/2} Πλ^{−1/2} (2/r) e^{−r t_hi/2}
     low_const = scale * a0 ** (k1 / 2) * b0 ** (k2 / 2) / m
     high_log = (math.log(scale) - (m + rank / 2) * math.log(2.0) - 0.5 * log_lam + np.log(2.0 / rank))
     t_lo = float(np.min(np.log(tau / low_const) / m))

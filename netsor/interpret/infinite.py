@@ -1042,11 +1042,11 @@ class Run:
         centred = np.trace(centred_covariance(cov), axis1=1, axis2=2)
         flat = centred <= 64 * _EPS * np.maximum(np.trace(cov, axis1=1, axis2=2), 1e-300)
         if flat.any():
-            owner = self.an.owners.get(m.key)
+            owner, bad = self.an.owners.get(m.key), int(np.flatnonzero(flat)[0])
             raise NumericalError(
                 f"{owner.name if owner is not None else m.expr.describe()} = "
                 f"{(self.an.program.line_of(owner).expr if owner is not None else m.expr).describe()}: the batch "
-                f"{', '.join(v.name for v in form.args)} has no spread in the limit at input {int(np.flatnonzero(flat)[0])} "
+                f"{', '.join(v.name for v in form.args)} has no spread in the limit at input {bad} "
                 "(every example of the batch has the same pre-activation, e.g. equal inputs), so BatchNorm divides by "
                 "a zero variance; make the examples of a batch differ")
         return batchnorm_expectation(form.act, None if other is None else other.act, form.index,

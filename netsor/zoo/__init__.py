@@ -16,5 +16,5 @@ ARCHITECTURES = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "rnn": rnn, "layernor
 #: matrix of the law's moments).
 MATRIX_LAWS = {"semicircle": semicircle_moments, "marchenko-pastur": marchenko_pastur_moments}
 
-__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "batchnorm_mlp", "cnn", "layernorm_mlp", "marchenko_pastur_moments", "mlp", "resnet", "rnn",
-           "semicircle_moments", "transformer"]
+__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "batchnorm_mlp", "cnn", "layernorm_mlp", "marchenko_pastur_moments", "mlp",
+           "resnet", "rnn", "semicircle_moments", "transformer"]
