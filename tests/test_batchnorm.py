@@ -11,6 +11,7 @@ import netsor
 from netsor import NumericalError, UnsupportedError
 from netsor.activations import Activation, abs_, identity, relu, step
 from netsor.cli import main
+from netsor.gaussian import joint
 from netsor.gaussian.batchnorm import batchnorm_expectation
 
 PAIRS = [(relu, relu), (relu, identity), (step, step)]
@@ -159,9 +160,15 @@ def test_batchnorm_mlp_matches_finite_networks(depth: int) -> None:
     assert np.all(np.abs(kernels.mean(axis=0) - K) <= 4 * se_k + 2.0 / 1024 * np.max(np.diag(K)))
 
 
-def test_batchnorm_mlp_kernel_is_exact_and_fast() -> None:
+def test_batchnorm_mlp_kernel_is_exact_and_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """B = 4, depth 3: the default tolerance is met with bounds far below it, the invariant
-    Σ_b K_bb = B/2 of relu holds to the bounds, and no Monte-Carlo part was used."""
+    Σ_b K_bb = B/2 of relu holds to the bounds, and the multi-dimensional engine (QMC) is never called."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the multi-dimensional engine was called")
+
+    for name in ("point_expectation", "pair_expectation", "point_moments"):
+        monkeypatch.setattr(joint, name, refuse)
     X = np.random.default_rng(9).standard_normal((1, 4, 5))
     lim = netsor.limit(netsor.zoo.batchnorm_mlp(3, sigma_b=0.5), X)
     K, E = lim.nngp(with_error=True)

@@ -115,19 +115,36 @@ def _expectation(phi: Activation, psi: Activation | None, k1: float, k2: float, 
                  memo: CoefficientMemo | None) -> tuple[Array, Array]:
     """The expectation and its numerical error for each of N covariances (N, B, B) (``d_cov``:
     their error bounds, to decide which eigenvalues of the centred covariance are zero)."""
-    N, B = cov.shape[0], cov.shape[-1]
+    B = cov.shape[-1]
     m = 0.5 * (k1 + k2)
     basis = _orthocomplement(B)  # (B, B−1): orthonormal basis of 1^⊥
     reduced = np.einsum("ia,nij,jb->nab", basis, cov, basis)
     lam, vecs = np.linalg.eigh(reduced)
-    # eigenvalues within the perturbation bound of zero (Weyl) or rounding are zero: the batch spans less
-    floor = np.maximum(B * np.max(np.abs(d_cov), axis=(1, 2)), 16 * B * _EPS * np.max(np.abs(lam), axis=1))
+    # eigenvalues within the perturbation bound of zero (Weyl) or rounding of Σ are zero: the batch spans less
+    floor = B * np.max(np.abs(d_cov) + 16 * _EPS * np.abs(cov), axis=(1, 2))
     kept = lam > floor[:, None]
+    # no spread left within the error bounds: only the range |φ(u_b) ψ(u_c)| ≤ (B−1)^m max|φ(±1)| max|ψ(±1)| is known
+    flat = ~kept.any(axis=1)
+    kept[flat], lam[flat] = True, 1.0
     lam = np.where(kept, lam, 0.0)
     qb = basis[b] @ vecs  # (N, B−1): coordinates of w_b in the eigenbasis
     qc = basis[c] @ vecs
     if m == 0.0:
-        return _inner(phi, psi, k1, k2, qb, qc, lam, rtol, memo)
+        value, err = _inner(phi, psi, k1, k2, qb, qc, lam, rtol, memo)
+    else:
+        value, err = _integral(phi, psi, k1, k2, m, qb, qc, lam, kept, rtol, atol, scale, memo)
+    if flat.any():
+        ones = np.array([-1.0, 1.0])
+        size = float(np.max(np.abs(phi.fn(ones)))) * (1.0 if psi is None else float(np.max(np.abs(psi.fn(ones)))))
+        value[flat], err[flat] = 0.0, (B - 1) ** m * size
+    return value, err
+
+
+def _integral(phi: Activation, psi: Activation | None, k1: float, k2: float, m: float, qb: Array, qc: Array,
+              lam: Array, kept: Array, rtol: float, atol: float, scale: float,
+              memo: CoefficientMemo | None) -> tuple[Array, Array]:
+    """``B^m E[φ(w_b) ψ(w_c) ‖w‖^{−2m}]`` for ``m > 0`` by the Laplace integral, and its numerical error."""
+    N, B = qb.shape[0], qb.shape[1] + 1
     # ∫ F(t) dt, F(t) = s^m det(I + 2sC)^{−1/2} E_{C_s}[φψ] with s = e^t; then · B^m / Γ(m)
     factor = B**m / math.gamma(m)
     tau = TAIL_SHARE * atol / factor
