@@ -8,7 +8,9 @@ unfolds into source covariances (linear parts), data inner products, and Gaussia
 of pairs of monomials. A monomial pair factorises over groups of *structurally independent*
 factors (arguments with no correlated sources); each group is one call to the Gaussian engine:
 a one-argument rule (closed forms, Stein, Mehler series) when each side is a function of one
-G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`).
+G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`). Monomials ``φ(u_b)`` of
+BatchNorm outputs of one batch of G-vectors with positively homogeneous φ take one-dimensional
+integrals instead (:mod:`netsor.gaussian.batchnorm`), at one input only (a batch is one input).
 
 Errors. Every quantity is a pair (value, error bound): the engine's own error of each
 expectation plus the first-order propagation of the errors of its input covariances
