@@ -144,9 +144,9 @@ def test_kernel_errors_propagate_from_the_covariance() -> None:
 # ------------------------------------------------------------------ the zoo network
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_batchnorm_mlp_matches_finite_networks(depth: int) -> None:
-    """2000 seeded networks of width 1024: the output covariance within 4 standard errors of the
-    limit, and the per-network kernels (1/n) h_b·h_c averaged, within 4 standard errors plus the
-    O(1/n) finite-width bias (taken as 2/n relative to the diagonal scale, checked loose above it)."""
+    """2000 seeded networks of width 1024: the output covariance, and the mean of the per-network
+    kernels (1/n) h_b·h_c (far less noisy), within 4 standard errors of the limit (the finite-width
+    bias is O(1/n): |mean − K| measured at most 1.2/n here, inside the 4-standard-error band)."""
     X = np.random.default_rng(8).standard_normal((1, 4, 5))
     p = netsor.zoo.batchnorm_mlp(depth, sigma_b=0.3)
     K = netsor.nngp(p, X)
@@ -157,7 +157,7 @@ def test_batchnorm_mlp_matches_finite_networks(depth: int) -> None:
     assert np.all(np.abs(products.mean(axis=0) - K) <= 4 * se)
     kernels = run.kernels
     se_k = kernels.std(axis=0, ddof=1) / np.sqrt(len(kernels))
-    assert np.all(np.abs(kernels.mean(axis=0) - K) <= 4 * se_k + 2.0 / 1024 * np.max(np.diag(K)))
+    assert np.all(np.abs(kernels.mean(axis=0) - K) <= 4 * se_k)
 
 
 def test_batchnorm_mlp_kernel_is_exact_and_fast(monkeypatch: pytest.MonkeyPatch) -> None:
