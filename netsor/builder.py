@@ -58,6 +58,13 @@ def _new_nonlin(v: Vector, expr: Expr) -> Vector:
     return program.add_line(NonLinLine(program.new_vector(v.dim, kind), expr))
 
 
+def expression_line(v: Vector, expr: Expr) -> Vector:
+    """A NonLin line ``h := expr`` in ``v``'s dim, for layers that build the expression tree of
+    their nonlinearity themselves (:func:`netsor.batchnorm`); ``expr`` is over vectors of ``v``'s program."""
+    v.program.check_own(v)
+    return _new_nonlin(v, expr)
+
+
 def _new_lincomb(v: Vector, terms: list[tuple[float | Vector, Vector]], offset: Vector | None = None) -> Vector:
     program = v.program
     coeffs = tuple(c if isinstance(c, Vector) else float(c) for c, _ in terms)

@@ -50,7 +50,7 @@ from netsor.validate import (
 from netsor.zoo import ARCHITECTURES
 
 _COUNT_PARAMETER = {"cnn": "depth", "gru": "steps", "mlp": "depth", "resnet": "blocks", "rnn": "steps",
-                    "layernorm_mlp": "depth", "transformer": "layers"}
+                    "layernorm_mlp": "depth", "transformer": "layers", "batchnorm_mlp": "depth"}
 #: Largest --depth accepted (a program line per layer; deeper programs take minutes to build).
 MAX_DEPTH = 10_000
 #: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from netsor.activations import exp
-from netsor.builder import inner, linear_combination, moment, nonlin
+from netsor.builder import expression_line, expression_of, inner, linear_combination, moment
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import Vector
+from netsor.ir.expr import BatchNormalized
 from netsor.validate import check_real
 
 
@@ -87,23 +88,23 @@ def attention(queries: Sequence[Vector], keys: Sequence[Vector], values: Sequenc
 
 
 def batchnorm(gs: Sequence[Vector]) -> list[Vector]:
-    """Normalise each coordinate across the batch ``gs`` (B vectors of one dim): ``(g_b − ḡ) / s``
-    with ``ḡ = (1/B) Σ_b g_b`` and the population ``s² = (1/B) Σ_b (g_b − ḡ)²`` (no epsilon).
-    Each output is a NonLin of the B vectors (the batch is part of the program)."""
+    """Normalise each coordinate across the batch ``gs`` (B ≥ 2 vectors of one dim):
+    ``u_b = (g_b − ḡ) / s`` with ``ḡ = (1/B) Σ_b g_b`` and the population ``s² = (1/B) Σ_b (g_b − ḡ)²``
+    (no epsilon). Returns the B outputs, NonLin lines of the batch's vectors
+    (:class:`~netsor.ir.expr.BatchNormalized` expressions; the batch is part of the program).
+
+    In the limit, ``φ(u_b)`` of G-vectors with a positively homogeneous φ (relu, step, identity,
+    abs, leaky_relu) has exact second moments at one input (:mod:`netsor.gaussian.batchnorm`).
+    """
     gs = list(gs)
     if len(gs) < 2:
         raise ProgramError("batchnorm normalises across a batch: pass at least two vectors")
     for g in gs:
         _check_hidden(g, "batchnorm")
-
-    def normalised(b: int) -> Any:
-        def fn(*xs: Any) -> Any:
-            mean = sum(xs) / len(xs)
-            var = sum((x - mean) * (x - mean) for x in xs) / len(xs)
-            return (xs[b] - mean) / np.sqrt(var)
-        return fn
-
-    return [nonlin(normalised(b), *gs, name=f"batchnorm[{b}]") for b in range(len(gs))]
+    if any(g.dim is not gs[0].dim for g in gs):
+        raise DimensionError("the vectors of a batch must live in one dim")
+    operands = tuple(expression_of(g) for g in gs)
+    return [expression_line(gs[0], BatchNormalized(b, operands)) for b in range(len(gs))]
 
 
 def _identity(x: Any) -> Any:

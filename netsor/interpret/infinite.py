@@ -8,7 +8,9 @@ unfolds into source covariances (linear parts), data inner products, and Gaussia
 of pairs of monomials. A monomial pair factorises over groups of *structurally independent*
 factors (arguments with no correlated sources); each group is one call to the Gaussian engine:
 a one-argument rule (closed forms, Stein, Mehler series) when each side is a function of one
-G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`).
+G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`). Monomials ``φ(u_b)`` of
+BatchNorm outputs of one batch of G-vectors with positively homogeneous φ take one-dimensional
+integrals instead (:mod:`netsor.gaussian.batchnorm`), at one input only (a batch is one input).
 
 Errors. Every quantity is a pair (value, error bound): the engine's own error of each
 expectation plus the first-order propagation of the errors of its input covariances
@@ -37,9 +39,10 @@ from typing import Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from netsor.activations import Activation
+from netsor.activations import Activation, identity
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
+from netsor.gaussian.batchnorm import batchnorm_expectation, centred_covariance
 from netsor.gaussian.pairs import (
     CoefficientMemo,
     is_elementary,
@@ -62,7 +65,7 @@ from netsor.interpret.rules import (
 )
 from netsor.ir import MatMulLine, Matrix, NonLinLine, Program, Vector
 from netsor.ir.differentiate import differentiate
-from netsor.ir.expr import Apply, Expr, Monomial, Polynomial, Var, expand, linear
+from netsor.ir.expr import Apply, BatchNormalized, Expr, Monomial, Polynomial, Var, expand, linear
 from netsor.linalg import PSD_TOLERANCE, ensure_psd
 from netsor.validate import (
     check_choice,
@@ -107,6 +110,17 @@ class Component:
 
 
 @dataclass(frozen=True)
+class BatchNormForm:
+    """A monomial ``act(u_index)`` of one BatchNorm output ``u`` of a batch of G-vectors ``args``
+    (positively homogeneous ``act``): its expectations reduce to one-dimensional integrals
+    (:mod:`netsor.gaussian.batchnorm`)."""
+
+    args: tuple[Vector, ...]
+    index: int
+    act: Activation
+
+
+@dataclass(frozen=True)
 class Projection:
     """A monomial that is a function of one linear form ``w = Σ coefs · args`` of G-vectors:
     ``act(w)`` (one-dimensional, whatever the number of arguments)."""
@@ -141,6 +155,8 @@ class Analysis:
         self.polys: dict[Vector, Polynomial] = {}
         self.steps: dict[Vector, int | None] = {}
         self.monomials: dict[Key, Monomial] = {}
+        #: The first NonLin line whose polynomial has each monomial (for error messages).
+        self.owners: dict[Key, Vector] = {}
         self._source_cov: dict[tuple[Vector, Vector], SourceCovariance | None] = {}
         self._correlated: dict[tuple[Vector, Vector], bool] = {}
         self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
@@ -169,6 +185,7 @@ class Analysis:
                 self.polys[out] = _with_scalar_coefficients(out, expand(form.expr))
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
+                    self.owners.setdefault(m.key, out)
         for g in self.sources:
             m = Monomial((Var(g),))
             self.monomials.setdefault(m.key, m)
@@ -332,6 +349,24 @@ class Analysis:
             self._functions[key] = _projection(m)
         return self._functions[key]
 
+    def batchnorm(self, m: Monomial) -> BatchNormForm | None:
+        """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
+        homogeneous ``act`` (identity included), when it is one; None otherwise."""
+        key = ("bn", m.key)
+        if key not in self._functions:
+            self._functions[key] = _batchnorm_form(m)
+        return self._functions[key]
+
+    def batchnorm_pair(self, comp: Component) -> tuple[BatchNormForm, BatchNormForm] | None:
+        """Both sides of ``comp`` as BatchNorm forms of one batch whose pair expectation has a closed
+        form (or Stein's identity), else None (the multi-dimensional engine takes it)."""
+        if comp.left is None or comp.right is None:
+            return None
+        fl, fr = self.batchnorm(comp.left), self.batchnorm(comp.right)
+        if fl is None or fr is None or fl.args != fr.args or not is_elementary(fl.act, fr.act):
+            return None
+        return fl, fr
+
     def joint(self, m: Monomial) -> joint.JointFunction:
         key = ("joint", m.key)
         if key not in self._functions:
@@ -375,6 +410,19 @@ class MomentTerm:
     scalars: Any  # an expression over scalars, or None
     kind: str
     key: Key | None
+
+
+def _batchnorm_form(m: Monomial) -> BatchNormForm | None:
+    if len(m.atoms) != 1:
+        return None
+    atom, act = m.atoms[0], identity
+    if isinstance(atom, Apply):
+        atom, act = atom.child, atom.act
+    if not isinstance(atom, BatchNormalized) or act.homogeneous is None:
+        return None
+    if not all(isinstance(e, Var) and e.vector.kind == "G" for e in atom.operands) or len(m.args) != len(atom.operands):
+        return None
+    return BatchNormForm(m.args, atom.index, act)
 
 
 def _projection(m: Monomial) -> Projection | None:
@@ -547,6 +595,8 @@ class MonomialPair(Quantity):
             if diag:
                 union = _union(comp.left.args, comp.right.args)
                 own += _block_keys(union)
+                if an.batchnorm_pair(comp) is not None:
+                    continue
                 if an.projection(comp.left) is not None and an.projection(comp.right) is not None:
                     own += [("pm", comp.left.key), ("pm", comp.right.key)]
                 else:
@@ -594,10 +644,13 @@ class MonomialPair(Quantity):
 class MonomialMean(Quantity):
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         m = an.monomials[key[1]]
-        return _block_keys(m.args) + [("pm", key[1])], []
+        return _block_keys(m.args) + ([] if an.batchnorm(m) is not None else [("pm", key[1])]), []
 
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
+        form = run.an.batchnorm(m)
+        if form is not None:
+            return run.batchnorm(m, form, None)
         cov, d_cov = run.block(m.args)
         stats = run.get(("pm", key[1]))[0]
         proj = run.an.projection(m)
@@ -619,6 +672,9 @@ class PointMoments(Quantity):
 
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
+        form = run.an.batchnorm(m)
+        if form is not None:  # only the second moment: BatchNorm pairs propagate errors themselves
+            return {"m2": run.batchnorm(m, form, form)[0]}, None
         cov, d_cov = run.block(m.args)
         proj = run.an.projection(m)
         if proj is not None:
@@ -957,6 +1013,9 @@ class Run:
         """``E[L(U) R(V)]`` with both sides at the same point (diagonal run)."""
         an = self.an
         left, right = comp.left, comp.right
+        forms = an.batchnorm_pair(comp)
+        if forms is not None:
+            return self.batchnorm(left, *forms)
         union = _union(left.args, right.args)
         cov, d_cov = self.block(union)
         pl, pr = an.projection(left), an.projection(right)
@@ -978,11 +1037,44 @@ class Run:
         self.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
+    def batchnorm(self, m: Monomial, form: BatchNormForm, other: BatchNormForm | None) -> Value:
+        """``E[φ(u_b) ψ(u_c)]`` (``other`` the form of ψ(u_c) of the same batch) or ``E φ(u_b)``
+        (``other`` None) at each point of a diagonal run, exactly (:mod:`netsor.gaussian.batchnorm`)."""
+        cov, d_cov = self.block(form.args)
+        centred = np.trace(centred_covariance(cov), axis1=1, axis2=2)
+        flat = centred <= 64 * _EPS * np.maximum(np.trace(cov, axis1=1, axis2=2), 1e-300)
+        if flat.any():
+            owner, bad = self.an.owners.get(m.key), int(np.flatnonzero(flat)[0])
+            raise NumericalError(
+                f"{owner.name if owner is not None else m.expr.describe()} = "
+                f"{(self.an.program.line_of(owner).expr if owner is not None else m.expr).describe()}: the batch "
+                f"{', '.join(v.name for v in form.args)} has no spread in the limit at input {bad} "
+                "(every example of the batch has the same pre-activation, e.g. equal inputs), so BatchNorm divides by "
+                "a zero variance; make the examples of a batch differ")
+        return batchnorm_expectation(form.act, None if other is None else other.act, form.index,
+                                     0 if other is None else other.index, cov, d_cov,
+                                     rtol=self.term_rtol, memo=self.memo)
+
+    def batchnorm_identical_only(self, comp: Component) -> tuple[Array, bounds.Bound]:
+        """A tile term with a BatchNorm output on a side: only tiles of identical inputs (whose
+        entries take per-point values, :meth:`Limit._pairs`) are supported; returned as exact zeros."""
+        if not _identical_rows(self.X_left, self.X_right).all():
+            raise UnsupportedError(
+                f"E[{comp.left.expr.describe()} · {comp.right.expr.describe()}] between two different program "
+                "inputs: BatchNorm couples the examples of one batch, and its kernel across two different batches "
+                "(a B-dimensional joint expectation of 2B Gaussians) is not implemented; pass the batch as one "
+                "input X of shape (1, B, d) (outputs indexed by the example b)")
+        env_l = np.sqrt(self.point(("pm", comp.left.key), "left")[0]["m2"])
+        env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
+        return np.zeros(self.shape), bounds.zero(env_l, env_r)
+
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
         ``√(E L²) ⊗ √(E R²)``."""
         an = self.an
         left, right = comp.left, comp.right
+        if an.batchnorm(left) is not None or an.batchnorm(right) is not None:
+            return self.batchnorm_identical_only(comp)
         s_left = self.point(("pm", left.key), "left")[0]
         s_right = self.point(("pm", right.key), "right")[0]
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])

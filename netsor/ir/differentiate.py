@@ -21,7 +21,8 @@ import numpy as np
 from netsor.activations import Activation, identity
 from netsor.activations import registry as acts
 from netsor.activations.registry import call_user_function
-from netsor.ir.expr import Apply, Expr, Opaque, Prod, Sum, Var, apply, constant, linear, product
+from netsor.errors import UnsupportedError
+from netsor.ir.expr import Apply, BatchNormalized, Expr, Opaque, Prod, Sum, Var, apply, constant, linear, product
 from netsor.ir.variables import Vector
 
 Array = np.ndarray
@@ -49,6 +50,10 @@ def differentiate(e: Expr, wrt: Vector) -> Expr:
             (1.0, product([_opaque_partial(e, i), differentiate(c, wrt)]))
             for i, c in enumerate(e.operands) if wrt in c.args
         ])
+    if isinstance(e, BatchNormalized):
+        raise UnsupportedError(
+            f"the derivative of {e.describe()} (BatchNorm across a batch) is not implemented, so backward "
+            "programs (the NTK, Netsor⊤ corrections) of BatchNorm networks are not available; use the NNGP kernel")
     raise TypeError(f"unknown expression node {type(e).__name__}")
 
 

@@ -1,7 +1,8 @@
 """Coordinatewise functions of G-vectors: the φ of a NonLin line, as an expression tree.
 
 Nodes: :class:`Var` (a G-vector), :class:`Const`, :class:`Apply` (a one-argument activation
-of a sub-expression), :class:`Sum` (``c₀ + Σ cₖ eₖ``), :class:`Prod` (``Π eₖ``) and
+of a sub-expression), :class:`Sum` (``c₀ + Σ cₖ eₖ``), :class:`Prod` (``Π eₖ``),
+:class:`BatchNormalized` (one output of BatchNorm across a batch of sub-expressions) and
 :class:`Opaque` (a user function the tracer could not see through). Keeping the structure
 lets the infinite-width interpreter
 
@@ -357,6 +358,52 @@ class Opaque(Expr):
 
     def describe(self) -> str:
         return f"{self.name}({', '.join(c.describe() for c in self.operands)})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BatchNormalized(Expr):
+    """``(e_b − ē) / s``: the ``index``-th of the B ``operands`` normalised across them, with
+    ``ē = (1/B) Σ_j e_j`` and the population ``s² = (1/B) Σ_j (e_j − ē)²`` (no epsilon).
+
+    Smooth off the set ``s = 0`` (all operands equal), which has measure zero for a batch of
+    jointly Gaussian G-vectors whose centred covariance is non-zero; no kink planes.
+    ``∂u_b/∂e_j = (δ_bj − 1/B − u_b u_j / B) / s``.
+    """
+
+    index: int
+    operands: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.operands
+
+    def _key(self) -> Key:
+        return ("batchnorm", self.index, tuple(c.key for c in self.operands))
+
+    def _normalised(self, values: Mapping[Vector, Array]) -> tuple[Array, Array]:
+        """All B outputs ``u`` (B, ...) and ``s`` (...)."""
+        xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in self.operands)))
+        centred = xs - xs.mean(axis=0)
+        s = np.sqrt(np.mean(centred * centred, axis=0))
+        return centred / s, s
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        return self._normalised(values)[0][self.index]
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        u, s = self._normalised(values)
+        B, b = len(self.operands), self.index
+        out: Any = 0.0
+        for j, c in enumerate(self.operands):
+            if wrt in c.args:
+                partial = ((j == b) - 1.0 / B - u[b] * u[j] / B) / s
+                out = out + partial * c.derivative(values, wrt)
+        return np.asarray(out, dtype=float)
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return BatchNormalized(self.index, tuple(c.map_vectors(f) for c in self.operands))
+
+    def describe(self) -> str:
+        return f"batchnorm[{self.index}]({', '.join(c.describe() for c in self.operands)})"
 
 
 def _wrap(e: Expr) -> str:
