@@ -22,6 +22,7 @@ activation keys), so equal sub-expressions of different lines are computed once.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -310,6 +311,28 @@ class Prod(Expr):
         return "*".join(_wrap(f) for f in self.factors)
 
 
+class FunctionIdentity:
+    """A user function inside an expression key: equal only to the same function object, but
+    written (``repr``) from its name and bytecode, so that seeds derived from keys (randomised
+    QMC) are the same in every run rather than following the object's memory address."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FunctionIdentity) and other.fn is self.fn
+
+    def __hash__(self) -> int:
+        return id(self.fn)
+
+    def __repr__(self) -> str:
+        code = getattr(self.fn, "__code__", None)
+        body = zlib.crc32(code.co_code + repr(code.co_consts).encode()) if code is not None else type(self.fn).__name__
+        return f"fn:{getattr(self.fn, '__qualname__', '?')}:{body}"
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Opaque(Expr):
     """``fn(*children)``: a vectorised user function the tracer could not see through."""
@@ -322,7 +345,7 @@ class Opaque(Expr):
         return self.operands
 
     def _key(self) -> Key:
-        return ("fn", self.name, id(self.fn), tuple(c.key for c in self.operands))
+        return ("fn", self.name, FunctionIdentity(self.fn), tuple(c.key for c in self.operands))
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
         return call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands), self.name)
