@@ -208,13 +208,11 @@ class _Moments:
                 j = max(given)
                 base, amp = self.conditional(given - {j})
                 var = base[:, j, j]
-                safe = np.where(var > 0, var, 1.0)
-                col = base[:, :, j]
-                cov = base - np.where(var > 0, 1.0, 0.0)[:, None, None] * col[:, :, None] * col[:, None, :] / safe[:, None, None]
-                before, after = np.diagonal(base, axis1=1, axis2=2), np.diagonal(cov, axis1=1, axis2=2)
+                col = base[:, :, j] * np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)[:, None]
+                cov = base - col[:, :, None] * base[:, None, j, :]
                 free = [q for q in range(cov.shape[1]) if q not in given]  # the conditioned forms are 0
-                ratio = np.where(after[:, free] > 1e-300, before[:, free] / np.maximum(after[:, free], 1e-300),
-                                 1.0).max(axis=1, initial=1.0)
+                before, after = base[:, free, free], cov[:, free, free]
+                ratio = np.max(before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)), axis=1, initial=1.0)
                 self._cond[given] = (cov, np.maximum(amp, ratio))
         return self._cond[given]
 
@@ -305,15 +303,21 @@ def _conditional_asin_integral(R: Array, i: int, j: int, k: int, l: int, theta: 
     """``∫₀¹ asin ρ_{kl|ij}(t) du`` with ``t ρ_ij = sin(u θ)`` (M,), on the path of :func:`_plackett`
     (``k`` in the block of ``i``, ``l`` in that of ``j``; the cross correlations scaled by ``t``).
 
-    Given ``x_i = x_j = 0``, with ``s = t ρ_ij`` and ``c_a = (R_ai(t), R_aj(t))``:
-    ``Cov(x_a, x_b) = R_ab(t) − (c_a₁ c_b₁ + c_a₂ c_b₂ − s (c_a₁ c_b₂ + c_a₂ c_b₁))/(1 − s²)``."""
+    Given ``x_i = x_j = 0`` under ``R(t)``, with ``s = t ρ_ij`` and ``c_a = (R_ai(t), R_aj(t))``:
+    ``Cov(x_a, x_b) = R_ab(t) − (c_a₁ c_b₁ + c_a₂ c_b₂ − s (c_a₁ c_b₂ + c_a₂ c_b₁))/(1 − s²)``. With
+    ``t = s/ρ_ij`` the conditional correlation is ``s (g₁ + g₃ s²) / √((p₀ − p₂ s²)(q₀ − q₂ s²))``
+    with per-point coefficients, evaluated at the nodes in a few array operations."""
+    rho = R[:, i, j]
+    r = 1.0 / np.where(np.abs(rho) > 1e-100, rho, 1.0)  # (θ ≈ 0 when ρ ≈ 0: the term vanishes)
+    Rki, Rlj, Rkj, Rli, Rkl = R[:, k, i], R[:, l, j], R[:, k, j], R[:, l, i], R[:, k, l]
+    # (1 − s²) Cov = s [(R_kl − R_ki R_li − R_kj R_lj)/ρ + R_ki R_lj] + s³ [R_kj R_li/ρ² − R_kl/ρ]
+    g1 = (Rkl - Rki * Rli - Rkj * Rlj) * r + Rki * Rlj
+    g3 = (Rkj * Rli * r - Rkl) * r
+    # (1 − s²) Var x_k = 1 − R_ki² − s² (1 + R_kj²/ρ² − 2 R_ki R_kj/ρ), and likewise for x_l
+    p0, p2 = 1.0 - Rki * Rki, 1.0 + (Rkj * r - 2 * Rki) * Rkj * r
+    q0, q2 = 1.0 - Rlj * Rlj, 1.0 + (Rli * r - 2 * Rlj) * Rli * r
     s = np.sin(theta[:, None] * u)  # (M, Q)
-    rho = R[:, i, j][:, None]
-    t = s / np.where(rho == 0.0, 1.0, rho)  # (θ = 0 when ρ = 0: the term vanishes)
-    inv = 1.0 / np.maximum(1.0 - s * s, 1e-300)
-    ki, lj = R[:, k, i][:, None], R[:, l, j][:, None]
-    kj, li = t * R[:, k, j][:, None], t * R[:, l, i][:, None]
-    cov = t * R[:, k, l][:, None] - (ki * li + kj * lj - s * (ki * lj + kj * li)) * inv
-    vk = 1.0 - (ki * ki + kj * kj - 2 * s * ki * kj) * inv
-    vl = 1.0 - (li * li + lj * lj - 2 * s * li * lj) * inv
-    return np.arcsin(np.clip(cov / np.sqrt(np.maximum(vk * vl, 1e-300)), -1.0, 1.0)) @ w
+    s2 = s * s
+    num = s * (g1[:, None] + s2 * g3[:, None])
+    den = np.maximum((p0[:, None] - p2[:, None] * s2) * (q0[:, None] - q2[:, None] * s2), 1e-300)
+    return np.arcsin(np.clip(num / np.sqrt(den), -1.0, 1.0)) @ w
