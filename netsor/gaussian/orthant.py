@@ -177,19 +177,20 @@ def _forms(left: Array, cov: Array, right: Array) -> Array:
 
 class _Moments:
     """Cone moments ``E[Π_{i∈S} x_i 1{x_T > 0} | x_D = 0]`` of one family of zero-mean Gaussians
-    ``x`` (covariances (M, m, m)), memoised by ``(D, S, T)``; each moment is returned with the sum
-    of the absolute values of its parts (for the rounding bound) and its quadrature error."""
+    ``x`` (covariances given as (M, m, m), stored entry-major (m, m, M) so that every operation runs
+    over contiguous arrays of the M points), memoised by ``(D, S, T)``; each moment is returned with
+    the sum of the absolute values of its parts (for the rounding bound) and its quadrature error."""
 
     def __init__(self, cov: Array) -> None:
-        self.cov = cov
+        self.cov = np.ascontiguousarray(np.moveaxis(cov, 0, -1))
+        self.M = cov.shape[0]
         self._cond: dict[frozenset[int], tuple[Array, Array]] = {}
         self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], tuple[Array, Array, Array]] = {}
 
     def combine(self, terms: tuple[Term, ...]) -> tuple[Array, Array]:
         """``(Σ c · moment, bound)``: rounding (eps times the absolute sum, amplified by the loss of
         precision of conditioning on nearly dependent forms) plus the quadrature error."""
-        M = self.cov.shape[0]
-        value, size, qerr = np.zeros(M), np.zeros(M), np.zeros(M)
+        value, size, qerr = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M)
         for c, poly, steps in terms:
             v, s, q = self.moment(frozenset(), poly, frozenset(steps))
             value += c * v
@@ -199,20 +200,21 @@ class _Moments:
         return value, qerr + 64 * _EPS * size * amplification
 
     def conditional(self, given: frozenset[int]) -> tuple[Array, Array]:
-        """Covariance given ``x_j = 0`` for ``j ∈ given`` and the worst ratio of a variance before and
-        after conditioning (the relative rounding of the conditional entries, in eps)."""
+        """Covariance (m, m, M) given ``x_j = 0`` for ``j ∈ given``, and the worst ratio of a variance
+        before and after conditioning (the relative rounding of the conditional entries, in eps)."""
         if given not in self._cond:
             if not given:
-                self._cond[given] = (self.cov, np.ones(self.cov.shape[0]))
+                self._cond[given] = (self.cov, np.ones(self.M))
             else:
                 j = max(given)
                 base, amp = self.conditional(given - {j})
-                var = base[:, j, j]
-                col = base[:, :, j] * np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)[:, None]
-                cov = base - col[:, :, None] * base[:, None, j, :]
-                free = [q for q in range(cov.shape[1]) if q not in given]  # the conditioned forms are 0
-                before, after = base[:, free, free], cov[:, free, free]
-                ratio = np.max(before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)), axis=1, initial=1.0)
+                var = base[j, j]
+                inv = np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
+                cov = base - (base[:, j] * inv)[:, None, :] * base[j][None, :, :]
+                free = [q for q in range(cov.shape[0]) if q not in given]  # the conditioned forms are 0
+                before, after = base[free, free], cov[free, free]
+                ratio = np.max(before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)), axis=0,
+                               initial=1.0)
                 self._cond[given] = (cov, np.maximum(amp, ratio))
         return self._cond[given]
 
@@ -223,19 +225,18 @@ class _Moments:
             return self._memo[key]
         cov = self.conditional(given)[0]
         if not poly:
-            value, qerr = orthant(cov, sorted(steps))
+            value, qerr = _orthant(cov, sorted(steps))
             out = (value, np.abs(value), qerr)
         else:
             i, rest = poly[0], poly[1:]
-            M = cov.shape[0]
-            value, size, qerr = np.zeros(M), np.zeros(M), np.zeros(M)
+            value, size, qerr = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M)
             for j in sorted(set(rest)):  # derivative of a polynomial factor
                 v, s, q = self.moment(given, _drop(rest, j), steps)
-                coef = rest.count(j) * cov[:, i, j]
+                coef = rest.count(j) * cov[i, j]
                 value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
             for j in sorted(steps - set(rest)):  # derivative of an indicator: δ(x_j), x_j leaves the orthant
-                var = cov[:, j, j]
-                coef = np.where(var > 0, cov[:, i, j] / np.sqrt(2 * math.pi * np.where(var > 0, var, 1.0)), 0.0)
+                var = cov[j, j]
+                coef = np.where(var > 0, cov[i, j] / np.sqrt(2 * math.pi * np.where(var > 0, var, 1.0)), 0.0)
                 v, s, q = self.moment(given | {j}, rest, steps - {j})
                 value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
             out = (value, size, qerr)
@@ -246,22 +247,27 @@ class _Moments:
 def orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
     """``(P(x_i > 0 ∀ i ∈ idx), quadrature error)`` for zero-mean ``x`` with covariances ``cov`` (M, m, m),
     ``len(idx) ≤ 4``. A form of zero variance is 0, not positive (``step(0) = 0``)."""
-    M = cov.shape[0]
+    return _orthant(np.moveaxis(np.asarray(cov, dtype=float), 0, -1), idx)
+
+
+def _orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
+    """:func:`orthant` of entry-major covariances (m, m, M)."""
+    M = cov.shape[-1]
     if not idx:
         return np.ones(M), np.zeros(M)
-    sub = cov[:, idx][:, :, idx]
-    var = np.diagonal(sub, axis1=1, axis2=2)
-    live = np.all(var > 0, axis=1)
+    sub = cov[np.ix_(idx, idx)]
+    var = np.stack([sub[q, q] for q in range(len(idx))])
+    live = np.all(var > 0, axis=0)
     sd = np.sqrt(np.where(var > 0, var, 1.0))
-    R = np.clip(sub / (sd[:, :, None] * sd[:, None, :]), -1.0, 1.0)
+    R = np.clip(sub / (sd[:, None] * sd[None, :]), -1.0, 1.0)
     n = len(idx)
     qerr = np.zeros(M)
     if n == 1:
         p = np.full(M, 0.5)
     elif n == 2:
-        p = 0.25 + np.arcsin(R[:, 0, 1]) / (2 * math.pi)
+        p = 0.25 + np.arcsin(R[0, 1]) / (2 * math.pi)
     elif n == 3:
-        p = 0.125 + (np.arcsin(R[:, 0, 1]) + np.arcsin(R[:, 0, 2]) + np.arcsin(R[:, 1, 2])) / (4 * math.pi)
+        p = 0.125 + (np.arcsin(R[0, 1]) + np.arcsin(R[0, 2]) + np.arcsin(R[1, 2])) / (4 * math.pi)
     elif n == 4:
         p, qerr = _orthant4(R)
     else:
@@ -270,29 +276,31 @@ def orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
 
 
 def _orthant4(R: Array) -> tuple[Array, Array]:
-    """Four-dimensional orthant probabilities of correlation matrices (M, 4, 4) by Plackett's identity,
+    """Four-dimensional orthant probabilities of correlation matrices (4, 4, M) by Plackett's identity,
     each with the coarsest rule of ``_LADDER`` whose error estimate is below ``_P4_TOL`` (or the finest)."""
-    p, err = np.empty(R.shape[0]), np.empty(R.shape[0])
-    todo = np.arange(R.shape[0])
+    M = R.shape[-1]
+    p, err = np.empty(M), np.empty(M)
+    todo = np.arange(M)
     for rules in _LADDER:
         for lo in range(0, todo.size, _CHUNK):
             idx = todo[lo:lo + _CHUNK]
-            p[idx], err[idx] = _plackett(R[idx], rules)
+            p[idx], err[idx] = _plackett(R[:, :, idx], rules)
         todo = todo[err[todo] > _P4_TOL]
     return p, err
 
 
 def _plackett(R: Array, rules: tuple[tuple[Array, Array], tuple[Array, Array]]) -> tuple[Array, Array]:
-    """``P₄`` and its error from a rule and the lower-order rule of its error estimate (``rules``).
+    """``P₄`` and its error from a rule and the lower-order rule of its error estimate (``rules``),
+    for correlations (4, 4, M).
 
     Plackett's identity along ``R(t) = R₀ + t (R − R₀)`` from the block-diagonal ``R₀`` (blocks {0, 1},
     {2, 3}; ``P₄(R₀) = P₂(ρ₀₁) P₂(ρ₂₃)``): only the four cross correlations move, and each contributes
     ``θ/(8π) + θ/(4π²) ∫₀¹ asin ρ_{kl|ij} du`` with ``θ = asin ρ_ij``, ``t ρ_ij = sin(u θ)``."""
-    p = (0.25 + np.arcsin(R[:, 0, 1]) / (2 * math.pi)) * (0.25 + np.arcsin(R[:, 2, 3]) / (2 * math.pi))
-    err = np.full(R.shape[0], 16 * _EPS)
+    p = (0.25 + np.arcsin(R[0, 1]) / (2 * math.pi)) * (0.25 + np.arcsin(R[2, 3]) / (2 * math.pi))
+    err = np.full(R.shape[-1], 16 * _EPS)
     for i, j in product((0, 1), (2, 3)):
         k, l = 1 - i, 5 - j
-        theta = np.arcsin(R[:, i, j])
+        theta = np.arcsin(R[i, j])
         integrals = [_conditional_asin_integral(R, i, j, k, l, theta, *rule) for rule in rules]
         p += theta / (8 * math.pi) + theta / (4 * math.pi**2) * integrals[0]
         err += np.abs(theta) / (4 * math.pi**2) * np.abs(integrals[0] - integrals[1])
@@ -307,9 +315,9 @@ def _conditional_asin_integral(R: Array, i: int, j: int, k: int, l: int, theta: 
     ``Cov(x_a, x_b) = R_ab(t) − (c_a₁ c_b₁ + c_a₂ c_b₂ − s (c_a₁ c_b₂ + c_a₂ c_b₁))/(1 − s²)``. With
     ``t = s/ρ_ij`` the conditional correlation is ``s (g₁ + g₃ s²) / √((p₀ − p₂ s²)(q₀ − q₂ s²))``
     with per-point coefficients, evaluated at the nodes in a few array operations."""
-    rho = R[:, i, j]
+    rho = R[i, j]
     r = 1.0 / np.where(np.abs(rho) > 1e-100, rho, 1.0)  # (θ ≈ 0 when ρ ≈ 0: the term vanishes)
-    Rki, Rlj, Rkj, Rli, Rkl = R[:, k, i], R[:, l, j], R[:, k, j], R[:, l, i], R[:, k, l]
+    Rki, Rlj, Rkj, Rli, Rkl = R[k, i], R[l, j], R[k, j], R[l, i], R[k, l]
     # (1 − s²) Cov = s [(R_kl − R_ki R_li − R_kj R_lj)/ρ + R_ki R_lj] + s³ [R_kj R_li/ρ² − R_kl/ρ]
     g1 = (Rkl - Rki * Rli - Rkj * Rlj) * r + Rki * Rlj
     g3 = (Rkj * Rli * r - Rkl) * r
