@@ -187,8 +187,9 @@ def test_cone_moments_against_monte_carlo_and_wick():
     F = ConeFunction(np.eye(4), ((1.0, (0, 1, 2, 3), ()),))
     assert abs(cone_expectation(F, S[None])[0][0] - wick) <= 1e-14 * np.prod(np.sqrt(np.diag(S)))
     x = rng.standard_normal((1 << 22, 4)) @ np.linalg.cholesky(S).T
-    for cone, sample in [(ConeFunction(np.eye(4), ((1.0, (0, 1, 2, 3), (0, 1, 2, 3)),)), np.prod(np.maximum(x, 0), axis=1)),
-                         (ConeFunction(np.eye(4), ((1.0, (0, 0, 2), (1, 2)),)),
-                          x[:, 0] ** 2 * (x[:, 1] > 0) * np.maximum(x[:, 2], 0))]:
+    relu4 = ConeFunction(np.eye(4), ((1.0, (0, 1, 2, 3), (0, 1, 2, 3)),))
+    square_step_relu = ConeFunction(np.eye(4), ((1.0, (0, 0, 2), (1, 2)),))
+    for cone, sample in [(relu4, np.prod(np.maximum(x, 0), axis=1)),
+                         (square_step_relu, x[:, 0] ** 2 * (x[:, 1] > 0) * np.maximum(x[:, 2], 0))]:
         value = cone_expectation(cone, S[None])[0][0]
         assert abs(value - sample.mean()) <= 5 * sample.std() / np.sqrt(sample.size)
