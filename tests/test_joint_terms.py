@@ -24,7 +24,13 @@ from references import (
 )
 
 import netsor
-from netsor.gaussian.orthant import ConeFunction, cone_expectation, orthant
+from netsor.activations import abs_ as abs_act
+from netsor.activations import relu as relu_act
+from netsor.activations import step as step_act
+from netsor.activations import tanh as tanh_act
+from netsor.gaussian.orthant import MAX_ORTHANT_DIM, ConeFunction, cone_expectation, orthant
+from netsor.interpret.functions import cone_function
+from netsor.ir import expr as ex
 
 #: The references' own accuracy, relative to the scale: on these tests' inputs the tanh(relu(a) + c)
 #: reference (48×80 Gauss–Legendre nodes off the diagonal) moves by 7e-14 when refined to 160×240
@@ -193,3 +199,28 @@ def test_cone_moments_against_monte_carlo_and_wick():
                          (square_step_relu, x[:, 0] ** 2 * (x[:, 1] > 0) * np.maximum(x[:, 2], 0))]:
         value = cone_expectation(cone, S[None])[0][0]
         assert abs(value - sample.mean()) <= 5 * sample.std() / np.sqrt(sample.size)
+
+
+def test_cone_forms_of_expressions():
+    """Sums and products of G-vectors and relu / step / abs / identity of linear forms without offset
+    get a cone form that evaluates like the expression; offsets and smooth activations do not; a pair
+    needing orthants of dimension above 4 is left to the other rules."""
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b = p.input(n), p.input(n)
+    A, B = ex.Var(a), ex.Var(b)
+    diff = ex.linear(0.0, [(1.0, A), (-0.5, B)])
+    cases = [(ex.product([ex.apply(relu_act, A), ex.apply(relu_act, B)]), True),
+             (ex.product([ex.apply(relu_act, A), B]), True),
+             (ex.linear(1.5, [(2.0, ex.product([ex.apply(abs_act, diff), ex.apply(step_act, B)])), (1.0, A)]), True),
+             (ex.product([ex.apply(relu_act, diff), ex.apply(relu_act, ex.linear(0.0, [(1.0, A), (1.0, B)]))]), True),
+             (ex.product([ex.apply(relu_act, ex.linear(0.3, [(1.0, A)])), B]), False),
+             (ex.product([ex.apply(tanh_act, A), B]), False)]
+    u = np.random.default_rng(3).standard_normal((50, 2))
+    for expr, ok in cases:
+        cone = cone_function(expr, (a, b))
+        assert (cone is not None) == ok
+        if ok:
+            assert np.allclose(cone(u), expr.evaluate({a: u[:, 0], b: u[:, 1]}), rtol=1e-14, atol=1e-14)
+    three = ConeFunction(np.eye(3), ((1.0, (0, 1, 2), (0, 1, 2)),))
+    assert 2 * three.orthant_dim > MAX_ORTHANT_DIM

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
-from netsor.gaussian.orthant import ConeFunction, cone_expectation, cone_pair_expectation
+from netsor.gaussian.orthant import MAX_ORTHANT_DIM, ConeFunction, cone_expectation, cone_pair_expectation
 from netsor.gaussian.quadrature import INV_SQRT_2PI, Z_MAX, check_finite, hermite_functions
 
 Array = np.ndarray
@@ -328,7 +328,7 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
     cov = np.asarray(cov, dtype=float)
     if not cov.shape[0]:
         return np.empty(0), np.empty(0), np.empty(0)
-    if F.cone is not None:
+    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
         value, err = cone_expectation(F.cone, cov)
         return value, err, np.zeros_like(value)
     L, r = whiten(cov)
@@ -573,8 +573,8 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     value, err, se = np.zeros(M), np.zeros(M), np.zeros(M)
     if not M:
         return value, err, se
-    if F.cone is not None and G.cone is not None:  # exact: cone moments
-        value, err = cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)
+    if F.cone is not None and G.cone is not None and F.cone.orthant_dim + G.cone.orthant_dim <= MAX_ORTHANT_DIM:
+        value, err = cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)  # exact: cone moments
         return value, err, se
     memo = memo or TableMemo()
     ux, ix = np.unique(cov_x.reshape(M, -1), axis=0, return_inverse=True)
@@ -695,7 +695,7 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     cov = np.asarray(cov, dtype=float)
     k = F.dim
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
-    if F.cone is not None:
+    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
         value = _cone_moments(F.cone, F.continuous, cov)
     elif r <= NESTED_MAX_DIM:
         value, _ = nested_expectation(F, cov, moments=True)

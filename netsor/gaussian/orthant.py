@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import product
 
 import numpy as np
@@ -37,6 +36,8 @@ Array = np.ndarray
 Term = tuple[float, tuple[int, ...], tuple[int, ...]]
 
 _EPS = np.finfo(float).eps
+#: Highest orthant dimension computed (closed forms up to 3, Plackett's identity at 4).
+MAX_ORTHANT_DIM = 4
 #: Error estimate of a four-dimensional orthant probability below which a rule is accepted.
 _P4_TOL = 1e-12
 #: Points per batch of the Plackett integral (bounds its working arrays to ~10 MB).
@@ -113,14 +114,16 @@ class ConeFunction:
         return ConeFunction(np.eye(self.dim)[i:i + 1], ((1.0, (0,), ()),))
 
     def plus(self, other: ConeFunction) -> ConeFunction:
+        """The sum (same arguments)."""
         normals, remap = _merge_forms(self.normals, other.normals)
         terms = list(self.terms) + [(c, tuple(sorted(remap[list(p)].tolist())), tuple(sorted(remap[list(s)].tolist())))
                                     for c, p, s in other.terms]
         return ConeFunction(normals, _collect(terms))
 
-    @cached_property
-    def degree(self) -> int:
-        return max((len(p) for _, p, _ in self.terms), default=0)
+    @property
+    def orthant_dim(self) -> int:
+        """The most step forms of a term: the dimension of the orthants its expectations need."""
+        return max((len(s) for _, _, s in self.terms), default=0)
 
 
 def _merge_forms(a: Array, b: Array) -> tuple[Array, Array]:
