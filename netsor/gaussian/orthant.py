@@ -180,14 +180,17 @@ def _forms(left: Array, cov: Array, right: Array) -> Array:
 
 class _Moments:
     """Cone moments ``E[Π_{i∈S} x_i 1{x_T > 0} | x_D = 0]`` of one family of zero-mean Gaussians
-    ``x`` (covariances given as (M, m, m), stored entry-major (m, m, M) so that every operation runs
-    over contiguous arrays of the M points), memoised by ``(D, S, T)``; each moment is returned with
-    the sum of the absolute values of its parts (for the rounding bound) and its quadrature error."""
+    ``x`` (covariances given as (M, m, m)), memoised by ``(D, S, T)``; each moment is returned with the
+    sum of the absolute values of its parts (for the rounding bound) and its quadrature error.
+    Covariances are kept as a dict ``{(a, b): (M,) array}`` over ``a ≤ b`` of the forms not conditioned
+    on, so that every operation runs over contiguous arrays of the M points and conditioning touches
+    only the entries that remain."""
 
     def __init__(self, cov: Array) -> None:
-        self.cov = np.ascontiguousarray(np.moveaxis(cov, 0, -1))
         self.M = cov.shape[0]
-        self._cond: dict[frozenset[int], tuple[Array, Array]] = {}
+        m = cov.shape[1]
+        entries = {(a, b): np.ascontiguousarray(cov[:, a, b]) for a in range(m) for b in range(a, m)}
+        self._cond: dict[frozenset[int], tuple[_Cov, Array]] = {frozenset(): (entries, np.ones(self.M))}
         self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], tuple[Array, Array, Array]] = {}
 
     def combine(self, terms: tuple[Term, ...]) -> tuple[Array, Array]:
@@ -199,26 +202,25 @@ class _Moments:
             value += c * v
             size += abs(c) * s
             qerr += abs(c) * q
-        amplification = np.max([amp for _, amp in self._cond.values()], axis=0, initial=1.0)
+        amplification = np.max([amp for _, amp in self._cond.values()], axis=0)
         return value, qerr + 64 * _EPS * size * amplification
 
-    def conditional(self, given: frozenset[int]) -> tuple[Array, Array]:
-        """Covariance (m, m, M) given ``x_j = 0`` for ``j ∈ given``, and the worst ratio of a variance
+    def conditional(self, given: frozenset[int]) -> tuple[_Cov, Array]:
+        """Covariance entries given ``x_j = 0`` for ``j ∈ given``, and the worst ratio of a variance
         before and after conditioning (the relative rounding of the conditional entries, in eps)."""
         if given not in self._cond:
-            if not given:
-                self._cond[given] = (self.cov, np.ones(self.M))
-            else:
-                j = max(given)
-                base, amp = self.conditional(given - {j})
-                var = base[j, j]
-                inv = np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
-                cov = base - (base[:, j] * inv)[:, None, :] * base[j][None, :, :]
-                free = [q for q in range(cov.shape[0]) if q not in given]  # the conditioned forms are 0
-                before, after = base[free, free], cov[free, free]
-                ratio = np.max(before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)), axis=0,
-                               initial=1.0)
-                self._cond[given] = (cov, np.maximum(amp, ratio))
+            j = max(given)
+            base, amp = self.conditional(given - {j})
+            var = _entry(base, j, j)
+            inv = np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
+            free = sorted({q for pair in base for q in pair} - {j})
+            weight = {a: _entry(base, a, j) * inv for a in free}
+            cov = {(a, b): base[(a, b)] - weight[a] * _entry(base, j, b) for a in free for b in free if a <= b}
+            ratio = amp
+            for a in free:
+                before, after = base[(a, a)], cov[(a, a)]
+                ratio = np.maximum(ratio, before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)))
+            self._cond[given] = (cov, ratio)
         return self._cond[given]
 
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]
@@ -228,18 +230,18 @@ class _Moments:
             return self._memo[key]
         cov = self.conditional(given)[0]
         if not poly:
-            value, qerr = _orthant(cov, sorted(steps))
+            value, qerr = _orthant(cov, sorted(steps), self.M)
             out = (value, np.abs(value), qerr)
         else:
             i, rest = poly[0], poly[1:]
             value, size, qerr = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M)
             for j in sorted(set(rest)):  # derivative of a polynomial factor
                 v, s, q = self.moment(given, _drop(rest, j), steps)
-                coef = rest.count(j) * cov[i, j]
+                coef = rest.count(j) * _entry(cov, i, j)
                 value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
             for j in sorted(steps - set(rest)):  # derivative of an indicator: δ(x_j), x_j leaves the orthant
-                var = cov[j, j]
-                coef = np.where(var > 0, cov[i, j] / np.sqrt(2 * math.pi * np.where(var > 0, var, 1.0)), 0.0)
+                var = _entry(cov, j, j)
+                coef = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * np.where(var > 0, var, 1.0)), 0.0)
                 v, s, q = self.moment(given | {j}, rest, steps - {j})
                 value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
             out = (value, size, qerr)
@@ -247,31 +249,45 @@ class _Moments:
         return out
 
 
+#: Covariance entries ``{(a, b): (M,) array}``, ``a ≤ b``.
+_Cov = dict[tuple[int, int], Array]
+
+
+def _entry(cov: _Cov, a: int, b: int) -> Array:
+    return cov[(a, b) if a <= b else (b, a)]
+
+
 def orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
     """``(P(x_i > 0 ∀ i ∈ idx), quadrature error)`` for zero-mean ``x`` with covariances ``cov`` (M, m, m),
     ``len(idx) ≤ 4``. A form of zero variance is 0, not positive (``step(0) = 0``)."""
-    return _orthant(np.moveaxis(np.asarray(cov, dtype=float), 0, -1), idx)
+    cov = np.asarray(cov, dtype=float)
+    entries = {(a, b): cov[:, a, b] for a in idx for b in idx if a <= b}
+    return _orthant(entries, idx, cov.shape[0])
 
 
-def _orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
-    """:func:`orthant` of entry-major covariances (m, m, M)."""
-    M = cov.shape[-1]
-    if not idx:
-        return np.ones(M), np.zeros(M)
-    sub = cov[np.ix_(idx, idx)]
-    var = np.stack([sub[q, q] for q in range(len(idx))])
-    live = np.all(var > 0, axis=0)
-    sd = np.sqrt(np.where(var > 0, var, 1.0))
-    R = np.clip(sub / (sd[:, None] * sd[None, :]), -1.0, 1.0)
+def _orthant(cov: _Cov, idx: list[int], M: int) -> tuple[Array, Array]:
+    """:func:`orthant` of covariance entries."""
     n = len(idx)
+    if not n:
+        return np.ones(M), np.zeros(M)
+    var = [_entry(cov, a, a) for a in idx]
+    live = np.all([v > 0 for v in var], axis=0)
+    sd = [np.sqrt(np.where(v > 0, v, 1.0)) for v in var]
+    rho = {(p, q): np.clip(_entry(cov, idx[p], idx[q]) / (sd[p] * sd[q]), -1.0, 1.0)
+           for p in range(n) for q in range(p + 1, n)}
     qerr = np.zeros(M)
     if n == 1:
         p = np.full(M, 0.5)
     elif n == 2:
-        p = 0.25 + np.arcsin(R[0, 1]) / (2 * math.pi)
+        p = 0.25 + np.arcsin(rho[(0, 1)]) / (2 * math.pi)
     elif n == 3:
-        p = 0.125 + (np.arcsin(R[0, 1]) + np.arcsin(R[0, 2]) + np.arcsin(R[1, 2])) / (4 * math.pi)
+        p = 0.125 + (np.arcsin(rho[(0, 1)]) + np.arcsin(rho[(0, 2)]) + np.arcsin(rho[(1, 2)])) / (4 * math.pi)
     elif n == 4:
+        R = np.empty((4, 4, M))
+        for p_ in range(4):
+            R[p_, p_] = 1.0
+        for (p_, q), r in rho.items():
+            R[p_, q] = R[q, p_] = r
         p, qerr = _orthant4(R)
     else:
         raise ValueError("orthant: dimension above 4")
