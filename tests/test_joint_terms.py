@@ -222,5 +222,8 @@ def test_cone_forms_of_expressions():
         assert (cone is not None) == ok
         if ok:
             assert np.allclose(cone(u), expr.evaluate({a: u[:, 0], b: u[:, 1]}), rtol=1e-14, atol=1e-14)
+    parallel = cone_function(ex.product([ex.apply(relu_act, A), ex.apply(step_act, ex.linear(0.0, [(2.0, A)])), B]),
+                             (a, b))
+    assert parallel is not None and parallel.parallel_steps  # δ(a)·step(2a) at 0: left to the other rules
     three = ConeFunction(np.eye(3), ((1.0, (0, 1, 2), (0, 1, 2)),))
     assert 2 * three.orthant_dim > MAX_ORTHANT_DIM

@@ -71,7 +71,7 @@ _LADDER = [_panel_rules(e) for e in (np.array([0.0, 1.0]), np.array([0.0, 0.75, 
                                      _graded(12, 4), _graded(24, 8))]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ConeFunction:
     """``Σ_terms c · Π_{p∈poly} (n_p·u) · Π_{s∈steps} 1{n_s·u > 0}`` of ``u`` of shape (..., k).
 
@@ -121,6 +121,17 @@ class ConeFunction:
         terms = list(self.terms) + [(c, tuple(sorted(remap[list(p)].tolist())), tuple(sorted(remap[list(s)].tolist())))
                                     for c, p, s in other.terms]
         return ConeFunction(normals, _collect(terms))
+
+    @property
+    def parallel_steps(self) -> bool:
+        """Two step forms are parallel: ``δ(x)·1{cx > 0}`` would then need a convention at 0 the
+        recursion does not make (such functions are left to the other rules)."""
+        rows = sorted({q for _, _, steps in self.terms for q in steps})
+        n = self.normals[rows]
+        gram = n @ n.T
+        norms = np.sqrt(np.diag(gram))
+        off = np.abs(gram) >= (1 - 1e-12) * np.outer(norms, norms)
+        return bool(np.any(off[~np.eye(len(rows), dtype=bool)]))
 
     @property
     def orthant_dim(self) -> int:

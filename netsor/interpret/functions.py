@@ -65,9 +65,10 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
             normal[position[v]] += c
         if np.any(normal != 0.0):
             planes.append((normal, float(offset)))
+    cone = cone_function(expr, args)
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
-                         cone_function(expr, args))
+                         None if cone is None or cone.parallel_steps else cone)
 
 
 def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
