@@ -201,3 +201,41 @@ def quad_expect(f, q, breaks=()):
     density = lambda z: f(sd * z) * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)  # noqa: E731
     return sum(integrate.quad(density, a, b, epsabs=0.0, epsrel=1e-13, limit=400)[0]
                for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def relu4_adaptive(S):
+    """E[relu(a) relu(a') relu(b) relu(b')] for (a, a', b, b') ~ N(0, S), S (4, 4), to ~1e-12 relative.
+
+    Condition on (a, a') = L η (Cholesky): (b, b') | (a, a') is Gaussian and E[relu b relu b' | a, a']
+    is :func:`relu_relu_noncentral`. The quadrant a, a' > 0 is a wedge in polar coordinates of η;
+    the outer integral over its angle and radius is adaptive (scipy quad, nested)."""
+    A, B, Cm = S[:2, :2], S[2:, 2:], S[2:, :2]
+    L = np.linalg.cholesky(A)
+    M = Cm @ np.linalg.inv(A)
+    Sc = B - M @ Cm.T
+    s1, s2 = np.sqrt(Sc[0, 0]), np.sqrt(Sc[1, 1])
+    r = np.clip(Sc[0, 1] / (s1 * s2), -1.0, 1.0)
+    psi = np.arctan2(L[1, 0], L[1, 1])  # a' > 0  <=>  sin(phi + psi) > 0
+    lo, hi = max(-np.pi / 2, -psi), min(np.pi / 2, np.pi - psi)
+
+    def radial(phi):
+        e1, e2 = np.cos(phi), np.sin(phi)
+        a1, a2 = L[0, 0] * e1, L[1, 0] * e1 + L[1, 1] * e2  # (a, a') per unit radius
+
+        def f(rad):
+            x, y = rad * a1, rad * a2
+            m1, m2 = M[0, 0] * x + M[0, 1] * y, M[1, 0] * x + M[1, 1] * y
+            return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * x * y * relu_relu_noncentral(m1, m2, s1, s2, r)
+
+        return integrate.quad(f, 0.0, 14.0, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+
+    return integrate.quad(radial, lo, hi, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+
+
+def one_factor_orthant(lam):
+    """P(x > 0) for x ~ N(0, R) with R_ij = λ_i λ_j (i ≠ j), |λ_i| < 1: x_i = λ_i z + √(1 − λ_i²) e_i, so
+    P = E_z Π Φ(λ_i z / √(1 − λ_i²)) (1-D adaptive quadrature)."""
+    lam = np.asarray(lam, float)
+    k = lam / np.sqrt(1 - lam * lam)
+    f = lambda z: np.exp(-0.5 * z * z) / SQRT2PI * np.prod(special.ndtr(k * z))  # noqa: E731
+    return integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=400)[0]

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
+from netsor.gaussian.orthant import MAX_ORTHANT_DIM, ConeFunction, cone_expectation, cone_pair_expectation
 from netsor.gaussian.quadrature import INV_SQRT_2PI, Z_MAX, check_finite, hermite_functions
 
 Array = np.ndarray
@@ -87,6 +88,9 @@ class JointFunction:
     key : hashable
         Identity for caches.
     name : str
+    cone : ConeFunction or None
+        The same function as a sum of polynomials on cones, when it is one (relu(a)·relu(b),
+        relu(a)·b, ...): its expectations are then exact (:mod:`netsor.gaussian.orthant`).
     """
 
     dim: int
@@ -97,6 +101,7 @@ class JointFunction:
     continuous: bool
     key: Hashable
     name: str = "F"
+    cone: ConeFunction | None = None
 
     def __call__(self, u: Array) -> Array:
         with np.errstate(all="ignore"):
@@ -314,7 +319,8 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
                       ) -> tuple[Array, Array, Array]:
     """``(E F(U), error, standard error)`` for ``U ~ N(0, cov[p])``, ``cov`` of shape (P, k, k).
 
-    Nested quadrature up to ``NESTED_MAX_DIM`` effective dimensions when the kinks are known
+    Exact for functions with a cone form (:mod:`netsor.gaussian.orthant`); else nested
+    quadrature up to ``NESTED_MAX_DIM`` effective dimensions when the kinks are known
     hyperplanes (standard error 0). Otherwise randomised QMC (error = ``MC_ERROR_SIGMAS``
     standard errors), with 4× more points per round until the error meets ``atol`` (absolute,
     per point) or ``QMC_MAX_LOG2_POINTS`` is reached.
@@ -322,6 +328,9 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
     cov = np.asarray(cov, dtype=float)
     if not cov.shape[0]:
         return np.empty(0), np.empty(0), np.empty(0)
+    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
+        value, err = cone_expectation(F.cone, cov)
+        return value, err, np.zeros_like(value)
     L, r = whiten(cov)
     spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0)
     if (r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1)
@@ -555,12 +564,17 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     scale : array (M,), optional
         ``√(E F² E G²)`` per pair, when known (the target of the Monte-Carlo fallback).
 
-    The Mehler series is used where both sides have rank ≤ 2 and it converges within
-    ``MAX_DEGREE``; the other pairs are integrated as one (k₁ + k₂)-dimensional expectation.
+    Functions with a cone form (``F.cone``, ``G.cone``) are integrated exactly
+    (:func:`netsor.gaussian.orthant.cone_pair_expectation`). Otherwise the Mehler series is used
+    where both sides have rank ≤ 2 and it converges within ``MAX_DEGREE``; the other pairs are
+    integrated as one (k₁ + k₂)-dimensional expectation.
     """
     M = C.shape[0]
     value, err, se = np.zeros(M), np.zeros(M), np.zeros(M)
     if not M:
+        return value, err, se
+    if F.cone is not None and G.cone is not None and F.cone.orthant_dim + G.cone.orthant_dim <= MAX_ORTHANT_DIM:
+        value, err = cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)  # exact: cone moments
         return value, err, se
     memo = memo or TableMemo()
     ux, ix = np.unique(cov_x.reshape(M, -1), axis=0, return_inverse=True)
@@ -681,7 +695,9 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     cov = np.asarray(cov, dtype=float)
     k = F.dim
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
-    if r <= NESTED_MAX_DIM:
+    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
+        value = _cone_moments(F.cone, F.continuous, cov)
+    elif r <= NESTED_MAX_DIM:
         value, _ = nested_expectation(F, cov, moments=True)
     else:  # Monte Carlo moments: only used as scales for error bounds
         cols = [qmc_expectation(JointFunction(k, lambda u, p=p: F.fn(u) ** p, None, (), True, False,
@@ -689,3 +705,19 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
         value = np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
     return {"m2": value[:, 0], "m4": value[:, 1], "arg_grad2": value[:, 2:2 + k], "joint_euler": value[:, 2 + k],
             "gradnorm2": value[:, 3 + k]}
+
+
+def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array:
+    """The columns of :func:`point_moments` (P, 2 + 2k) of a function with a cone form, exactly:
+    ``E F²``, ``E F⁴`` and, when F is continuous, ``E (∂ᵢF)²``, ``E |∇F|²|U|²``, ``E |∇F|²``
+    (products and derivatives of cone functions are cone functions)."""
+    k = cone.dim
+    square = cone.times(cone)
+    cols = [cone_expectation(square, cov)[0], cone_expectation(square.times(square), cov)[0]]
+    if not continuous:
+        return np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
+    grad2 = [cone.derivative(i).times(cone.derivative(i)) for i in range(k)]
+    partial = [cone_expectation(g, cov)[0] for g in grad2]
+    euler = sum(cone_expectation(g.times(cone.argument(j).times(cone.argument(j))), cov)[0]
+                for g in grad2 for j in range(k))
+    return np.stack(cols + partial + [euler, sum(partial)], axis=1)

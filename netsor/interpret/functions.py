@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from netsor.activations import Activation, identity
+from netsor.activations import Activation, abs_, identity, relu, step
 from netsor.gaussian.joint import JointFunction
+from netsor.gaussian.orthant import ConeFunction
 from netsor.ir import Vector
-from netsor.ir.expr import Apply, Expr, Var
+from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var
 
 Array = np.ndarray
 
@@ -64,8 +65,54 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
             normal[position[v]] += c
         if np.any(normal != 0.0):
             planes.append((normal, float(offset)))
+    cone = cone_function(expr, args)
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
-                         expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe())
+                         expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
+                         None if cone is None or cone.parallel_steps else cone)
+
+
+def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
+    """``expr`` as a :class:`~netsor.gaussian.orthant.ConeFunction` of ``args`` (sums and products of
+    constants, G-vectors, and relu / step / abs / identity of linear forms without offset), or None."""
+    k = len(args)
+    if isinstance(expr, Const):
+        return ConeFunction(np.zeros((0, k)), ((expr.value, (), ()),) if expr.value != 0.0 else ())
+    form = expr.affine()
+    if form is not None and form[1] == 0.0:
+        return ConeFunction(_normal(form[0], args)[None], ((1.0, (0,), ()),))
+    if isinstance(expr, Sum):
+        out = cone_function(Const(expr.const), args)
+        for coef, term in expr.terms:
+            part = cone_function(term, args) if out is not None else None
+            if part is None:
+                return None
+            out = out.plus(ConeFunction(part.normals, tuple((coef * c, p, s) for c, p, s in part.terms)))
+        return out
+    if isinstance(expr, Prod):
+        out = cone_function(Const(1.0), args)
+        for factor in expr.factors:
+            part = cone_function(factor, args) if out is not None else None
+            if part is None:
+                return None
+            out = out.times(part)
+        return out
+    if isinstance(expr, Apply):
+        inner = expr.child.affine()
+        if inner is None or inner[1] != 0.0 or not inner[0]:
+            return None
+        n = _normal(inner[0], args)[None]
+        pieces = {identity.key: ((1.0, (0,), ()),), relu.key: ((1.0, (0,), (0,)),), step.key: ((1.0, (), (0,)),),
+                  abs_.key: ((2.0, (0,), (0,)), (-1.0, (0,), ()))}
+        return ConeFunction(n, pieces[expr.act.key]) if expr.act.key in pieces else None
+    return None
+
+
+def _normal(terms: tuple[tuple[Vector, float], ...], args: tuple[Vector, ...]) -> Array:
+    """The coefficients of a linear form over ``args`` (shape (len(args),))."""
+    out = np.zeros(len(args))
+    for v, c in terms:
+        out[args.index(v)] += c
+    return out
 
 
 def shifted(act: Activation, offset: float) -> Activation:

@@ -1112,8 +1112,14 @@ class Run:
         C, dC = self.cross(left.args, right.args)
         b1, b2 = self.shape
         # Pairs of two identical inputs are per-point quantities: their entries are replaced by
-        # per-point values (Limit._pairs), so the expensive joint engine skips them here.
-        todo = np.flatnonzero(~_identical_rows(self.X_left, self.X_right).ravel())
+        # per-point values (Limit._pairs), so the expensive joint engine skips them here. On a
+        # diagonal tile of a symmetric term (same monomial on both sides) only the upper triangle
+        # is computed, and mirrored.
+        mirror = self.left is self.right and self.rows == self.cols and left.key == right.key
+        wanted = ~_identical_rows(self.X_left, self.X_right)
+        if mirror:
+            wanted &= np.triu(np.ones(self.shape, dtype=bool), 1)
+        todo = np.flatnonzero(wanted.ravel())
         rows, cols = np.divmod(todo, b2)
         cx, dx, cy, dy = cov_x[rows], d_x[rows], cov_y[cols], d_y[cols]
         Cf, dCf = C[rows, cols], dC[rows, cols]
@@ -1126,7 +1132,10 @@ class Run:
                 seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
             self.note_stderr(se)
             err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
-        return value.reshape(self.shape), bounds.from_dense(err.reshape(self.shape), env_l, env_r, keep_dense=True)
+        value, err = value.reshape(self.shape), err.reshape(self.shape)
+        if mirror:  # the lower triangle is zero
+            value, err = value + value.T, err + err.T
+        return value, bounds.from_dense(err, env_l, env_r, keep_dense=True)
 
 
 def _identical_rows(A: Array, B: Array) -> Array:
