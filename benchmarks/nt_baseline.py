@@ -102,6 +102,13 @@ def nngp_kernel(
     return np.asarray(k, dtype=np.float64)
 
 
+def reference_arguments(argv, description: str, default_out: str) -> argparse.Namespace:
+    """The command line of the reference writers: ``--out PATH``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=default_out)
+    return p.parse_args(argv)
+
+
 def save_reference(path: str, arrays: dict, keys: list, seed: int) -> None:
     """Write reference kernels (``{key}/{name}`` arrays, plus inputs) with a ``meta`` record of
     the NT and jax versions; refuses non-finite kernels."""

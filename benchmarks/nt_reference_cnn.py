@@ -19,7 +19,6 @@ float64, for::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -65,9 +64,7 @@ def reference_inputs() -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=DEFAULT_OUT)
-    args = p.parse_args(argv)
+    args = ntb.reference_arguments(argv, __doc__.splitlines()[0], DEFAULT_OUT)
     X, X2 = reference_inputs()
     arrays = {"X": X, "X2": X2}
     keys = []

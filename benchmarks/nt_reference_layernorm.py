@@ -14,7 +14,6 @@ Inputs as in ``nt_reference_ntk.py``: ``X`` (6, 5) from ``reference_inputs()`` a
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -40,9 +39,7 @@ def layernorm_mlp(act: str, depth: int, sw: float, sb: float, width: int = 512):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=DEFAULT_OUT)
-    args = p.parse_args(argv)
+    args = ntb.reference_arguments(argv, __doc__.splitlines()[0], DEFAULT_OUT)
     X, X2 = reference_pair()
     arrays = {"X": X, "X2": X2}
     keys = []

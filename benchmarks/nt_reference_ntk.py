@@ -22,7 +22,6 @@ parameters, every layer trained.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -53,9 +52,7 @@ def resnet(act: str, blocks: int, sw: float, sb: float, width: int = 512):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=DEFAULT_OUT)
-    args = p.parse_args(argv)
+    args = ntb.reference_arguments(argv, __doc__.splitlines()[0], DEFAULT_OUT)
     X, X2 = reference_pair()
     arrays = {"X": X, "X2": X2}
     nets = {f"mlp_{a}_d{d}_w{sw}_b{sb}": ntb.build_network(d, a, sw, sb) for a, d, sw, sb in MLP_CASES}
