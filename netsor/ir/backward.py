@@ -110,9 +110,9 @@ def gradient_program(program: Program, backward: str = "auto") -> GradientProgra
         raise ProgramError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     has_transposes = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
     exact = has_transposes if backward == "auto" else backward == "exact"
-    if any(d.ratio != 1.0 for d in program.dims):
-        raise UnsupportedError("the NTK of programs with dims of ratio ≠ 1 is not implemented yet "
-                               "(the gradients' scales differ per dim); use p.dim(name) without ratio")
+    if exact and any(d.ratio != 1.0 for d in program.dims):
+        raise UnsupportedError("the exact (transposed) NTK of programs with dims of ratio ≠ 1 is not implemented "
+                               "yet (the transposes' gradients need per-dim scales); use p.dim(name) without ratio")
     if exact and any(ln.out.kind == "scalar" for ln in program.lines):
         raise UnsupportedError("the NTK of programs with both transposed MatMuls and NetsorK scalars is not "
                                "implemented (the scalars' gradients need not vanish there)")
