@@ -5,8 +5,9 @@ built from it, so that hypothesis can shrink a failing program to a small one. S
 layers (with and without bias), biases, MatMuls by a new or an already used matrix (weight
 sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous, smooth),
 products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
-products of activations) and, rarely, an opaque function the tracer cannot see through.
-Readouts: one or two, of one or two vectors each.
+products of activations), NetsorK steps (LayerNorm of a G-vector, a G-vector scaled by a moment,
+attention over two G-vectors) and, rarely, an opaque function the tracer cannot see through.
+Readouts: one or two, of one or two vectors each, plain or concatenated (``readout_concat``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ TRACED = {
 class Recipe:
     sigmas: tuple[tuple[float, float], ...]  # input layers (sigma, bias)
     steps: tuple[tuple, ...]
-    readouts: tuple[tuple[tuple[int, ...], float, float], ...]
+    readouts: tuple[tuple[tuple[int, ...], float, float, bool], ...]  # (vectors, sigma, bias, concatenated)
 
 
 def step_strategy() -> st.SearchStrategy:
@@ -53,6 +54,9 @@ def step_strategy() -> st.SearchStrategy:
         st.tuples(st.just("shift"), idx, st.sampled_from([-0.5, 0.3, 1.0])),
         st.tuples(st.just("traced"), idx, idx, st.sampled_from(sorted(TRACED))),
         st.tuples(st.just("bias"), st.sampled_from([0.2, 0.5])),
+        st.tuples(st.just("layernorm"), idx),
+        st.tuples(st.just("moment-scale"), idx, idx),
+        st.tuples(st.just("attention"), idx, idx, st.sampled_from([0.5, 1.0])),
     )
 
 
@@ -65,7 +69,7 @@ def recipes(draw, max_steps: int = 5, opaque: bool = False) -> Recipe:
     if opaque and draw(st.booleans()):
         steps.append(("opaque", draw(st.integers(0, 1000)), draw(st.integers(0, 1000))))
     readouts = tuple(draw(st.tuples(st.lists(st.integers(0, 1000), min_size=1, max_size=2).map(tuple),
-                                    st.sampled_from([1.0, 0.7]), st.sampled_from([0.0, 0.2])))
+                                    st.sampled_from([1.0, 0.7]), st.sampled_from([0.0, 0.2]), st.booleans()))
                      for _ in range(draw(st.integers(1, 2))))
     return Recipe(sigmas, tuple(steps), readouts)
 
@@ -111,9 +115,21 @@ def build(recipe: Recipe) -> netsor.Program:
             pool.append(netsor.nonlin(_opaque_max, pick(i), pick(j), name="opaque_max"))
         elif op == "bias":
             pool.append(p.bias(n, step[1]))
-    for vecs, sigma, bias in recipe.readouts:
+        elif op == "layernorm":
+            pool.append(netsor.layernorm(pick(step[1], "G")))
+        elif op == "moment-scale":  # θ = (1/n) Σ tanh(x_α)², a per-input coefficient of a G-vector
+            _, i, j = step
+            pool.append(netsor.moment(lambda x: np.tanh(x) ** 2, pick(i, "G")) * pick(j, "G"))
+        elif op == "attention":
+            _, i, j, temperature = step
+            tokens = list(dict.fromkeys([pick(i, "G"), pick(j, "G")]))
+            pool.extend(netsor.attention(tokens, tokens, tokens, temperature=temperature))
+    for vecs, sigma, bias, concatenated in recipe.readouts:
         chosen = tuple(dict.fromkeys(pick(i) for i in vecs))
-        p.readout(*chosen, sigma=sigma, bias=bias)
+        if concatenated:
+            p.readout_concat(*chosen, sigma=sigma, bias=bias)
+        else:
+            p.readout(*chosen, sigma=sigma, bias=bias)
     return p
 
 
