@@ -14,22 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
-from common import finish
+from common import finish, median_time
 
 from netsor.matrixlaws import FussCatalan, jacobian_spectrum
-
-
-def _median_time(fn, repeats: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def _density(act: str, sigma_w: float, sigma_b: float = 0.0, depth: int = 20, weights: str = "gaussian"):
@@ -44,8 +33,8 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args()
     fig: dict = {"loadavg_start": os.getloadavg()}
-    t_lin = _median_time(lambda: _density("identity", 1.0))
-    t_relu = _median_time(lambda: _density("relu", np.sqrt(2.0)))
+    t_lin = median_time(lambda: _density("identity", 1.0))
+    t_relu = median_time(lambda: _density("relu", np.sqrt(2.0)))
     law = _density("identity", 1.0)
     fc = FussCatalan(20)
     xx = np.linspace(0.0, fc.support[1], 200001)
@@ -57,10 +46,10 @@ def main() -> int:
           f"lilypads {2.1 / t_relu:5.1f}x  Algorithm-1 {5.7 / t_relu:5.1f}x faster")
     print(f"W1(linear depth 20, exact Fuss–Catalan) = {w1:.2e}   (goal ≤ 5e-3); mass defect "
           f"{law.mass_defect:.1e}")
-    t_tanh = _median_time(lambda: _density("tanh", 1.05, 0.05), repeats=3)
+    t_tanh = median_time(lambda: _density("tanh", 1.05, 0.05), repeats=3)
     print(f"depth-20 tanh (implicit D² law, 48-node Gauss rule): {t_tanh:.2f} s")
     crit = ("tanh", 1.2992209668018506, 0.19504153688706546)
-    t_crit = _median_time(lambda: _density(*crit, depth=8, weights="orthogonal"), repeats=3)
+    t_crit = median_time(lambda: _density(*crit, depth=8, weights="orthogonal"), repeats=3)
     law_c = _density(*crit, depth=8, weights="orthogonal")
     print(f"critical tanh, q* = 0.5, orthogonal, depth 8: {t_crit:.2f} s, {law_c.grid[0].size} grid points, "
           f"mass defect {law_c.mass_defect:.1e}")

@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from common import finish
+from common import finish, median_time
 
 import netsor
 
@@ -44,15 +42,6 @@ RTOL_LADDER = [1e-6, 1e-4, 1e-2]
 #: Correlated two-argument kinked terms timed on ``--n-large`` inputs (the others there would take minutes).
 LARGE = ["relu(a)·relu(b), correlated", "relu(a)·b, correlated", "max(a, b), correlated"]
 
-
-def timed(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def accuracy(case: str, X: np.ndarray, rtol: float) -> tuple[float, float, bool]:
@@ -82,7 +71,7 @@ def main() -> int:
     X_acc = rng.standard_normal((args.n_accuracy, args.d))
     X = rng.standard_normal((args.n, args.d))
     p_tanh = netsor.zoo.mlp(1, "tanh", 1.0, 0.2)
-    base = timed(lambda: netsor.nngp(p_tanh, X), args.repeats)
+    base = median_time(lambda: netsor.nngp(p_tanh, X), args.repeats)
     pairs = args.n * (args.n + 1) // 2
     print(f"joint-term kernels, d = {args.d}; accuracy on {args.n_accuracy} inputs, time on {args.n} inputs "
           f"({os.cpu_count()} CPUs)")
@@ -96,7 +85,7 @@ def main() -> int:
             try:
                 true, bound, covers = accuracy(case, X_acc, rtol)
                 p = build(case)
-                t = timed(lambda p=p, rtol=rtol: netsor.nngp(p, X, rtol=rtol), args.repeats)
+                t = median_time(lambda p=p, rtol=rtol: netsor.nngp(p, X, rtol=rtol), args.repeats)
                 break
             except netsor.NumericalError as exc:
                 print(f"  {case:36s} refused at rtol = {rtol:g}: {str(exc)[:80]}...")
@@ -109,12 +98,12 @@ def main() -> int:
     fig["baseline_tanh_s"] = base
     if args.n_large:
         X_large = rng.standard_normal((args.n_large, args.d))
-        base_large = timed(lambda: netsor.nngp(p_tanh, X_large), args.repeats)
+        base_large = median_time(lambda: netsor.nngp(p_tanh, X_large), args.repeats)
         print(f"  N = {args.n_large}: one-argument tanh NNGP {base_large:.2f} s")
         fig["large"] = {"n": args.n_large, "baseline_tanh_s": base_large, "cases": {}}
         for case in LARGE:
             p = build(case)
-            t = timed(lambda p=p: netsor.nngp(p, X_large, rtol=args.rtol), args.repeats)
+            t = median_time(lambda p=p: netsor.nngp(p, X_large, rtol=args.rtol), args.repeats)
             fig["large"]["cases"][case] = {"time_s": t, "ratio_to_tanh": t / base_large}
             print(f"  {case:36s} {args.rtol:7.0e} {t:7.2f} s  {t / base_large:5.1f}× tanh")
     return finish(fig, args.json)

@@ -8,6 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 
+def median_time(fn: Callable[[], Any], repeats: int = 7) -> float:
+    """Median seconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+    return interleaved_medians({"fn": fn}, repeats)[0]["fn"]
+
+
 def interleaved_medians(calls: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
     """Warm each call up once, then time ``repeats`` rounds of all calls interleaved (so that every
     call sees the same machine load); returns (median seconds by name, warm-up results by name)."""
