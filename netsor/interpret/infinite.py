@@ -199,12 +199,7 @@ class Analysis:
         poly = expand(expr)
         terms = []
         for coef, m in poly.terms:
-            scalar_atoms = tuple(a for a in m.atoms if all(v.kind == "scalar" for v in a.args))
-            vector_atoms = tuple(a for a in m.atoms if a not in scalar_atoms)
-            if any(v.kind == "scalar" for a in vector_atoms for v in a.args):
-                raise UnsupportedError(
-                    f"the moment {out.name} = mean[{expr.describe()}] mixes scalars and vectors inside one "
-                    "nonlinearity; its limit is not implemented yet (write it with scalar factors outside)")
+            scalar_atoms, vector_atoms = _scalar_factors(m, f"the moment {out.name} = mean[{expr.describe()}]")
             scalar_part = Monomial(scalar_atoms).expr if scalar_atoms else None
             if not vector_atoms:
                 terms.append(MomentTerm(coef, scalar_part, "one", None))
@@ -374,6 +369,19 @@ class Analysis:
         return self._functions[key]
 
 
+def _scalar_factors(m: Monomial, what: str) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
+    """The atoms of ``m`` that are functions of scalars only, and the others (functions of vectors);
+    a scalar inside a function of vectors is refused (its limit is not a per-input coefficient)."""
+    scalar = tuple(a for a in m.atoms if a.args and all(v.kind == "scalar" for v in a.args))
+    rest = tuple(a for a in m.atoms if a not in scalar)
+    if any(v.kind == "scalar" for a in rest for v in a.args):
+        raise UnsupportedError(
+            f"{what}: a scalar inside a nonlinearity ({' · '.join(a.describe() for a in rest)}); the "
+            "infinite-width limit takes scalars (NetsorK) as factors and coefficients of vectors (θ * relu(g), "
+            "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead")
+    return scalar, rest
+
+
 def _with_scalar_coefficients(out: Vector, poly: Polynomial) -> Polynomial:
     """A NonLin's polynomial with its factors that are scalars (NetsorK: ``θ · relu(g)``) moved into
     per-input coefficients (:mod:`netsor.interpret.pointcoef`); plain polynomials are unchanged."""
@@ -382,16 +390,13 @@ def _with_scalar_coefficients(out: Vector, poly: Polynomial) -> Polynomial:
     const: pointcoef.Coefficient = poly.const
     merged: dict[Key, tuple[pointcoef.Coefficient, Monomial]] = {}
     for coef, m in poly.terms:
-        scalars = tuple(a.vector for a in m.atoms if isinstance(a, Var) and a.vector.kind == "scalar")
-        rest = tuple(a for a in m.atoms if not (isinstance(a, Var) and a.vector.kind == "scalar"))
-        if any(v.kind == "scalar" for a in rest for v in a.args):
-            raise UnsupportedError(
-                f"{out.name}: a scalar inside a nonlinearity ({' · '.join(a.describe() for a in rest)}); the "
-                "infinite-width limit takes scalars (NetsorK) as factors and coefficients of vectors (θ * relu(g), "
-                "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead")
+        scalars, rest = _scalar_factors(m, out.name)
+        if not all(isinstance(a, Var) for a in scalars):
+            raise UnsupportedError(f"{out.name}: a function of scalars inside a vector's expression; make it a "
+                                   "scalar of its own first (e.g. s = netsor.exp(theta)), then multiply by it")
         c: pointcoef.Coefficient = float(coef)
         for theta in scalars:
-            c = pointcoef.scale(theta, c)
+            c = pointcoef.scale(theta.vector, c)
         if not rest:
             const = pointcoef.add(const, c)
             continue
