@@ -101,7 +101,8 @@ class CoupledState:
 
 def run_forward(plan: ForwardPlan, state: FiniteState | CoupledState, mode: str,
                 on_line: Callable[[Line, FiniteState | CoupledState], None] | None = None) -> None:
-    """Execute ``plan`` in ``state``: ``mode`` is ``"finite"`` or ``"coupled"``; ``on_line`` is
+    """Execute ``plan`` in ``state``: ``mode`` is ``"finite"``, ``"simulated"`` (one world, the
+    limit's copies: :mod:`netsor.interpret.simulation`) or ``"coupled"``; ``on_line`` is
     called after each line with its value stored (before inputs that died are freed)."""
     from netsor.interpret.rules import rule_for
 
@@ -111,7 +112,7 @@ def run_forward(plan: ForwardPlan, state: FiniteState | CoupledState, mode: str,
         for st in finite_states:
             st.position = i
         result = getattr(rule_for(line), mode)(line, state)
-        outs = (result,) if mode == "finite" else result
+        outs = (result,) if isinstance(state, FiniteState) else result
         for world, value in zip(worlds, outs, strict=True):
             world.values[line.out] = value
         if on_line is not None:

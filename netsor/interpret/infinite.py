@@ -1585,14 +1585,51 @@ def _finite_or_raise(K: Array, what: str) -> Array:
     return K
 
 
+#: Limit methods: the expectation engine, the joint QMC simulation, or a choice by the program.
+LIMIT_METHODS = ("auto", "expectations", "qmc")
+#: ``method="auto"`` simulates programs with a monomial of this many Gaussian arguments or more
+#: (a pair of them is a joint expectation of twice as many, beyond nested quadrature, and their
+#: number grows exponentially along a recurrence), when ``rtol`` is within QMC's reach.
+SIMULATION_MIN_ARITY = 4
+SIMULATION_MIN_RTOL = 1e-6
+
+
+def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
+    """The method :func:`limit` uses: ``"expectations"`` (:class:`Limit`) or ``"qmc"``
+    (:class:`~netsor.interpret.simulation.SimulatedLimit`). ``"auto"`` takes ``"qmc"`` for
+    programs without transposes that have a NonLin monomial of ``SIMULATION_MIN_ARITY`` or more
+    Gaussian arguments (recurrent gates) when ``rtol >= SIMULATION_MIN_RTOL``."""
+    check_choice(method, "method", LIMIT_METHODS)
+    if method != "auto":
+        return method
+    if not isinstance(program, Program) or rtol < SIMULATION_MIN_RTOL:
+        return "expectations"
+    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
+        return "expectations"
+    arity = max((len(m.args) for m in analysis_of(program).monomials.values()), default=0)
+    return "qmc" if arity >= SIMULATION_MIN_ARITY else "expectations"
+
+
 def limit(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
-          memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None) -> Limit:
-    """The infinite-width limit of ``program`` on inputs ``X`` (see :class:`Limit`)."""
+          memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, method: str = "auto",
+          seed: Any = 0) -> Any:
+    """The infinite-width limit of ``program`` on inputs ``X``: a :class:`Limit` (the expectation
+    engine: closed forms, quadrature, series, error bounds) or, with ``method="qmc"`` (or
+    ``"auto"`` for programs whose expectations are high-dimensional, see :func:`limit_method`),
+    a :class:`~netsor.interpret.simulation.SimulatedLimit` (joint randomised QMC, error bounds
+    from independent replicates; ``seed`` scrambles it). Both answer ``nngp``, ``cov``, ``var``,
+    ``scalar`` and carry ``error``."""
+    rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
+    if limit_method(program, rtol, method) == "qmc":
+        from netsor.interpret.simulation import SimulatedLimit
+
+        return SimulatedLimit(program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
     return Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
 
 
 def nngp(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
-         memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, psd: str = "auto") -> Array:
+         memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, psd: str = "auto",
+         method: str = "auto", seed: Any = 0) -> Array:
     """NNGP kernel: the covariance of the outputs of ``program`` in the infinite-width limit.
 
     Parameters
@@ -1610,6 +1647,8 @@ def nngp(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAU
     threads : int, optional
     psd : {"auto", "clip", "check", "skip"}
         PSD handling of ``nngp(program, X)`` (see :meth:`Limit.nngp`).
+    method : {"auto", "expectations", "qmc"}
+        See :func:`limit` (``seed`` scrambles the ``"qmc"`` simulation).
 
     Returns
     -------
@@ -1617,5 +1656,6 @@ def nngp(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAU
         Indexed ``b·R + r`` for R outputs (``(B1, B2)`` when R = 1). The error bounds are on
         :func:`limit`'s :meth:`Limit.nngp` with ``with_error=True``.
     """
-    return Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads).nngp(psd=psd)
+    return limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads, method=method,
+                 seed=seed).nngp(psd=psd)
 

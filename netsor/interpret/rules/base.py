@@ -2,6 +2,8 @@
 
 * ``finite(line, state)`` — the line's values in a chunk of finite-width networks, an array of
   shape (S, B, n) (S networks, B inputs, n the width of the line's dim);
+* ``simulated(line, state)`` — the line's values in ``n`` iid copies of the limit's random
+  variables (:mod:`netsor.interpret.simulation`); the finite rule for every line but MatMul;
 * ``coupled(line, state)`` — the pair (finite, limit) of a same-noise coupled run; for a
   deterministic line it is the finite rule applied in each world;
 * ``limit(line, context)`` — how the line's random variable ``Z^out`` of the infinite-width
@@ -94,6 +96,10 @@ class LineRule:
 
     def finite(self, line: Line, state: FiniteState) -> Array:
         raise NotImplementedError
+
+    def simulated(self, line: Line, state: FiniteState) -> Array:
+        """Lines other than MatMul act on the copies as on coordinates: the finite rule."""
+        return self.finite(line, state)
 
     def coupled(self, line: Line, state: CoupledState) -> tuple[Array, Array]:
         """Deterministic lines: the finite rule in each world."""

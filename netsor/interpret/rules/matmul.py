@@ -101,6 +101,39 @@ class MatMulRule(LineRule):
         lim.world.memory[W] = (uses, g_lim if past_lim is None else np.concatenate([past_lim, g_lim], axis=1))
         return g_fin, g_lim
 
+    def simulated(self, line: MatMulLine, state: FiniteState) -> Array:
+        """Copies of ``Z^{W h}`` over the batch given the earlier uses of ``W`` in the same copies:
+        Gaussian with ``Cov = σ² E[Z^{hᵢ} Z^{hⱼ}]``, the expectation an average over the copies
+        (of the argument's coordinates for a data argument: ``x·x'/d``). Draws as many normal rows
+        as the conditional covariance has rank (none for a degenerate use)."""
+        if line.transposed:
+            raise UnsupportedError(
+                f"{line.out.name} = {line.matrix.name}ᵀ {line.arg.name}: the simulation draws iid copies of the "
+                "limit's Gaussians and has no Ż correction of Netsor⊤; use method='expectations'")
+        W = line.matrix
+        h = state.values[line.arg][0]  # one replicate: (B, n_in)
+        B, n_in = h.shape
+        past = state.world.memory.get(W)
+        own = (h @ h.T) / n_in
+        if past is None:
+            gram = own
+        else:
+            args, past_gram, _ = past
+            cross = (args @ h.T) / n_in
+            gram = np.block([[past_gram, cross], [cross.T, own]])
+        coef, resid, _ = limit_conditional(W.sigma, gram, B)
+        vals, vecs = np.linalg.eigh(resid)
+        vals, vecs = vals[::-1], vecs[:, ::-1]  # largest variance first: the best-spread QMC dimensions
+        keep = vals > DEGENERACY_TOLERANCE * max(float(np.trace(own)) * W.sigma**2, np.finfo(float).tiny)
+        root = vecs[:, keep] * np.sqrt(vals[keep])
+        g = root @ state.chunk.normal((int(keep.sum()), state.sizes[W.out_dim]))[0]
+        if coef is not None:
+            g += coef.T @ past[2]
+        if state.last_use_of(W) > state.position:
+            state.world.memory[W] = ((h, gram, g) if past is None else
+                                     (np.concatenate([past[0], h]), gram, np.concatenate([past[2], g])))
+        return g[None]
+
     def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
         scale = variance_scale(line.matrix, line.transposed)
         correction = []

@@ -1,0 +1,130 @@
+"""The limit by joint randomised QMC simulation (netsor.interpret.simulation): agreement with the
+expectation engine within its reported error, honest bounds, consistency, and clear refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netsor
+from netsor.errors import NetsorError, NumericalError, UnsupportedError
+from netsor.interpret.simulation import SimulatedLimit
+
+
+def _inputs(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tanh_mlp_kernel_agrees_with_the_expectation_engine_within_its_bound(seed: int) -> None:
+    """A non-polynomial kernel (tanh, depth 2, biases): the exact engine to 1e-10 is the reference;
+    the simulation's reported bound (t-quantile at 1e-4 per entry × standard error) covers its
+    true error at every entry, for several scramblings."""
+    p = netsor.zoo.mlp(2, "tanh", sigma_w=1.5, sigma_b=0.3)
+    X = _inputs((5, 3), seed)
+    exact = netsor.nngp(p, X, rtol=1e-10)
+    lim = netsor.limit(p, X, rtol=1e-3, method="qmc", seed=seed)
+    K, E = lim.nngp(with_error=True)
+    assert isinstance(lim, SimulatedLimit)
+    assert np.all(np.abs(K - exact) <= E)
+    scale = np.sqrt(np.outer(np.diag(exact), np.diag(exact)))
+    assert np.max(E / scale) <= 1e-3  # what was asked for
+    assert lim.error == pytest.approx(float(np.max(E)))
+
+
+def test_the_bound_is_not_vacuous_and_shrinks_with_more_points() -> None:
+    """QMC error falls with the points: a tighter rtol takes more points and reports less error,
+    and the true error stays inside the bound."""
+    p = netsor.zoo.mlp(1, "erf")
+    X = _inputs((4, 2), 3)
+    exact = netsor.nngp(p, X, rtol=1e-12)
+    loose = netsor.limit(p, X, rtol=1e-3, method="qmc")
+    K1, E1 = loose.nngp(with_error=True)
+    tight = netsor.limit(p, X, rtol=1e-5, method="qmc")
+    K2, E2 = tight.nngp(with_error=True)
+    assert tight.points > loose.points
+    assert E2.max() < E1.max()
+    assert np.all(np.abs(K1 - exact) <= E1) and np.all(np.abs(K2 - exact) <= E2)
+
+
+def test_layernorm_scalars_and_cross_kernels() -> None:
+    """NetsorK moments are averages over the copies: the LayerNorm MLP's kernel, a cross kernel
+    between two input sets (the block of the joint kernel) and a scalar agree with the engine."""
+    p = netsor.zoo.layernorm_mlp(2, "relu", sigma_b=0.2)
+    X = _inputs((3, 4), 4)
+    X2 = _inputs((2, 4), 5)
+    exact = netsor.nngp(p, X, X2, rtol=1e-9)
+    K, E = netsor.limit(p, X, X2, rtol=1e-3, method="qmc").nngp(with_error=True)
+    assert K.shape == (3, 2)
+    assert np.all(np.abs(K - exact) <= E)
+
+    q = netsor.Program("moment")
+    n = q.dim("n")
+    g = q.input(n)
+    theta = netsor.moment(lambda u: np.tanh(u) ** 2, g)
+    q.readout(netsor.nonlin(lambda u, t: u * t, g, theta))
+    s_exact = netsor.limit(q, X, rtol=1e-10).scalar(theta)
+    s, e = netsor.limit(q, X, rtol=1e-4, method="qmc").scalar(theta, with_error=True)
+    assert np.all(np.abs(s - s_exact) <= e)
+
+
+def test_cov_and_var_of_hidden_vectors() -> None:
+    p = netsor.Program("two layers")
+    n = p.dim("n")
+    g = p.input(n)
+    h = netsor.nonlin(np.tanh, g)
+    W = p.matrix(n, n, sigma=1.3)
+    g2 = W @ h
+    p.readout(netsor.relu(g2))
+    X = _inputs((3, 2), 6)
+    exact = netsor.limit(p, X, rtol=1e-10)
+    sim = netsor.limit(p, X, rtol=1e-4, method="qmc")
+    C, E = sim.cov(h, g2, with_error=True)
+    np.testing.assert_array_less(np.abs(C - exact.cov(h, g2)), E + 1e-300)
+    v, ev = sim.var(g2, with_error=True)
+    assert np.all(np.abs(v - exact.var(g2)) <= ev)
+
+
+def test_gru_two_steps_agrees_with_the_expectation_engine() -> None:
+    """The GRU (erf gates, weights shared over time): two steps, where the engine is exact to 1e-7,
+    so its value is the reference for the simulation's bound."""
+    p = netsor.zoo.gru(2)
+    X = _inputs((3, 2, 3), 7)
+    exact = netsor.nngp(p, X, rtol=1e-7)
+    K, E = netsor.limit(p, X, rtol=3e-3, method="qmc").nngp(with_error=True)
+    assert np.all(np.abs(K - exact) <= E)
+
+
+def test_auto_simulates_long_recurrences_only() -> None:
+    X = _inputs((2, 4, 3), 8)
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-3) == "qmc"
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-8) == "expectations"  # beyond QMC
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(2), 1e-3) == "expectations"
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.mlp(3), 1e-3) == "expectations"
+    assert isinstance(netsor.limit(netsor.zoo.gru(4), X, rtol=1e-2), SimulatedLimit)
+    with pytest.raises(NetsorError, match="method"):
+        netsor.limit(netsor.zoo.mlp(1), X[:, 0], method="monte-carlo")
+
+
+def test_refusals_are_clear() -> None:
+    p = netsor.Program("transposed")
+    n = p.dim("n")
+    W = p.matrix(n, n)
+    g = p.input(n)
+    p.readout(W.T @ netsor.relu(W @ g))
+    X = _inputs((2, 3), 9)
+    with pytest.raises(UnsupportedError, match="expectations"):
+        netsor.limit(p, X, method="qmc")
+    with pytest.raises(NumericalError, match="rtol >="):
+        netsor.limit(netsor.zoo.gru(3), _inputs((2, 3, 3)), rtol=1e-7, method="qmc",
+                     memory_budget=2**25).nngp()
+
+
+def test_deterministic_given_the_seed() -> None:
+    p = netsor.zoo.mlp(2, "relu")
+    X = _inputs((3, 2), 10)
+    a = netsor.nngp(p, X, rtol=1e-3, method="qmc", seed=5)
+    b = netsor.nngp(p, X, rtol=1e-3, method="qmc", seed=5)
+    c = netsor.nngp(p, X, rtol=1e-3, method="qmc", seed=6)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
