@@ -34,7 +34,7 @@ import numpy as np
 
 import netsor
 from netsor import Program
-from netsor.errors import HyperParameterError, InputError, NetsorError
+from netsor.errors import HyperParameterError, InputError, NetsorError, UnsupportedError
 from netsor.interpret.rules.matmul import DEGENERACY_TOLERANCE
 from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
@@ -194,13 +194,20 @@ def cli() -> None:
               help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
 @click.option("--ntk", "neural_tangent", is_flag=True,
               help="The neural tangent kernel (every weight, bias and readout trained) instead of the NNGP.")
+@click.option("--rtol", default=1e-8, show_default=True, type=float,
+              help="Relative tolerance of every kernel entry (met, or an error says what was reached).")
+@click.option("--method", "limit_method", type=click.Choice(["auto", "expectations", "qmc"]), default="auto",
+              show_default=True,
+              help="expectations: closed forms, quadrature and series (to 1e-8); qmc: joint randomised QMC "
+                   "simulation (~1e-3 to 1e-5, for long recurrences such as gru); auto: qmc for programs with "
+                   "high-dimensional expectations when --rtol >= 1e-6.")
 @click.option("--explain", is_flag=True,
               help="First print the program listing and its degenerate MatMul lines (linear combinations of "
                    "earlier uses of their matrix in the limit); those with constant coefficients are "
                    "rewritten as LinComb lines and the kernel is computed on the rewritten program.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
            sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, out: str | None,
-           memory_budget: float, neural_tangent: bool, explain: bool) -> None:
+           memory_budget: float, neural_tangent: bool, rtol: float, limit_method: str, explain: bool) -> None:
     """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
@@ -217,16 +224,25 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(listing)
         click.echo(degeneracy_report(found))
     start = time.perf_counter()
+    rtol = check_real(rtol, "--rtol", minimum=1e-15, maximum=1.0)
     if neural_tangent:
-        K = netsor.ntk(program, X, memory_budget=budget)
+        if limit_method == "qmc":
+            raise UnsupportedError("--ntk is computed by the expectation engine only; drop --method qmc")
+        K = netsor.ntk(program, X, rtol=rtol, memory_budget=budget)
+        error = None
     else:
-        K = netsor.nngp(program, X, memory_budget=budget)
+        lim = netsor.limit(program, X, rtol=rtol, memory_budget=budget, method=limit_method, seed=seed)
+        K = lim.nngp()
+        error = (type(lim).__name__, lim.error)
     elapsed = time.perf_counter() - start
     eig = np.linalg.eigvalsh(K) if K.shape[0] <= 4000 else None
     click.echo(program.name)
     click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
+    if error is not None:
+        method = "joint randomised QMC simulation" if error[0] == "SimulatedLimit" else "expectation engine"
+        click.echo(f"largest error bound: {error[1]:.3g} ({method})")
     if eig is not None:
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")
     with np.printoptions(precision=6, suppress=False, linewidth=120):

@@ -36,7 +36,7 @@ import numpy as np
 from scipy import special, stats
 
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
-from netsor.interpret.finite import conditional_kernels, resolve_widths
+from netsor.interpret.finite import conditional_kernels
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
 from netsor.ir import MatMulLine, Program, Vector
 from netsor.linalg import ensure_psd
@@ -175,15 +175,15 @@ class SimulatedLimit:
         """One forward pass over ``points`` copies; ``collect(values, sizes)`` of the kept vectors.
         Returns its result and the peak number of floats held per copy."""
         plan = ForwardPlan(self.program, keep)
-        sizes = resolve_widths(self.program, points, self._inputs.shape[-1])
-        for dim in self.program.dims:
-            sizes[dim] = points  # the copies of every dim's variables, whatever its ratio
+        # every dim's variables get the same number of copies, whatever its ratio
+        sizes = {self.program.data_dim: self._inputs.shape[-1], self.program.scalar_dim: 1,
+                 **{dim: points for dim in self.program.dims}}
         state = FiniteState(plan, sizes, self._inputs, noise, "simulated", World())
         peak = [0]
 
         def held(_line: Any, st: FiniteState) -> None:
-            arrays = [*st.values.values(), *(a for hist in st.world.memory.values() for a in (hist[0], hist[2]) if isinstance(a, np.ndarray))]
-            peak[0] = max(peak[0], sum(a.size for a in arrays if a.shape[-1] == points))
+            histories = [a for args, _, outs in st.world.memory.values() for a in (args, outs)]
+            peak[0] = max(peak[0], sum(a.size for a in [*st.values.values(), *histories] if a.shape[-1] == points))
 
         with np.errstate(over="ignore", invalid="ignore"):
             run_forward(plan, state, "simulated", on_line=held)

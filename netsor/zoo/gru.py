@@ -26,10 +26,11 @@ def gru(steps: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float =
     (``v ~ N(0, sigma_v²)``), no bias. Inputs ``X`` of shape ``(B, T, d)`` with ``T ≥ steps``;
     outputs indexed ``b·steps + t``.
 
-    Finite widths run at the usual speed. The limit expands ``h_t`` into products of gates of
-    correlated pre-activations from every earlier step, multi-dimensional expectations that the
-    engine evaluates by nested quadrature / QMC: 2 steps take ~0.4 s at rtol 1e-4, 3 steps
-    minutes — a dedicated rule for products of one-argument functions is missing.
+    Finite widths run at the usual speed. In the limit ``h_t`` is a product of gates of correlated
+    pre-activations from every earlier step: the expectation engine takes 2 steps (~1 s at rtol
+    1e-4); from 3 steps on, ``netsor.limit(..., method="auto")`` simulates the limit by joint
+    randomised QMC (:mod:`netsor.interpret.simulation`; 10 steps on 4 sequences: ~0.7 % bounds in
+    ~35 s on 2 cores — pass ``rtol=1e-2``).
     """
     steps = check_count(steps, "steps")
     sigma_u, sigma_w, sigma_b, sigma_v = (check_sigma(s, name) for s, name in (
