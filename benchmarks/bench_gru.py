@@ -2,7 +2,7 @@
 relative in under 30 s on 2 cores.
 
 Rows: 2 steps by the expectation engine (rtol 1e-4), 3 steps by the joint QMC simulation (rtol 1e-3)
-and 10 steps by the simulation (rtol 1e-2), each with the largest reported bound relative to
+and 10 steps by the simulation (rtol 2e-2), each with the largest reported bound relative to
 ``√(K_ii K_jj)``. Medians of ``--repeats`` (default 1: the rows take seconds to a minute).
 
 Run::
@@ -44,12 +44,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     fig = {"loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
            "rows": [_row(2, 1e-4, "expectations", args.repeats), _row(3, 1e-3, "qmc", args.repeats),
-                    _row(10, 1e-2, "qmc", args.repeats)]}
+                    _row(10, 2e-2, "qmc", args.repeats)]}
     print(f"GRU limit, 4 sequences ({os.cpu_count()} CPUs), medians of {args.repeats}")
     for r in fig["rows"]:
         copies = f"  16 × {r['copies']} copies" if r["copies"] else ""
-        print(f"  {r['steps']:2d} steps  {r['method']:15s} rtol {r['rtol']:.0e}  bound/scale {r['relative_bound']:.2g}  "
-              f"{r['median_s']:7.2f} s{copies}")
+        print(f"  {r['steps']:2d} steps  {r['method']:15s} rtol {r['rtol']:.0e}  "
+              f"bound/scale {r['relative_bound']:.2g}  {r['median_s']:7.2f} s{copies}")
     ten = fig["rows"][-1]
     met = ten["relative_bound"] <= 1e-4 and ten["median_s"] < 30
     print(f"  goal (10 steps, 1e-4, < 30 s): {'met' if met else 'MISSED'}")
