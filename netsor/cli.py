@@ -34,7 +34,7 @@ import numpy as np
 
 import netsor
 from netsor import Program
-from netsor.errors import HyperParameterError, InputError, NetsorError, UnsupportedError
+from netsor.errors import HyperParameterError, InputError, NetsorError
 from netsor.interpret.rules.matmul import DEGENERACY_TOLERANCE
 from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
@@ -225,24 +225,18 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(degeneracy_report(found))
     start = time.perf_counter()
     rtol = check_real(rtol, "--rtol", minimum=1e-15, maximum=1.0)
-    if neural_tangent:
-        if limit_method == "qmc":
-            raise UnsupportedError("--ntk is computed by the expectation engine only; drop --method qmc")
-        K = netsor.ntk(program, X, rtol=rtol, memory_budget=budget)
-        error = None
-    else:
-        lim = netsor.limit(program, X, rtol=rtol, memory_budget=budget, method=limit_method, seed=seed)
-        K = lim.nngp()
-        error = (type(lim).__name__, lim.error)
+    simulated = netsor.interpret.infinite.limit_method(program, rtol, limit_method) == "qmc"
+    kernels = netsor.kernel(program, X, get="ntk" if neural_tangent else "nngp", rtol=rtol, memory_budget=budget,
+                            method=limit_method, seed=seed)
+    K = kernels.ntk if neural_tangent else kernels.nngp
     elapsed = time.perf_counter() - start
     eig = np.linalg.eigvalsh(K) if K.shape[0] <= 4000 else None
     click.echo(program.name)
     click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
-    if error is not None:
-        method = "joint randomised QMC simulation" if error[0] == "SimulatedLimit" else "expectation engine"
-        click.echo(f"largest error bound: {error[1]:.3g} ({method})")
+    method = "joint randomised QMC simulation" if simulated else "expectation engine"
+    click.echo(f"largest error bound: {kernels.error:.3g} ({method})")
     if eig is not None:
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")
     with np.printoptions(precision=6, suppress=False, linewidth=120):

@@ -183,7 +183,7 @@ def test_error_messages_name_the_option(files, capsys):
 def test_nothing_is_computed_before_the_options_are_checked(tmp_path, capsys, monkeypatch):
     """A bad --out is reported before the (possibly long) computation starts."""
     calls = []
-    monkeypatch.setattr(netsor, "nngp", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(netsor, "kernel", lambda *a, **k: calls.append(1))
     run_error(["kernel", "mlp", "--random", "3,3", "--out", str(tmp_path)], capsys)
     assert calls == []
 
@@ -210,6 +210,20 @@ def test_kernel_command_gives_the_ntk(tmp_path, capsys) -> None:
     assert "NTK (3, 3)" in text
     X = np.random.default_rng(0).standard_normal((3, 4))
     assert np.array_equal(np.load(out), netsor.ntk(netsor.zoo.mlp(2, "relu", 1.0, 0.1), X))
+
+
+def test_kernel_command_simulates_long_recurrences(tmp_path, capsys) -> None:
+    """``--rtol`` within QMC's reach and a GRU of 3 steps: the simulated limit (method auto), the
+    same kernel as the library's for the same seed, and its bound printed."""
+    out = tmp_path / "k.npy"
+    text = run_ok(["kernel", "gru", "--depth", "3", "--random", "2,3", "--rtol", "2e-2", "--seed", "5",
+                   "--out", str(out)], capsys)
+    assert "joint randomised QMC simulation" in text
+    X = np.random.default_rng(5).standard_normal((2, 3, 3))
+    assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.gru(3), X, rtol=2e-2, seed=5))
+    assert "expectation engine" in run_ok(["kernel", "gru", "--depth", "1", "--random", "2,3", "--rtol", "2e-2",
+                                           "--method", "expectations"], capsys)
+    assert "--rtol" in run_error(["kernel", "mlp", "--random", "2,2", "--rtol", "0"], capsys)
 
 
 def test_cnn_kernel_on_the_command_line(tmp_path, capsys):

@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import ProgramError
+from netsor.errors import ProgramError, UnsupportedError
 from netsor.interpret.bounds import TiledBound
-from netsor.interpret.infinite import DEFAULT_MEMORY_BUDGET, DEFAULT_RTOL, PSD_POLICIES, Limit
+from netsor.interpret.infinite import DEFAULT_MEMORY_BUDGET, DEFAULT_RTOL, PSD_POLICIES, Limit, limit_method
 from netsor.ir.backward import BACKWARDS, GradientProgram, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
-from netsor.validate import check_choice
+from netsor.validate import check_choice, check_real
 
 Array = np.ndarray
 KERNELS = ("nngp", "ntk")
@@ -173,7 +173,7 @@ def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, int]) ->
 
 def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequence[str] = KERNELS,
            rtol: float = DEFAULT_RTOL, memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None,
-           psd: str = "auto", backward: str = "auto") -> Kernels:
+           psd: str = "auto", backward: str = "auto", method: str = "auto", seed: Any = 0) -> Kernels:
     """NNGP and/or NTK of ``program`` in the infinite-width limit, from one sweep of the pair grid.
 
     Parameters
@@ -196,6 +196,11 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives Θ = 4.54 instead of 5.29 — finite networks:
         5.30 ± 0.02 at width 1024, ``tests/test_empirical_ntk.py``); the Netsor⊤ engine takes
         linear programs and nonlinear ones that read no data.
+    method : {"auto", "expectations", "qmc"}
+        As for :func:`netsor.limit`: ``"qmc"`` estimates every second moment of the forward and
+        backward programs (gradient independence only) by the joint randomised QMC simulation and
+        combines them replicate by replicate (:mod:`netsor.interpret.simulation`); ``seed``
+        scrambles it.
 
     Returns
     -------
@@ -219,6 +224,11 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
     if not program.outputs:
         raise ProgramError("the program has no outputs, so it has no kernel; add p.readout(h, sigma=...) first")
+    rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
+    if limit_method(program, rtol, method) == "qmc":
+        if backward == "exact":
+            raise UnsupportedError("backward='exact' (real transposes) is not simulated; use method='expectations'")
+        return _simulated(program, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
     if "ntk" not in wanted:
         lim = Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
         K, E = lim.nngp(psd=psd, with_error=True)
@@ -227,9 +237,7 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
     outs = grads.outputs
     R = len(outs)
-    blocks = [(r, s) for r in range(R) for s in range(R) if outs[r].readout is outs[s].readout]
-    terms = {(r, s, name == "ntk"): _terms(outs[r], outs[s], name == "ntk") for r, s in blocks for name in wanted}
-    pairs = list(dict.fromkeys(p for ts in terms.values() for _, pa, pb in ts for p in (pa, pb) if p is not None))
+    blocks, terms, pairs = _structure(grads, wanted)
     loose = LOOSE_SHARE * lim.rtol
     moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, lim.second_moments(pairs), strict=True)}
     n1, n2 = lim.X.shape[0], lim.X2.shape[0]
@@ -252,9 +260,54 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
 
 
+def _structure(grads: GradientProgram, wanted: tuple[str, ...]
+               ) -> tuple[list[tuple[int, int]], dict[tuple[int, int, bool], list[Term]], list[Pair]]:
+    """The output pairs of one readout, each kernel block's terms, and every second moment they use."""
+    outs = grads.outputs
+    R = len(outs)
+    blocks = [(r, s) for r in range(R) for s in range(R) if outs[r].readout is outs[s].readout]
+    terms = {(r, s, name == "ntk"): _terms(outs[r], outs[s], name == "ntk") for r, s in blocks for name in wanted}
+    pairs = list(dict.fromkeys(p for ts in terms.values() for _, pa, pb in ts for p in (pa, pb) if p is not None))
+    return blocks, terms, pairs
+
+
+def _simulated(program: Program, X: Any, X2: Any, wanted: tuple[str, ...], *, rtol: float, memory_budget: int,
+               psd: str, seed: Any) -> Kernels:
+    """The kernels by the joint QMC simulation: per replicate, every block ``bias² + Σ coef · A (⊙ B)``
+    from that replicate's second moments; bounds from the spread of the replicates."""
+    from netsor.interpret.simulation import SimulatedLimit, diagonal_scale
+
+    grads = _gradients(program, "independent")
+    lim = SimulatedLimit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
+    outs = grads.outputs
+    R = len(outs)
+    blocks, terms, pairs = _structure(grads, wanted)
+    N = lim.X.shape[0] + (0 if lim.symmetric else lim.X2.shape[0])
+
+    def assemble(moments: dict[Pair, Array]) -> Array:
+        kernels = []
+        for name in wanted:
+            K = np.zeros((N, R, N, R))
+            for r, s in blocks:
+                K[:, r, :, s] = outs[r].readout.bias**2 + sum(
+                    coef * (moments[pa] if pb is None else moments[pa] * moments[pb])
+                    for coef, pa, pb in terms[(r, s, name == "ntk")])
+            kernels.append(K.reshape(N * R, N * R))
+        return np.stack(kernels)
+
+    def scale(stack: Array) -> Array:
+        return np.stack([diagonal_scale(K) for K in stack])
+
+    value, err = lim.second_moment_combination(pairs, assemble, scale, "+".join(wanted))
+    result = {name: lim.kernel_result(value[i], err[i], psd, name) for i, name in enumerate(wanted)}
+    nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
+    return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1],
+                   max(float(np.max(E, initial=0.0)) for _, E in result.values()))
+
+
 def ntk(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
         memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, psd: str = "auto",
-        backward: str = "auto") -> Array:
+        backward: str = "auto", method: str = "auto", seed: Any = 0) -> Array:
     """Neural tangent kernel of ``program``'s outputs in the infinite-width limit.
 
     NTK parameterisation, gradient independence (see :mod:`netsor.interpret.ntk`); same
@@ -265,4 +318,4 @@ def ntk(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAUL
     Theta : array, shape (B1·R, B2·R)
     """
     return kernel(program, X, X2, get="ntk", rtol=rtol, memory_budget=memory_budget, threads=threads,
-                  psd=psd, backward=backward).ntk
+                  psd=psd, backward=backward, method=method, seed=seed).ntk

@@ -111,6 +111,12 @@ class _CountingNoise:
         return self.rng.standard_normal((1, *shape))
 
 
+def diagonal_scale(K: Array) -> Array:
+    """``√(K_ii K_jj)`` of a square kernel (every entry, those within X and within X2 included)."""
+    d = np.sqrt(np.abs(np.diag(K)))
+    return np.outer(d, d)
+
+
 def _check_simulable(program: Program) -> None:
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
         raise UnsupportedError("the simulated limit does not take transposed MatMul lines (Netsor⊤: the Ż "
@@ -230,7 +236,22 @@ class SimulatedLimit:
                              f"{self.replicates} × 2^{log2} copies, above rtol = {self.rtol:g}; pass rtol >= "
                              f"{2 * worst:.1g} or a larger memory_budget")
 
-    def _split(self, K: Array) -> Array:
+    def second_moment_combination(self, pairs: Iterable[tuple[Vector, Vector]],
+                                  assemble: Callable[[dict[tuple[Vector, Vector], Array]], Array],
+                                  scale: Callable[[Array], Array], what: str) -> tuple[Array, Array]:
+        """Mean and error bound of ``assemble(moments)`` over the replicates, ``moments[(u, v)]`` the
+        replicate's ``E[Z^u Z^v]`` over the concatenated inputs (``⟨x, x'⟩/d`` for data): a
+        nonlinear combination of second moments (the NTK's sum of products) estimated replicate
+        by replicate, so that its spread carries the errors of the products."""
+        pairs = list(pairs)
+
+        def collect(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
+            moments = {(u, v): values[u][0] @ values[v][0].T / values[u].shape[-1] for u, v in pairs}
+            return assemble(moments)
+
+        return self._estimate({v for pair in pairs for v in pair}, collect, scale, what)
+
+    def split(self, K: Array) -> Array:
         """The (X, X2) block of a matrix over the concatenated inputs (with R outputs per input)."""
         if self.symmetric:
             return K
@@ -250,21 +271,23 @@ class SimulatedLimit:
         def collect(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
             return conditional_kernels(self.program, values, sizes, B)[0]
 
-        def scale(K: Array) -> Array:  # every entry, those within X and within X2 included
-            d = np.sqrt(np.abs(np.diag(K)))
-            return np.outer(d, d)
+        K, E = self._estimate((), collect, diagonal_scale, "nngp")
+        K, E = self.kernel_result(K, E, psd, "nngp")
+        return (K, E) if with_error else K
 
-        K, E = self._estimate((), collect, scale, "nngp")
-        K, E = 0.5 * (K + K.T), self._split(0.5 * (E + E.T))
-        K = self._split(K)
+    def kernel_result(self, K: Array, E: Array, psd: str, what: str) -> tuple[Array, Array]:
+        """A kernel over the concatenated inputs and its bounds → the (X, X2) block, symmetrised, with
+        the ``psd`` policy of :meth:`Limit.nngp <netsor.interpret.infinite.Limit.nngp>` ("auto"
+        clips) for one input set; the clipping is added to the bounds."""
+        check_choice(psd, "psd", ("auto", "clip", "check", "skip"))
+        K, E = self.split(0.5 * (K + K.T)), self.split(0.5 * (E + E.T))
         if self.symmetric and psd != "skip":
-            clipped = ensure_psd(K, clip=psd != "check", tol=max(1e-9, float(np.linalg.norm(E))
-                                                                  / max(float(np.max(np.diag(K))), 1e-300)),
-                                 what="nngp")
+            tol = max(1e-9, float(np.linalg.norm(E)) / max(float(np.max(np.diag(K))), 1e-300))
+            clipped = ensure_psd(K, clip=psd != "check", tol=tol, what=what)
             E = E + np.abs(clipped - K)
             K = clipped
-            self.error = float(np.max(E))
-        return (K, E) if with_error else K
+        self.error = float(np.max(E, initial=0.0))
+        return K, E
 
     def cov(self, u: Vector, v: Vector | None = None, *, with_error: bool = False) -> Any:
         """``E[Z^u(x_i) Z^v(x2_j)]``, shape (B1, B2)."""
@@ -283,7 +306,7 @@ class SimulatedLimit:
             return np.sqrt(np.abs(np.diag(stack[1]))[:, None] * np.abs(np.diag(stack[2]))[None, :])[None]
 
         value, err = self._estimate((u, v), collect, lambda s: np.broadcast_to(scale(s), s.shape), "cov")
-        C, E = self._split(value[0]), self._split(err[0])
+        C, E = self.split(value[0]), self.split(err[0])
         return (C, E) if with_error else C
 
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
