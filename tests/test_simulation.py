@@ -154,3 +154,40 @@ def test_gru_ntk_by_simulation_agrees_with_finite_networks() -> None:
     emp = netsor.empirical_ntk(p, X, width=512, samples=40, seed=14)
     se = emp.std(axis=0, ddof=1) / np.sqrt(emp.shape[0])
     assert np.all(np.abs(emp.mean(axis=0) - k.ntk) <= 4 * se + k.ntk_error)
+
+
+def test_what_the_expectation_engine_refuses_is_simulated() -> None:
+    """BatchNorm kernels across two batches, and a scalar inside an activation of a non-Gaussian
+    vector: the engine raises UnsupportedError naming method='qmc'; the simulation's within-batch
+    blocks equal the engine's per-batch kernels within their bounds, and its kernels agree with
+    finite networks (widths 1024 and 2048, 1/n-extrapolated, 4.5 standard errors plus the bound)."""
+    p = netsor.zoo.batchnorm_mlp(2, "relu", batch=3)
+    X = _inputs((2, 3, 3), 15)
+    with pytest.raises(UnsupportedError, match="method='qmc'"):
+        netsor.nngp(p, X)
+    K, E = netsor.limit(p, X, rtol=1e-2, method="qmc").nngp(with_error=True)
+    for b in range(2):
+        block = netsor.limit(p, X[b:b + 1], rtol=1e-8)
+        Kb, Eb = block.nngp(with_error=True)
+        rows = slice(3 * b, 3 * b + 3)
+        assert np.all(np.abs(K[rows, rows] - Kb) <= E[rows, rows] + Eb)
+
+    q = netsor.Program("scalar inside")
+    n = q.dim("n")
+    g = q.input(n)
+    h = netsor.relu(g)
+    theta = netsor.moment(lambda u: u * u, h)
+    q.readout(netsor.nonlin(lambda u, t: np.tanh(t * u), h, theta))
+    Xq = _inputs((3, 2), 16)
+    with pytest.raises(UnsupportedError, match="method='qmc'"):
+        netsor.nngp(q, Xq)
+    for prog, inputs in ((p, X), (q, Xq)):
+        K, E = netsor.limit(prog, inputs, rtol=1e-2, method="qmc").nngp(with_error=True)
+        means, ses = [], []
+        for width in (1024, 2048):
+            run = netsor.run_finite(prog, inputs, width=width, samples=300, seed=width, return_kernels=True)
+            means.append(run.kernels.mean(axis=0))
+            ses.append(run.kernels.std(axis=0, ddof=1) / np.sqrt(300))
+        extrapolated = 2 * means[1] - means[0]
+        se = np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
+        assert np.all(np.abs(extrapolated - K) <= 4.5 * se + E)

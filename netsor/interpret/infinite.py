@@ -378,7 +378,8 @@ def _scalar_factors(m: Monomial, what: str) -> tuple[tuple[Expr, ...], tuple[Exp
         raise UnsupportedError(
             f"{what}: a scalar inside a nonlinearity ({' · '.join(a.describe() for a in rest)}); the "
             "infinite-width limit takes scalars (NetsorK) as factors and coefficients of vectors (θ * relu(g), "
-            "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead")
+            "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead, "
+            "or simulate the limit: netsor.limit(..., method='qmc', rtol=1e-3)")
     return scalar, rest
 
 
@@ -1067,8 +1068,9 @@ class Run:
             raise UnsupportedError(
                 f"E[{comp.left.expr.describe()} · {comp.right.expr.describe()}] between two different program "
                 "inputs: BatchNorm couples the examples of one batch, and its kernel across two different batches "
-                "(a B-dimensional joint expectation of 2B Gaussians) is not implemented; pass the batch as one "
-                "input X of shape (1, B, d) (outputs indexed by the example b)")
+                "(a B-dimensional joint expectation of 2B Gaussians) is not implemented by the expectation engine; "
+                "pass the batch as one input X of shape (1, B, d) (outputs indexed by the example b), or simulate "
+                "the limit: netsor.limit(..., method='qmc', rtol=1e-3)")
         env_l = np.sqrt(self.point(("pm", comp.left.key), "left")[0]["m2"])
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.zeros(self.shape), bounds.zero(env_l, env_r)
