@@ -171,3 +171,31 @@ def test_nonlin_lines_hold_expressions():
     h = netsor.nonlin(lambda u, v: u * v, a, b)
     line = p.line_of(h)
     assert isinstance(line, NonLinLine) and set(line.args) == {a, b}
+
+
+def test_shared_evaluation_computes_a_repeated_subexpression_once() -> None:
+    """The finite rules evaluate NonLins with evaluate_shared: equal activation nodes (equal
+    content, as traced code repeats them) are computed once, with the same values."""
+    from netsor.activations.registry import custom
+    from netsor.ir.expr import Apply, Prod, Sum, Var, evaluate_shared
+
+    calls = []
+
+    def gate(u):
+        calls.append(1)
+        return 0.5 * (1.0 + np.tanh(u))
+
+    act = custom(gate, name="gate")
+    p = netsor.Program("repeat")
+    n = p.dim("n")
+    z, h = p.input(n), p.input(n)
+    # h − gate(z)·h + gate(z): two distinct Apply nodes of equal content
+    expr = Sum(0.0, ((1.0, Var(h)), (-1.0, Prod((Apply(act, Var(z)), Var(h)))), (1.0, Apply(act, Var(z)))))
+    rng = np.random.default_rng(0)
+    values = {z: rng.standard_normal((2, 5)), h: rng.standard_normal((2, 5))}
+    calls.clear()
+    plain = expr.evaluate(values)
+    assert len(calls) == 2
+    calls.clear()
+    np.testing.assert_array_equal(evaluate_shared(expr, values), plain)
+    assert len(calls) == 1

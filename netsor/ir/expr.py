@@ -22,6 +22,7 @@ activation keys), so equal sub-expressions of different lines are computed once.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -111,6 +112,31 @@ class Expr:
         return f"<{type(self).__name__} {self.describe()}>"
 
 
+_SHARED = threading.local()
+
+
+def evaluate_shared(expr: Expr, values: Mapping[Vector, Array]) -> Array:
+    """``expr.evaluate(values)`` with every distinct activation or function node (by content)
+    evaluated once: traced code often repeats a subexpression (the GRU's update gate appears in
+    both terms of its state update), and those nodes are the costly ones."""
+    previous = getattr(_SHARED, "memo", None)
+    _SHARED.memo = {}
+    try:
+        return expr.evaluate(values)
+    finally:
+        _SHARED.memo = previous
+
+
+def _once(node: Expr, compute: Callable[[], Array]) -> Array:
+    """``compute()``, memoised by ``node.key`` inside :func:`evaluate_shared`."""
+    memo = getattr(_SHARED, "memo", None)
+    if memo is None:
+        return compute()
+    if node.key not in memo:
+        memo[node.key] = compute()
+    return memo[node.key]
+
+
 def _plane_key(plane: AffineForm) -> Key:
     terms, offset = plane
     return (tuple((v.index, c) for v, c in terms), offset)
@@ -182,7 +208,9 @@ class Apply(Expr):
         return ("apply", self.act.key, self.child.key)
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        inner = self.child.evaluate(values)
+        return _once(self, lambda: self._apply(self.child.evaluate(values)))
+
+    def _apply(self, inner: Array) -> Array:
         if self.act.registered:
             return np.asarray(self.act.fn(inner), dtype=float)
         return call_user_function(self.act.fn, (inner,), self.act.name)
@@ -348,7 +376,8 @@ class Opaque(Expr):
         return ("fn", self.name, FunctionIdentity(self.fn), tuple(c.key for c in self.operands))
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        return call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands), self.name)
+        return _once(self, lambda: call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands),
+                                                      self.name))
 
     def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
         inner = [c.evaluate(values) for c in self.operands]

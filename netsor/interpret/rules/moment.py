@@ -15,6 +15,7 @@ from netsor.errors import NumericalError
 from netsor.interpret.forward import CoupledState, FiniteState
 from netsor.interpret.rules.base import LimitContext, LineRule, MomentForm
 from netsor.ir import MomentLine
+from netsor.ir.expr import evaluate_shared
 
 Array = np.ndarray
 
@@ -24,7 +25,7 @@ class MomentRule(LineRule):
         args = line.expr.args
         n = max((state.sizes[a.dim] for a in args if a.kind != "scalar"), default=1)
         with np.errstate(all="ignore"):
-            values = line.expr.evaluate({a: state.values[a] for a in args})
+            values = evaluate_shared(line.expr, {a: state.values[a] for a in args})
             out = np.broadcast_to(values, (state.chunk.size, state.batch, n)).mean(axis=-1, keepdims=True)
         if not np.all(np.isfinite(out)):
             raise NumericalError(f"the moment {line.out.name} = mean[{line.expr.describe()}] is NaN or Inf on a "

@@ -8,6 +8,7 @@ from netsor.errors import NumericalError
 from netsor.interpret.forward import FiniteState
 from netsor.interpret.rules.base import FunctionForm, LimitContext, LineRule
 from netsor.ir import NonLinLine
+from netsor.ir.expr import evaluate_shared
 
 Array = np.ndarray
 
@@ -15,7 +16,7 @@ Array = np.ndarray
 class NonLinRule(LineRule):
     def finite(self, line: NonLinLine, state: FiniteState) -> Array:
         with np.errstate(all="ignore"):
-            out = line.expr.evaluate({a: state.values[a] for a in line.args})
+            out = evaluate_shared(line.expr, {a: state.values[a] for a in line.args})
         # an expression may not depend on every coordinate (a constant): give it the line's shape
         out = np.broadcast_to(out, (state.chunk.size, state.batch, state.sizes[line.out.dim]))
         if not np.all(np.isfinite(out)):
