@@ -101,6 +101,9 @@ def test_auto_simulates_long_recurrences_only() -> None:
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-8) == "expectations"  # beyond QMC
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(2), 1e-3) == "expectations"
     assert netsor.interpret.infinite.limit_method(netsor.zoo.mlp(3), 1e-3) == "expectations"
+    # BatchNorm over 4 examples: exact for relu (Laplace integral), 4-dimensional for erf
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.batchnorm_mlp(2, "relu", batch=4), 1e-3) == "expectations"
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.batchnorm_mlp(2, "erf", batch=4), 1e-3) == "qmc"
     assert isinstance(netsor.limit(netsor.zoo.gru(4), X, rtol=1e-2), SimulatedLimit)
     with pytest.raises(NetsorError, match="method"):
         netsor.limit(netsor.zoo.mlp(1), X[:, 0], method="monte-carlo")

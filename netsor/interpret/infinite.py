@@ -1600,7 +1600,8 @@ def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
     """The method :func:`limit` uses: ``"expectations"`` (:class:`Limit`) or ``"qmc"``
     (:class:`~netsor.interpret.simulation.SimulatedLimit`). ``"auto"`` takes ``"qmc"`` for
     programs without transposes that have a NonLin monomial of ``SIMULATION_MIN_ARITY`` or more
-    Gaussian arguments (recurrent gates) when ``rtol >= SIMULATION_MIN_RTOL``."""
+    Gaussian arguments without an exact rule (recurrent gates; BatchNorm of a non-homogeneous φ)
+    when ``rtol >= SIMULATION_MIN_RTOL``."""
     check_choice(method, "method", LIMIT_METHODS)
     if method != "auto":
         return method
@@ -1608,8 +1609,15 @@ def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
         return "expectations"
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
         return "expectations"
-    arity = max((len(m.args) for m in analysis_of(program).monomials.values()), default=0)
-    return "qmc" if arity >= SIMULATION_MIN_ARITY else "expectations"
+    an = analysis_of(program)
+
+    def high_dimensional(m: Monomial) -> bool:  # and without an exact rule (BatchNorm, cone moments)
+        if len(m.args) < SIMULATION_MIN_ARITY or an.batchnorm(m) is not None:
+            return False
+        cone = an.joint(m).cone
+        return cone is None or cone.orthant_dim > joint.MAX_ORTHANT_DIM
+
+    return "qmc" if any(high_dimensional(m) for m in an.monomials.values()) else "expectations"
 
 
 def limit(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
