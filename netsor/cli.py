@@ -200,7 +200,7 @@ def cli() -> None:
               show_default=True,
               help="expectations: closed forms, quadrature and series (to 1e-8); qmc: joint randomised QMC "
                    "simulation (~1e-3 to 1e-5, for long recurrences such as gru); auto: qmc for programs with "
-                   "high-dimensional expectations when --rtol >= 1e-6.")
+                   "high-dimensional expectations when --rtol >= 1e-3.")
 @click.option("--explain", is_flag=True,
               help="First print the program listing and its degenerate MatMul lines (linear combinations of "
                    "earlier uses of their matrix in the limit); those with constant coefficients are "

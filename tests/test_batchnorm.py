@@ -191,7 +191,7 @@ def test_equal_examples_in_a_batch_name_the_line() -> None:
         netsor.nngp(netsor.zoo.batchnorm_mlp(2), X)
 
 
-def test_two_batches_are_unsupported() -> None:
+def test_two_batches_and_the_ntk_are_refused_by_the_engine() -> None:
     X = np.random.default_rng(10).standard_normal((2, 4, 3))
     p = netsor.zoo.batchnorm_mlp(2)
     with pytest.raises(UnsupportedError, match="different batches"):
@@ -200,5 +200,5 @@ def test_two_batches_are_unsupported() -> None:
         netsor.nngp(p, X[:1], X[1:])
     K = netsor.nngp(p, X[[0, 0]])  # the same batch twice: every block is the per-batch kernel
     np.testing.assert_array_equal(K[:4, 4:], K[:4, :4])
-    with pytest.raises(UnsupportedError, match="derivative of batchnorm"):
-        netsor.ntk(p, X[:1])
+    with pytest.raises(UnsupportedError, match="only the QMC simulation computes"):
+        netsor.ntk(p, X[:1])  # the NTK: B-dimensional backward expectations (tests/test_simulation.py)

@@ -98,7 +98,7 @@ def test_gru_two_steps_agrees_with_the_expectation_engine() -> None:
 def test_auto_simulates_long_recurrences_only() -> None:
     X = _inputs((2, 4, 3), 8)
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-3) == "qmc"
-    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-8) == "expectations"  # beyond QMC
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-4) == "expectations"  # beyond QMC
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(2), 1e-3) == "expectations"
     assert netsor.interpret.infinite.limit_method(netsor.zoo.mlp(3), 1e-3) == "expectations"
     # BatchNorm over 4 examples: exact for relu (Laplace integral), 4-dimensional for erf
@@ -137,7 +137,7 @@ def test_ntk_by_simulation_agrees_with_the_expectation_engine() -> None:
     """The NTK's sum of products of forward and backward second moments, combined replicate by
     replicate: within its bound of the engine's NTK (weight-shared RNN and a 2-step GRU)."""
     for p, X in [(netsor.zoo.rnn(3, "erf"), _inputs((3, 3, 2), 11)), (netsor.zoo.gru(2), _inputs((3, 2, 3), 12))]:
-        exact = netsor.kernel(p, X, rtol=1e-5)
+        exact = netsor.kernel(p, X, rtol=1e-5, method="expectations")
         k = netsor.kernel(p, X, rtol=2e-2, method="qmc")
         assert np.all(np.abs(k.ntk - exact.ntk) <= k.ntk_error + exact.ntk_error)
         assert np.all(np.abs(k.nngp - exact.nngp) <= k.nngp_error + exact.nngp_error)
@@ -194,3 +194,19 @@ def test_what_the_expectation_engine_refuses_is_simulated() -> None:
         extrapolated = 2 * means[1] - means[0]
         se = np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
         assert np.all(np.abs(extrapolated - K) <= 4.5 * se + E)
+
+
+def test_batchnorm_ntk_by_simulation_agrees_with_finite_networks() -> None:
+    """The backward pass of BatchNorm (∂u_b/∂g_j = (δ_bj − 1/B − u_b u_j/B)/s, an expression node)
+    makes the NTK of BatchNorm networks a program the simulation runs: against the mean empirical
+    NTK of 30 width-1024 networks within 4 standard errors plus the bound. (A batch of 8 in 10
+    input dimensions: the estimator's variance needs E[1/s⁴] < ∞, i.e. a centred batch covariance
+    of rank ≥ 5; smaller batches have heavy-tailed or infinite NTKs.) The engine refuses clearly."""
+    p = netsor.zoo.batchnorm_mlp(1, "relu", batch=8)
+    X = _inputs((1, 8, 10), 17)
+    with pytest.raises(UnsupportedError, match="QMC simulation"):
+        netsor.ntk(p, X)
+    k = netsor.kernel(p, X, rtol=5e-2)
+    emp = netsor.empirical_ntk(p, X, width=1024, samples=30, seed=18)
+    se = emp.std(axis=0, ddof=1) / np.sqrt(emp.shape[0])
+    assert np.all(np.abs(emp.mean(axis=0) - k.ntk) <= 4 * se + k.ntk_error)

@@ -1593,7 +1593,7 @@ LIMIT_METHODS = ("auto", "expectations", "qmc")
 #: (a pair of them is a joint expectation of twice as many, beyond nested quadrature, and their
 #: number grows exponentially along a recurrence), when ``rtol`` is within QMC's reach.
 SIMULATION_MIN_ARITY = 4
-SIMULATION_MIN_RTOL = 1e-6
+SIMULATION_MIN_RTOL = 1e-3
 
 
 def limit_method(program: Program, rtol: float, method: str = "auto") -> str:

@@ -33,8 +33,17 @@ import numpy as np
 
 from netsor.errors import ProgramError, UnsupportedError
 from netsor.interpret.bounds import TiledBound
-from netsor.interpret.infinite import DEFAULT_MEMORY_BUDGET, DEFAULT_RTOL, PSD_POLICIES, Limit, limit_method
+from netsor.interpret.infinite import (
+    DEFAULT_MEMORY_BUDGET,
+    DEFAULT_RTOL,
+    PSD_POLICIES,
+    SIMULATION_MIN_RTOL,
+    Limit,
+    limit_method,
+)
 from netsor.ir.backward import BACKWARDS, GradientProgram, OutputGradient, gradient_program
+from netsor.ir.expr import BatchNormPartial, Expr
+from netsor.ir.lines import NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.validate import check_choice, check_real
@@ -225,15 +234,23 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     if not program.outputs:
         raise ProgramError("the program has no outputs, so it has no kernel; add p.readout(h, sigma=...) first")
     rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
-    if limit_method(program, rtol, method) == "qmc":
+    # the NTK's expectations are those of the gradient program (BatchNorm's backward pass has
+    # B-dimensional ones even where its forward pass has exact rules)
+    grads = _gradients(program, backward) if "ntk" in wanted else None
+    chosen = limit_method(program if grads is None else grads.program, rtol, method)
+    if chosen == "qmc":
         if backward == "exact":
             raise UnsupportedError("backward='exact' (real transposes) is not simulated; use method='expectations'")
         return _simulated(program, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
-    if "ntk" not in wanted:
+    if grads is None:
         lim = Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
         K, E = lim.nngp(psd=psd, with_error=True)
         return Kernels(K, None, E, None, lim.error)
-    grads = _gradients(program, backward)
+    if any(isinstance(ln, NonLinLine) and _has_batchnorm_partial(ln.expr) for ln in grads.program.lines):
+        raise UnsupportedError(
+            "the NTK of a BatchNorm network has B-dimensional expectations (its backward pass divides by the batch "
+            "standard deviation) that only the QMC simulation computes: pass rtol >= "
+            f"{SIMULATION_MIN_RTOL:g} (method='auto', ~1e-2 in a minute) or method='qmc'")
     lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
     outs = grads.outputs
     R = len(outs)
@@ -258,6 +275,10 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
     nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
     return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
+
+
+def _has_batchnorm_partial(e: Expr) -> bool:
+    return isinstance(e, BatchNormPartial) or any(_has_batchnorm_partial(c) for c in e.children())
 
 
 def _structure(grads: GradientProgram, wanted: tuple[str, ...]

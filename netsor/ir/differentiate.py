@@ -22,7 +22,20 @@ from netsor.activations import Activation, identity
 from netsor.activations import registry as acts
 from netsor.activations.registry import call_user_function
 from netsor.errors import UnsupportedError
-from netsor.ir.expr import Apply, BatchNormalized, Expr, Opaque, Prod, Sum, Var, apply, constant, linear, product
+from netsor.ir.expr import (
+    Apply,
+    BatchNormalized,
+    BatchNormPartial,
+    Expr,
+    Opaque,
+    Prod,
+    Sum,
+    Var,
+    apply,
+    constant,
+    linear,
+    product,
+)
 from netsor.ir.variables import Vector
 
 Array = np.ndarray
@@ -51,9 +64,12 @@ def differentiate(e: Expr, wrt: Vector) -> Expr:
             for i, c in enumerate(e.operands) if wrt in c.args
         ])
     if isinstance(e, BatchNormalized):
-        raise UnsupportedError(
-            f"the derivative of {e.describe()} (BatchNorm across a batch) is not implemented, so backward "
-            "programs (the NTK, Netsor⊤ corrections) of BatchNorm networks are not available; use the NNGP kernel")
+        return linear(0.0, [
+            (1.0, product([BatchNormPartial(e.index, j, e.operands), differentiate(c, wrt)]))
+            for j, c in enumerate(e.operands) if wrt in c.args
+        ])
+    if isinstance(e, BatchNormPartial):
+        raise UnsupportedError(f"the second derivative {e.describe()} of BatchNorm is not implemented")
     raise TypeError(f"unknown expression node {type(e).__name__}")
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.activations.registry import call_user_function
+from netsor.errors import UnsupportedError
 
 if TYPE_CHECKING:
     from netsor.ir.variables import Vector
@@ -127,14 +128,14 @@ def evaluate_shared(expr: Expr, values: Mapping[Vector, Array]) -> Array:
         _SHARED.memo = previous
 
 
-def _once(node: Expr, compute: Callable[[], Array]) -> Array:
-    """``compute()``, memoised by ``node.key`` inside :func:`evaluate_shared`."""
+def _once(key: Key, compute: Callable[[], Any]) -> Any:
+    """``compute()``, memoised by the content ``key`` inside :func:`evaluate_shared`."""
     memo = getattr(_SHARED, "memo", None)
     if memo is None:
         return compute()
-    if node.key not in memo:
-        memo[node.key] = compute()
-    return memo[node.key]
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def _plane_key(plane: AffineForm) -> Key:
@@ -208,7 +209,7 @@ class Apply(Expr):
         return ("apply", self.act.key, self.child.key)
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        return _once(self, lambda: self._apply(self.child.evaluate(values)))
+        return _once(self.key, lambda: self._apply(self.child.evaluate(values)))
 
     def _apply(self, inner: Array) -> Array:
         if self.act.registered:
@@ -376,7 +377,7 @@ class Opaque(Expr):
         return ("fn", self.name, FunctionIdentity(self.fn), tuple(c.key for c in self.operands))
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        return _once(self, lambda: call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands),
+        return _once(self.key, lambda: call_user_function(self.fn, tuple(c.evaluate(values) for c in self.operands),
                                                       self.name))
 
     def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
@@ -431,24 +432,15 @@ class BatchNormalized(Expr):
     def _key(self) -> Key:
         return ("batchnorm", self.index, tuple(c.key for c in self.operands))
 
-    def _normalised(self, values: Mapping[Vector, Array]) -> tuple[Array, Array]:
-        """All B outputs ``u`` (B, ...) and ``s`` (...)."""
-        xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in self.operands)))
-        centred = xs - xs.mean(axis=0)
-        s = np.sqrt(np.mean(centred * centred, axis=0))
-        return centred / s, s
-
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        return self._normalised(values)[0][self.index]
+        return _batch_normalised(self.operands, values)[0][self.index]
 
     def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
-        u, s = self._normalised(values)
-        B, b = len(self.operands), self.index
+        u, s = _batch_normalised(self.operands, values)
         out: Any = 0.0
         for j, c in enumerate(self.operands):
             if wrt in c.args:
-                partial = ((j == b) - 1.0 / B - u[b] * u[j] / B) / s
-                out = out + partial * c.derivative(values, wrt)
+                out = out + _batch_partial(u, s, self.index, j) * c.derivative(values, wrt)
         return np.asarray(out, dtype=float)
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
@@ -456,6 +448,54 @@ class BatchNormalized(Expr):
 
     def describe(self) -> str:
         return f"batchnorm[{self.index}]({', '.join(c.describe() for c in self.operands)})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BatchNormPartial(Expr):
+    """``∂u_b/∂e_j = (δ_bj − 1/B − u_b u_j / B) / s`` of :class:`BatchNormalized` (``b = index``,
+    ``j = wrt``): what backward programs (the NTK) of BatchNorm networks multiply gradients by.
+    Smooth off ``s = 0``, like the node it differentiates."""
+
+    index: int
+    wrt: int
+    operands: tuple[Expr, ...]
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.operands
+
+    def _key(self) -> Key:
+        return ("batchnorm_partial", self.index, self.wrt, tuple(c.key for c in self.operands))
+
+    def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        u, s = _batch_normalised(self.operands, values)
+        return _batch_partial(u, s, self.index, self.wrt)
+
+    def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
+        raise UnsupportedError("second derivatives of BatchNorm (a Netsor⊤ correction through a backward "
+                               "program of a BatchNorm network) are not implemented")
+
+    def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
+        return BatchNormPartial(self.index, self.wrt, tuple(c.map_vectors(f) for c in self.operands))
+
+    def describe(self) -> str:
+        return f"∂batchnorm[{self.index}]/∂[{self.wrt}]({', '.join(c.describe() for c in self.operands)})"
+
+
+def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]) -> tuple[Array, Array]:
+    """All B normalised operands ``u`` (B, ...) and the population standard deviation ``s`` (...)
+    (once per batch inside :func:`evaluate_shared`: every output and partial of a batch needs them)."""
+
+    def compute() -> tuple[Array, Array]:
+        xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in operands)))
+        centred = xs - xs.mean(axis=0)
+        s = np.sqrt(np.mean(centred * centred, axis=0))
+        return centred / s, s
+
+    return _once(("batch", tuple(c.key for c in operands)), compute)
+
+
+def _batch_partial(u: Array, s: Array, b: int, j: int) -> Array:
+    return ((j == b) - 1.0 / u.shape[0] - u[b] * u[j] / u.shape[0]) / s
 
 
 def _wrap(e: Expr) -> str:
