@@ -176,6 +176,15 @@ def inputs_or_point(program: Program, X: Any, what: str = "X") -> np.ndarray:
     return np.zeros((1, 1))
 
 
+def limit_inputs(program: Program, X: Any, X2: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs of an infinite-width limit: ``X`` (one symbolic point for a program that reads no
+    data) and ``X2`` (default ``X``), checked to share their layout."""
+    X1 = inputs_or_point(program, X, "X")
+    X2_ = X1 if X2 is None else inputs_or_point(program, X2, "X2")
+    check_same_layout(X1, X2_)
+    return X1, X2_
+
+
 def check_same_layout(X1: np.ndarray, X2: np.ndarray) -> None:
     """Two input sets of one program must agree in every axis but the batch axis."""
     if X1.shape[1:] != X2.shape[1:]:

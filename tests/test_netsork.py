@@ -216,6 +216,22 @@ def gru_by_hand(x: np.ndarray, W: dict[str, np.ndarray], U: dict[str, np.ndarray
     return np.array(out)
 
 
+def gru_state_kernels_by_hand(X: np.ndarray, *, seed: int, networks: int = 300, n: int = 512
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error over ``networks`` hand-written GRUs of width ``n`` of the state kernel
+    ``h_s·h_t/n`` (the readout integrated out), indexed ``b·steps + t``."""
+    rng = np.random.default_rng(seed)
+    d = X.shape[-1]
+    samples = []
+    for _ in range(networks):
+        W = {k: rng.standard_normal((n, n)) / np.sqrt(n) for k in "zrh"}
+        U = {k: rng.standard_normal((n, d)) / np.sqrt(d) for k in "zrh"}
+        states = np.concatenate([gru_by_hand(x, W, U) for x in X])  # (B·steps, n)
+        samples.append(states @ states.T / n)
+    samples = np.array(samples)
+    return samples.mean(axis=0), samples.std(axis=0, ddof=1) / np.sqrt(networks)
+
+
 @pytest.mark.slow
 def test_gru_limit_agrees_with_finite_networks_written_by_hand() -> None:
     """Two steps: the limit (rtol 1e-4) against 300 hand-written numpy GRUs of width 512, within 4
@@ -223,17 +239,8 @@ def test_gru_limit_agrees_with_finite_networks_written_by_hand() -> None:
     of K, is below the standard error)."""
     X = np.random.default_rng(0).standard_normal((2, 2, 3))
     K = netsor.nngp(netsor.zoo.gru(2), X, rtol=1e-4)
-    rng = np.random.default_rng(1)
-    n, d = 512, 3
-    samples = []
-    for _ in range(300):
-        W = {k: rng.standard_normal((n, n)) / np.sqrt(n) for k in "zrh"}
-        U = {k: rng.standard_normal((n, d)) / np.sqrt(d) for k in "zrh"}
-        states = np.concatenate([gru_by_hand(x, W, U) for x in X])  # (B·steps, n), index b·steps + t
-        samples.append(states @ states.T / n)
-    samples = np.array(samples)
-    se = samples.std(axis=0, ddof=1) / np.sqrt(len(samples))
-    assert np.all(np.abs(samples.mean(axis=0) - K) <= 4 * se)
+    mean, se = gru_state_kernels_by_hand(X, seed=1)
+    assert np.all(np.abs(mean - K) <= 4 * se)
 
 
 @pytest.mark.slow
@@ -245,15 +252,6 @@ def test_gru_simulated_limit_agrees_with_finite_networks_written_by_hand() -> No
     lim = netsor.limit(netsor.zoo.gru(5), X, rtol=1e-2)
     assert type(lim).__name__ == "SimulatedLimit"  # chosen by method="auto"
     K, E = lim.nngp(with_error=True)
-    rng = np.random.default_rng(3)
-    n, d = 512, 3
-    samples = []
-    for _ in range(300):
-        W = {k: rng.standard_normal((n, n)) / np.sqrt(n) for k in "zrh"}
-        U = {k: rng.standard_normal((n, d)) / np.sqrt(d) for k in "zrh"}
-        states = np.concatenate([gru_by_hand(x, W, U) for x in X])
-        samples.append(states @ states.T / n)
-    samples = np.array(samples)
-    se = samples.std(axis=0, ddof=1) / np.sqrt(len(samples))
-    assert np.all(np.abs(samples.mean(axis=0) - K) <= 4 * se + E)
+    mean, se = gru_state_kernels_by_hand(X, seed=3)
+    assert np.all(np.abs(mean - K) <= 4 * se + E)
 

@@ -71,9 +71,8 @@ from netsor.validate import (
     check_choice,
     check_memory_budget,
     check_real,
-    check_same_layout,
     check_threads,
-    inputs_or_point,
+    limit_inputs,
 )
 
 Array = np.ndarray
@@ -1238,9 +1237,7 @@ class Limit:
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         self.program = program
         self.analysis = analysis_of(program)
-        self.X = inputs_or_point(program, X, "X")
-        self.X2 = self.X if X2 is None else inputs_or_point(program, X2, "X2")
-        check_same_layout(self.X, self.X2)
+        self.X, self.X2 = limit_inputs(program, X, X2)
         self.symmetric = X2 is None
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
         self.memory_budget = check_memory_budget(memory_budget)

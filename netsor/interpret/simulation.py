@@ -46,8 +46,7 @@ from netsor.validate import (
     check_count,
     check_memory_budget,
     check_real,
-    check_same_layout,
-    inputs_or_point,
+    limit_inputs,
     seed_sequence,
 )
 
@@ -163,9 +162,7 @@ class SimulatedLimit:
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         _check_simulable(program)
         self.program = program
-        self.X = inputs_or_point(program, X, "X")
-        self.X2 = self.X if X2 is None else inputs_or_point(program, X2, "X2")
-        check_same_layout(self.X, self.X2)
+        self.X, self.X2 = limit_inputs(program, X, X2)
         self.symmetric = X2 is None
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
         self.memory_budget = check_memory_budget(memory_budget)
