@@ -9,7 +9,7 @@ are then checked at a looser tolerance).
 Default suite, 60 programs (no opaque functions): the NTK is finite, exactly symmetric, and
 ``Θ − K`` (a sum of Gram matrices of parameter gradients) is PSD within the two kernels' bounds.
 
-Default suite, 200 programs: the joint QMC simulation of the limit (one round, 16 × 2^12 copies)
+Default suite, 120 programs: the joint QMC simulation of the limit (one round, 16 × 2^12 copies)
 agrees with the expectation engine within the sum of their bounds (this test found that Student-t
 bounds undercover: netsor.interpret.simulation.ERROR_SES).
 
@@ -34,10 +34,11 @@ FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None
 
 
 def kernel(p, X, X2=None):
-    """(K, E, rtol): at the default tolerance, or at 1e-3 when the default is out of reach."""
+    """(K, E, rtol) by the expectation engine: at the default tolerance, or at 1e-3 when the default
+    is out of reach (the QMC simulation is compared with it in its own test)."""
     for rtol in (netsor.interpret.infinite.DEFAULT_RTOL, 1e-3):
         try:
-            K, E = netsor.limit(p, X, X2, rtol=rtol).nngp(with_error=True)
+            K, E = netsor.limit(p, X, X2, rtol=rtol, method="expectations").nngp(with_error=True)
             return K, E, rtol
         except NumericalError as exc:
             message = str(exc)
@@ -77,7 +78,7 @@ def test_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, se
     X = inputs(B, 4, seed)
     for rtol in (netsor.interpret.infinite.DEFAULT_RTOL, 1e-3):
         try:
-            k = netsor.kernel(p, X, rtol=rtol)
+            k = netsor.kernel(p, X, rtol=rtol, method="expectations")
             break
         except NumericalError as exc:
             assert "rtol" in str(exc) or "non-finite" in str(exc) or "NaN" in str(exc), str(exc)
@@ -115,7 +116,7 @@ def test_random_programs_at_large_width_agree_with_the_limit(recipe, seed):
     assert np.all(np.abs(extrapolated - K) <= 4.5 * se + E + 1e-9 * scale)
 
 
-SIMULATION_SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+SIMULATION_SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
