@@ -128,7 +128,9 @@ class SimulatedLimit:
 
     Same interface as :class:`~netsor.interpret.infinite.Limit` for what it supports
     (:meth:`nngp`, :meth:`cov`, :meth:`var`, :meth:`scalar`, ``error``, ``stderr``). Programs with
-    transposed MatMul lines are not supported.
+    transposed MatMul lines are not supported. Cost per replicate: ``O(M · B)`` per line, ``O(M · B ·
+    uses)`` per MatMul for its Gram matrix and an eigendecomposition of a ``B × B`` conditional
+    covariance (B the inputs of X and X2 together): meant for a handful to a few hundred inputs.
 
     Parameters
     ----------
