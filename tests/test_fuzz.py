@@ -1,6 +1,6 @@
 """Random programs (hypothesis, derandomised: the same programs on every run).
 
-Default suite, 200 programs: the NNGP kernel is finite, exactly symmetric and PSD within its
+Default suite, 150 programs (slow: 150 more): the NNGP kernel is finite, exactly symmetric and PSD within its
 error bounds; the cross kernel ``nngp(p, X[:k], X[k:])`` equals the block of ``nngp(p, X)``
 within the sum of their bounds; nothing but a NetsorError is ever raised (a program out of
 reach of the default tolerance raises NumericalError saying what was reached; its properties
@@ -29,7 +29,7 @@ import netsor
 from netsor.errors import NumericalError
 from netsor.interpret.simulation import SimulatedLimit
 
-FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+FAST = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
@@ -46,10 +46,25 @@ def kernel(p, X, X2=None):
     return None
 
 
+KERNEL_PROGRAMS = dict(recipe=recipes(max_steps=5, opaque=True), B=st.integers(2, 4), d=st.integers(3, 6),
+                       seed=st.integers(0, 2**16), duplicate=st.booleans())
+
+
 @FAST
-@given(recipe=recipes(max_steps=5, opaque=True), B=st.integers(2, 4), d=st.integers(3, 6),
-       seed=st.integers(0, 2**16), duplicate=st.booleans())
+@given(**KERNEL_PROGRAMS)
 def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
+    check_kernel_properties(recipe, B, d, seed, duplicate)
+
+
+@pytest.mark.slow
+@settings(FAST, max_examples=150)
+@given(**KERNEL_PROGRAMS)
+def test_more_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
+    """The same properties on 150 more programs (the default suite keeps 150, for time)."""
+    check_kernel_properties(recipe, B, d, seed, duplicate)
+
+
+def check_kernel_properties(recipe, B, d, seed, duplicate):
     p = build(recipe)
     X = inputs(B, d, seed, duplicate)
     result = kernel(p, X)
@@ -62,7 +77,7 @@ def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B,
     assert lam[0] >= -(np.sqrt(np.sum(E * E)) + 1e-9 * max(lam[-1], 0.0))
     R = p.num_outputs
     for k in range(1, B):
-        K12, E12 = netsor.limit(p, X[:k], X[k:], rtol=rtol).nngp(with_error=True)
+        K12, E12 = netsor.limit(p, X[:k], X[k:], rtol=rtol, method="expectations").nngp(with_error=True)
         block, block_err = K[:k * R, k * R:], E[:k * R, k * R:]
         assert np.all(np.abs(K12 - block) <= E12 + block_err + 1e-15 * np.abs(K).max())
 
