@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -74,6 +74,9 @@ from netsor.validate import (
     check_threads,
     limit_inputs,
 )
+
+if TYPE_CHECKING:
+    from netsor.interpret.simulation import SimulatedLimit
 
 Array = np.ndarray
 Key = tuple[Hashable, ...]
@@ -1619,7 +1622,7 @@ def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
 
 def limit(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
           memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None, method: str = "auto",
-          seed: Any = 0) -> Any:
+          seed: Any = 0) -> Limit | SimulatedLimit:
     """The infinite-width limit of ``program`` on inputs ``X``: a :class:`Limit` (the expectation
     engine: closed forms, quadrature, series, error bounds) or, with ``method="qmc"`` (or
     ``"auto"`` for programs whose expectations are high-dimensional, see :func:`limit_method`),
