@@ -44,6 +44,7 @@ from netsor.interpret.empirical_ntk import empirical_ntk
 from netsor.interpret.finite import FiniteRun, run_finite, sample
 from netsor.interpret.infinite import Limit, limit, nngp
 from netsor.interpret.ntk import Kernels, kernel, ntk
+from netsor.interpret.simulation import SimulatedLimit
 from netsor.ir import Dim, Matrix, Program, Vector
 from netsor.layers import attention, batchnorm, layernorm, softmax
 
@@ -57,5 +58,6 @@ __all__ = [
     "limit", "matrixlaws", "moment", "nngp", "predict", "nonlin", "ntk", "relu", "rewrite_degenerate", "run_finite",
     "sample", "sigmoid", "silu", "sin", "softmax", "softplus", "stats", "step", "swish", "tanh", "zoo", "Activation",
     "CoupledRun", "Degeneracy", "Dim", "DimensionError", "FiniteRun", "HyperParameterError", "InputError", "Kernels",
-    "Limit", "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "UnsupportedError", "Vector"
+    "Limit", "Matrix", "NetsorError", "NumericalError", "Program", "ProgramError", "SimulatedLimit", "UnsupportedError",
+    "Vector"
 ]
