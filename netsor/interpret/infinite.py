@@ -65,7 +65,17 @@ from netsor.interpret.rules import (
 )
 from netsor.ir import MatMulLine, Matrix, NonLinLine, Program, Vector
 from netsor.ir.differentiate import differentiate
-from netsor.ir.expr import Apply, BatchNormalized, Expr, Monomial, Polynomial, Var, expand, linear
+from netsor.ir.expr import (
+    Apply,
+    BatchNormalized,
+    BatchNormPartial,
+    Expr,
+    Monomial,
+    Polynomial,
+    Var,
+    expand,
+    linear,
+)
 from netsor.linalg import PSD_TOLERANCE, ensure_psd
 from netsor.validate import (
     check_choice,
@@ -159,6 +169,9 @@ class Analysis:
         self.monomials: dict[Key, Monomial] = {}
         #: The first NonLin line whose polynomial has each monomial (for error messages).
         self.owners: dict[Key, Vector] = {}
+        #: Why the expectation engine cannot take this program (None when it can): raised by
+        #: :class:`Limit`; the simulation may still run it.
+        self.refusal: str | None = None
         self._source_cov: dict[tuple[Vector, Vector], SourceCovariance | None] = {}
         self._correlated: dict[tuple[Vector, Vector], bool] = {}
         self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
@@ -184,6 +197,12 @@ class Analysis:
             elif isinstance(form, LinearForm):
                 self.sources[out] = self._combination(out, (), form.terms)
             elif isinstance(form, FunctionForm):
+                if self.refusal is None and _contains(form.expr, BatchNormPartial):
+                    self.refusal = (
+                        f"{out.name} = {form.expr.describe()}: BatchNorm's derivative ∂u_b/∂g_j (backward programs: "
+                        "the NTK of BatchNorm networks) divides by the batch standard deviation, a B-dimensional "
+                        "expectation that only the QMC simulation computes: pass rtol >= "
+                        f"{SIMULATION_MIN_RTOL:g} (method='auto', ~1e-2 in a minute) or method='qmc'")
                 self.polys[out] = _with_scalar_coefficients(out, expand(form.expr))
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
@@ -369,6 +388,10 @@ class Analysis:
         if key not in self._functions:
             self._functions[key] = joint_function(m.expr, m.args)
         return self._functions[key]
+
+
+def _contains(e: Expr, kind: type) -> bool:
+    return isinstance(e, kind) or any(_contains(c, kind) for c in e.children())
 
 
 def _scalar_factors(m: Monomial, what: str) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
@@ -1240,6 +1263,8 @@ class Limit:
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         self.program = program
         self.analysis = analysis_of(program)
+        if self.analysis.refusal is not None:
+            raise UnsupportedError(self.analysis.refusal)
         self.X, self.X2 = limit_inputs(program, X, X2)
         self.symmetric = X2 is None
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
@@ -1617,6 +1642,8 @@ def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
         cone = an.joint(m).cone
         return cone is None or cone.orthant_dim > joint.MAX_ORTHANT_DIM
 
+    if an.refusal is not None:  # the engine cannot take it at all
+        return "qmc"
     return "qmc" if any(high_dimensional(m) for m in an.monomials.values()) else "expectations"
 
 

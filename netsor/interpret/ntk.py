@@ -37,13 +37,11 @@ from netsor.interpret.infinite import (
     DEFAULT_MEMORY_BUDGET,
     DEFAULT_RTOL,
     PSD_POLICIES,
-    SIMULATION_MIN_RTOL,
     Limit,
+    limit,
     limit_method,
 )
 from netsor.ir.backward import BACKWARDS, GradientProgram, OutputGradient, gradient_program
-from netsor.ir.expr import BatchNormPartial, Expr
-from netsor.ir.lines import NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.validate import check_choice, check_real
@@ -238,19 +236,16 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     # B-dimensional ones even where its forward pass has exact rules)
     grads = _gradients(program, backward) if "ntk" in wanted else None
     chosen = limit_method(program if grads is None else grads.program, rtol, method)
+    if grads is None:
+        lim = limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads, method=chosen,
+                    seed=seed)
+        K, E = lim.nngp(psd=psd, with_error=True)
+        return Kernels(K, None, E, None, lim.error)
     if chosen == "qmc":
         if backward == "exact":
             raise UnsupportedError("backward='exact' (real transposes) is not simulated; use method='expectations'")
-        return _simulated(program, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
-    if grads is None:
-        lim = Limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
-        K, E = lim.nngp(psd=psd, with_error=True)
-        return Kernels(K, None, E, None, lim.error)
-    if any(isinstance(ln, NonLinLine) and _has_batchnorm_partial(ln.expr) for ln in grads.program.lines):
-        raise UnsupportedError(
-            "the NTK of a BatchNorm network has B-dimensional expectations (its backward pass divides by the batch "
-            "standard deviation) that only the QMC simulation computes: pass rtol >= "
-            f"{SIMULATION_MIN_RTOL:g} (method='auto', ~1e-2 in a minute) or method='qmc'")
+        # the simulation takes no transposes, so its gradient program is the gradient-independent one
+        return _simulated(grads, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
     lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
     outs = grads.outputs
     R = len(outs)
@@ -277,10 +272,6 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
 
 
-def _has_batchnorm_partial(e: Expr) -> bool:
-    return isinstance(e, BatchNormPartial) or any(_has_batchnorm_partial(c) for c in e.children())
-
-
 def _structure(grads: GradientProgram, wanted: tuple[str, ...]
                ) -> tuple[list[tuple[int, int]], dict[tuple[int, int, bool], list[Term]], list[Pair]]:
     """The output pairs of one readout, each kernel block's terms, and every second moment they use."""
@@ -292,13 +283,12 @@ def _structure(grads: GradientProgram, wanted: tuple[str, ...]
     return blocks, terms, pairs
 
 
-def _simulated(program: Program, X: Any, X2: Any, wanted: tuple[str, ...], *, rtol: float, memory_budget: int,
-               psd: str, seed: Any) -> Kernels:
+def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...], *, rtol: float,
+               memory_budget: int, psd: str, seed: Any) -> Kernels:
     """The kernels by the joint QMC simulation: per replicate, every block ``bias² + Σ coef · A (⊙ B)``
     from that replicate's second moments; bounds from the spread of the replicates."""
     from netsor.interpret.simulation import SimulatedLimit, diagonal_scale
 
-    grads = _gradients(program, "independent")
     lim = SimulatedLimit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
     outs = grads.outputs
     R = len(outs)
