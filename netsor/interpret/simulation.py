@@ -179,11 +179,10 @@ class SimulatedLimit:
     def _inputs(self) -> Array:
         return self.X if self.symmetric else np.concatenate([self.X, self.X2])
 
-    def _run(self, keep: Iterable[Vector], noise: Any, points: int,
+    def _run(self, plan: ForwardPlan, noise: Any, points: int,
              collect: Callable[[dict[Vector, Array], dict[Any, int]], Array]) -> tuple[Array, int]:
-        """One forward pass over ``points`` copies; ``collect(values, sizes)`` of the kept vectors.
-        Returns its result and the peak number of floats held per copy."""
-        plan = ForwardPlan(self.program, keep)
+        """One forward pass of ``plan`` over ``points`` copies; ``collect(values, sizes)`` of the
+        kept vectors. Returns its result and the peak number of floats held per copy."""
         # every dim's variables get the same number of copies, whatever its ratio
         sizes = {self.program.data_dim: self._inputs.shape[-1], self.program.scalar_dim: 1,
                  **{dim: points for dim in self.program.dims}}
@@ -200,11 +199,11 @@ class SimulatedLimit:
 
     def _estimate(self, keep: Iterable[Vector], collect: Callable[[dict[Vector, Array], dict[Any, int]], Array],
                   scale: Callable[[Array], Array], what: str) -> tuple[Array, Array]:
-        """Mean and error bound of ``collect`` over the replicates, in rounds of 4× more points
-        until ``error ≤ rtol · scale(mean)`` everywhere."""
-        keep = list(keep)
+        """Mean and error bound of ``collect`` over the replicates, in rounds of more points until
+        ``error ≤ rtol · scale(mean)`` everywhere."""
+        plan = ForwardPlan(self.program, keep)
         counter = _CountingNoise(_COUNT_POINTS)
-        _, per_copy = self._run(keep, counter, _COUNT_POINTS, collect)
+        _, per_copy = self._run(plan, counter, _COUNT_POINTS, collect)
         dims = counter.used
         # one replicate holds its normals (dims rows) and its live vectors, per copy
         affordable = self.memory_budget // (8 * (dims + per_copy + 1))
@@ -218,7 +217,7 @@ class SimulatedLimit:
             runs = []
             for stream in streams:
                 noise = SobolNoise(dims, log2, np.random.default_rng(stream))
-                value, _ = self._run(keep, noise, 2**log2, collect)
+                value, _ = self._run(plan, noise, 2**log2, collect)
                 runs.append(value)
             stack = np.stack(runs)
             if not np.all(np.isfinite(stack)):
@@ -238,7 +237,7 @@ class SimulatedLimit:
             log2 = min(top, max(log2 + 1, log2 + math.ceil(2 * math.log2(ratio))))
         if np.all(err <= target):
             return mean, err
-        worst = float(np.max(err / np.maximum(target / self.rtol, 1e-300)))
+        worst = ratio * self.rtol  # the largest error relative to √(K_ii K_jj)
         raise NumericalError(f"{what}: the simulated limit reached a relative error of {worst:.2g} with "
                              f"{self.replicates} × 2^{log2} copies, above rtol = {self.rtol:g}; pass rtol >= "
                              f"{2 * worst:.1g} or a larger memory_budget")
