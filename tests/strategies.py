@@ -6,7 +6,8 @@ layers (with and without bias), biases, MatMuls by a new or an already used matr
 sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous, smooth),
 products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
 products of activations), NetsorK steps (LayerNorm of a G-vector, a G-vector scaled by a moment,
-attention over two G-vectors) and, rarely, an opaque function the tracer cannot see through.
+attention over two G-vectors), rarely an opaque function the tracer cannot see through, and on
+request (``batchnorm=True``) an activation of a BatchNorm output across the pool's G-vectors.
 Readouts: one or two, of one or two vectors each, plain or concatenated (``readout_concat``).
 """
 
@@ -61,13 +62,15 @@ def step_strategy() -> st.SearchStrategy:
 
 
 @st.composite
-def recipes(draw, max_steps: int = 5, opaque: bool = False) -> Recipe:
+def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False) -> Recipe:
     n_inputs = draw(st.integers(1, 2))
     sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
                    for _ in range(n_inputs))
     steps = list(draw(st.lists(step_strategy(), min_size=1, max_size=max_steps)))
     if opaque and draw(st.booleans()):
         steps.append(("opaque", draw(st.integers(0, 1000)), draw(st.integers(0, 1000))))
+    if batchnorm:  # BatchNorm across the distinct G-vectors of the pool, then an activation
+        steps.append(("batchnorm", draw(st.integers(0, 1000)), draw(st.sampled_from(ACTIVATIONS))))
     readouts = tuple(draw(st.tuples(st.lists(st.integers(0, 1000), min_size=1, max_size=2).map(tuple),
                                     st.sampled_from([1.0, 0.7]), st.sampled_from([0.0, 0.2]), st.booleans()))
                      for _ in range(draw(st.integers(1, 2))))
@@ -124,6 +127,11 @@ def build(recipe: Recipe) -> netsor.Program:
             _, i, j, temperature = step
             tokens = list(dict.fromkeys([pick(i, "G"), pick(j, "G")]))
             pool.extend(netsor.attention(tokens, tokens, tokens, temperature=temperature))
+        elif op == "batchnorm":  # skipped with fewer than two distinct G-vectors
+            _, i, name = step
+            batch = list(dict.fromkeys(v for v in pool if v.kind == "G"))[:4]
+            if len(batch) >= 2:
+                pool.append(netsor.activation(name)(netsor.batchnorm(batch)[i % len(batch)]))
     for vecs, sigma, bias, concatenated in recipe.readouts:
         chosen = tuple(dict.fromkeys(pick(i) for i in vecs))
         if concatenated:

@@ -11,7 +11,7 @@ Default suite, 60 programs (no opaque functions): the NTK is finite, exactly sym
 
 Default suite, 120 programs: the joint QMC simulation of the limit (one round, 16 × 2^12 copies)
 agrees with the expectation engine within the sum of their bounds (this test found that Student-t
-bounds undercover: netsor.interpret.simulation.ERROR_SES).
+bounds undercover: netsor.interpret.simulation.ERROR_SES); 60 more with a BatchNorm step at one input.
 
 Slow, 30 programs: the mean conditional kernel of finite networks at widths 1024 and 2048,
 extrapolated in 1/n, agrees with the limit within 4.5 standard errors.
@@ -150,3 +150,19 @@ def test_random_programs_simulated_limit_agrees_with_the_expectation_engine(reci
     assert lim.points == 2**12
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
     assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+
+
+@settings(SIMULATION_SETTINGS, max_examples=60)
+@given(recipe=recipes(max_steps=4, opaque=True, batchnorm=True), seed=st.integers(0, 2**16))
+def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed):
+    """BatchNorm across random G-vectors (one input: the engine takes a batch at one point, exactly for
+    homogeneous activations, by joint quadrature/QMC otherwise): the two interpreters agree."""
+    p = build(recipe)
+    X = inputs(1, 3, seed)
+    result = kernel(p, X)
+    assume(result is not None)
+    K, E, _ = result
+    K_sim, E_sim = SimulatedLimit(p, X, rtol=1.0, seed=seed).nngp(psd="skip", with_error=True)
+    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
+    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+
