@@ -225,7 +225,6 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(degeneracy_report(found))
     start = time.perf_counter()
     rtol = check_real(rtol, "--rtol", minimum=1e-15, maximum=1.0)
-    simulated = netsor.interpret.infinite.limit_method(program, rtol, limit_method) == "qmc"
     kernels = netsor.kernel(program, X, get="ntk" if neural_tangent else "nngp", rtol=rtol, memory_budget=budget,
                             method=limit_method, seed=seed)
     K = kernels.ntk if neural_tangent else kernels.nngp
@@ -235,7 +234,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
-    method = "joint randomised QMC simulation" if simulated else "expectation engine"
+    method = "joint randomised QMC simulation" if kernels.method == "qmc" else "expectation engine"
     click.echo(f"largest error bound: {kernels.error:.3g} ({method})")
     if eig is not None:
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")

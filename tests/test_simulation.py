@@ -142,6 +142,7 @@ def test_ntk_by_simulation_agrees_with_the_expectation_engine() -> None:
         assert np.all(np.abs(k.ntk - exact.ntk) <= k.ntk_error + exact.ntk_error)
         assert np.all(np.abs(k.nngp - exact.nngp) <= k.nngp_error + exact.nngp_error)
         assert k.error == pytest.approx(max(k.ntk_error.max(), k.nngp_error.max()))
+        assert (k.method, exact.method) == ("qmc", "expectations")
     with pytest.raises(UnsupportedError, match="exact"):
         netsor.kernel(netsor.zoo.mlp(1), _inputs((2, 2)), method="qmc", backward="exact")
 
@@ -207,6 +208,7 @@ def test_batchnorm_ntk_by_simulation_agrees_with_finite_networks() -> None:
     with pytest.raises(UnsupportedError, match="QMC simulation"):
         netsor.ntk(p, X)
     k = netsor.kernel(p, X, rtol=5e-2)
+    assert k.method == "qmc"  # chosen on the gradient program: the forward pass alone has exact rules
     emp = netsor.empirical_ntk(p, X, width=1024, samples=30, seed=18)
     se = emp.std(axis=0, ddof=1) / np.sqrt(emp.shape[0])
     assert np.all(np.abs(emp.mean(axis=0) - k.ntk) <= 4 * se + k.ntk_error)

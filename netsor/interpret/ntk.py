@@ -70,6 +70,8 @@ class Kernels:
         Entrywise bounds on their numerical error (kernel units).
     error : float
         The largest of all bounds.
+    method : {"expectations", "qmc"}
+        The interpreter that computed them (:func:`netsor.limit`).
     """
 
     nngp: Array | None
@@ -77,6 +79,7 @@ class Kernels:
     nngp_error: Array | None
     ntk_error: Array | None
     error: float
+    method: str = "expectations"
 
 
 def _gradients(program: Program, backward: str) -> GradientProgram:
@@ -240,7 +243,7 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         lim = limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads, method=chosen,
                     seed=seed)
         K, E = lim.nngp(psd=psd, with_error=True)
-        return Kernels(K, None, E, None, lim.error)
+        return Kernels(K, None, E, None, lim.error, chosen)
     if chosen == "qmc":
         if backward == "exact":
             raise UnsupportedError("backward='exact' (real transposes) is not simulated; use method='expectations'")
@@ -313,7 +316,7 @@ def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...],
     result = {name: lim.kernel_result(value[i], err[i], psd, name) for i, name in enumerate(wanted)}
     nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
     return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1],
-                   max(float(np.max(E, initial=0.0)) for _, E in result.values()))
+                   max(float(np.max(E, initial=0.0)) for _, E in result.values()), "qmc")
 
 
 def ntk(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAULT_RTOL,
