@@ -42,7 +42,8 @@ def kernel(p, X, X2=None):
             return K, E, rtol
         except NumericalError as exc:
             message = str(exc)
-            assert "rtol" in message or "non-finite" in message or "NaN" in message, message
+            # out of reach at this tolerance, an overflow, or a BatchNorm over a batch without spread
+            assert any(w in message for w in ("rtol", "non-finite", "NaN", "no spread")), message
     return None
 
 
