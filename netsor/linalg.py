@@ -1,7 +1,9 @@
 """Small dense linear algebra shared by the interpreters and the statistics: one PSD square root,
-one PSD tolerance and check."""
+one PSD tolerance and check, exact symmetrisation of kernel tiles."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -13,6 +15,20 @@ Array = np.ndarray
 PSD_TOLERANCE = 1e-9
 #: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
 PSD_CHECK_MAX = 5000
+
+
+def symmetrized_upper(block: Array) -> Array:
+    """A square block with its upper triangle copied onto the lower one (one pass): kernel tiles
+    on the diagonal compute (or trust) only their upper triangle."""
+    return np.where(_upper_mask(block.shape[0]), block, block.T)
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_mask(n: int) -> Array:
+    """Boolean (n, n), True on and above the diagonal (tiles have a few sizes: cached)."""
+    mask = np.triu(np.ones((n, n), dtype=bool))
+    mask.setflags(write=False)
+    return mask
 
 
 def psd_sqrt(cov: Array) -> Array:

@@ -269,3 +269,25 @@ def test_joint_pair_series_of_separable_functions_meets_products_of_closed_forms
                     * netsor.erf.kernel(s2[i], s2[i], s2[i]) * netsor.erf.kernel(s2[j], s2[j], s2[j]))
     assert np.max(np.abs(value - want) / scale) < 1e-9
     assert np.all(np.abs(value - want) <= err + 16 * EPS * scale)
+
+
+def test_step_kernel_modulus_bounds_its_change_over_the_interval():
+    """``kernel_modulus`` of step bounds ``max |K(c') − K(c)|`` over ``|c' − c| ≤ δ``: checked on
+    a dense sweep of c' (clipped to the admissible correlations) from ρ = 0 to colinear pairs,
+    δ from rounding size to the whole range; the excess allowed is the kernel's own rounding."""
+    step = activation("step")
+    rng = np.random.default_rng(11)
+    a, b = 10 ** rng.uniform(-2, 2, (2, 400))
+    root = np.sqrt(a * b)
+    u = rng.uniform(-1, 1, 400)
+    rho = np.sign(u) * np.abs(u) ** rng.choice([1, 1 / 7, 1 / 25], 400)  # many near ±1
+    c, delta = rho * root, 10 ** rng.uniform(-16, 0.5, 400) * root
+    shifts = np.linspace(-1, 1, 4001)[:, None] * delta
+    moved = np.clip(c + shifts, -root, root)
+    true = np.max(np.abs(step.kernel(a, b, moved) - step.kernel(a, b, c)), axis=0)
+    bound = step.kernel_modulus(a, b, c, delta)
+    assert np.all(true <= bound + 8 * EPS)
+    # and it is not loose far from colinearity: within 1 % of the change there (for changes
+    # well above the kernel's rounding)
+    inner = (np.abs(rho) < 0.9) & (delta < 1e-3 * root) & (delta > 1e-10 * root)
+    assert np.all(bound[inner] <= 1.01 * true[inner] + 8 * EPS)

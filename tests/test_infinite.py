@@ -242,12 +242,13 @@ def test_products_and_custom_nonlinearities():
     np.testing.assert_allclose(K[:, 1, :, 1], expected, rtol=1e-10, atol=1e-12)
 
 
-def test_transposes_are_refused_clearly():
+def test_transposes_the_engine_cannot_take_are_refused_clearly():
+    """A nonlinear transposed program that reads data: the engine names the simulation."""
     p = netsor.Program()
     n = p.dim("n")
     W = p.matrix(n, n)
     p.readout(W.T @ netsor.relu(W @ netsor.relu(p.input(n))))
-    with pytest.raises(UnsupportedError, match="transposed"):
+    with pytest.raises(UnsupportedError, match="method='qmc'"):
         netsor.nngp(p, np.ones((2, 3)))
 
 

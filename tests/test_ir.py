@@ -89,6 +89,15 @@ def test_clone_is_an_equal_and_independent_program():
         p.readout(ren[p.outputs[0][1][0]])  # a vector of the copy is not a vector of p
 
 
+def test_clone_keeps_the_ratios_of_dims():
+    """A Marchenko–Pastur program (ratio 0.5): the copy has the same dims and the same limit (the
+    moments of WᵀW depend on the ratio)."""
+    p = netsor.zoo.marchenko_pastur_moments(2, 0.5)
+    q, ren = clone(p)
+    assert [(ren.dims[d].name, ren.dims[d].ratio) for d in p.dims] == [(d.name, d.ratio) for d in p.dims]
+    np.testing.assert_array_equal(netsor.nngp(q), netsor.nngp(p))
+
+
 def test_substitute_rewrites_a_degenerate_matmul_as_a_lincomb():
     """W relu(g) and W (2 relu(g)): the second use is 2·(the first) in law — rewriting it as a
     LinComb gives the same kernel."""

@@ -195,6 +195,92 @@ def test_data_free_programs() -> None:
         netsor.limit(netsor.zoo.mlp(1))
 
 
+# ---- the simulation (method="qmc"): Ż by Stein's lemma ----------------------------------------------
+def test_simulated_matrix_laws_meet_catalan_and_narayana_within_their_bounds() -> None:
+    """Semicircle moments up to order 8 (X = (W + Wᵀ)/√2 needs Ż at every step) and
+    Marchenko–Pastur moments (ratio 0.5, Ż with the ratio's factor) by the joint simulation."""
+    K, E = netsor.limit(netsor.zoo.semicircle_moments(4), method="qmc", rtol=2e-3).nngp(with_error=True)
+    hankel = np.array([[catalan((i + j) // 2) if (i + j) % 2 == 0 else 0.0 for j in range(5)] for i in range(5)])
+    assert np.all(np.abs(K - hankel) <= E)
+    assert np.max(E / np.sqrt(np.outer(np.diag(hankel), np.diag(hankel)))) <= 2e-3
+    p = netsor.zoo.marchenko_pastur_moments(3, 0.5)
+    K, E = netsor.limit(p, method="qmc", rtol=2e-3).nngp(with_error=True)
+    hankel = np.array([[narayana_polynomial(i + j, 0.5) if i + j else 1.0 for j in range(4)] for i in range(4)])
+    assert np.all(np.abs(K - hankel) <= E)
+
+
+def tanh_derivative_mean(variance: float) -> float:
+    """``E[tanh'(u)]``, ``u ~ N(0, variance)``, by a fine midpoint rule (errors ~1e-12)."""
+    t = np.linspace(-14, 14, 400001) * np.sqrt(variance)
+    weight = np.exp(-t**2 / (2 * variance)) / np.sqrt(2 * np.pi * variance) * (t[1] - t[0])
+    return float(np.sum(weight / np.cosh(t) ** 2))
+
+
+def test_nonlinear_transpose_of_a_program_that_reads_data_by_simulation() -> None:
+    """``y = Wᵀ tanh(W g)``, ``g = U x``: ``Ż^y`` at input i is ``σ² E[tanh'(Z^{Wg}_i)] Z^g_i`` (a
+    different coefficient at every input, which the expectation engine does not take), so
+    ``K_ij = σ² E[tanh(u_i) tanh(u_j)] + σ⁴ e_i e_j G_ij`` with ``u ~ N(0, σ² G)``, ``e_i = E tanh'(u_i)``.
+    The first term is the engine's kernel of ``tanh(W g)``; ``e_i`` a one-dimensional integral."""
+    sigma = 1.3
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    W = p.matrix(n, n, sigma=sigma)
+    h = netsor.tanh(W @ g)
+    p.readout(W.T @ h, sigma=1.0)
+    q = netsor.Program()
+    m = q.dim("n")
+    q.readout(netsor.tanh(q.matrix(m, m, sigma=sigma) @ q.input(m, sigma=1.0)), sigma=1.0)
+    X = np.random.default_rng(2).standard_normal((4, 3)) * [[0.5], [1.0], [1.5], [1.0]]
+    G = X @ X.T / 3
+    e = np.array([tanh_derivative_mean(sigma**2 * G[i, i]) for i in range(4)])
+    expected = sigma**2 * netsor.nngp(q, X) + sigma**4 * np.outer(e, e) * G
+    with pytest.raises(netsor.UnsupportedError, match="method='qmc'"):
+        netsor.nngp(p, X)
+    lim = netsor.limit(p, X, rtol=1e-3)  # "auto": the engine refuses, the simulation takes it
+    K, E = lim.nngp(with_error=True)
+    assert isinstance(lim, netsor.SimulatedLimit)
+    assert np.all(np.abs(K - expected) <= E)
+    assert np.max(E / np.sqrt(np.outer(np.diag(expected), np.diag(expected)))) <= 1e-3
+
+
+def test_non_gaussian_correction_by_simulation() -> None:
+    """``y = W (Wᵀ tanh(g))``: ``Ż^y = σ² tanh(g)`` (a nonlinear vector), so
+    ``Var y = 2σ⁴ E tanh(g)²`` and ``Cov(y, g) = σ² s² E tanh'(g)`` for ``g ~ N(0, s²)``."""
+    sigma, s = 1.2, 0.8
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.gaussian(n, sigma=s)
+    W = p.matrix(n, n, sigma=sigma)
+    y = W @ (W.T @ netsor.tanh(g))
+    p.readout(y, sigma=1.0)
+    t = np.linspace(-14, 14, 400001) * s
+    weight = np.exp(-t**2 / (2 * s**2)) / np.sqrt(2 * np.pi * s**2) * (t[1] - t[0])
+    lim = netsor.limit(p, method="qmc", rtol=1e-3)
+    var, var_err = lim.cov(y, with_error=True)
+    cross, cross_err = lim.cov(y, g, with_error=True)
+    assert abs(var[0, 0] - 2 * sigma**4 * np.sum(weight * np.tanh(t) ** 2)) <= var_err[0, 0]
+    assert abs(cross[0, 0] - sigma**2 * s**2 * tanh_derivative_mean(s**2)) <= cross_err[0, 0]
+
+
+@pytest.mark.parametrize("act, sigma_w, sigma_b", [
+    ("tanh", 1.3, 0.2), pytest.param("relu", 1.4, 0.1, marks=pytest.mark.slow)])
+def test_jacobian_moments_of_a_nonlinear_mlp_by_the_master_theorem(act: str, sigma_w: float,
+                                                                     sigma_b: float) -> None:
+    """``(JᵀJ)^j v`` of a depth-2 MLP (W_l used both ways with vectors that depend on them through
+    φ'(g_l)): the simulated limit's Hankel matrix equals the moments m₁…m₄ that the Free
+    Independence Principle gives (``netsor.matrixlaws.jacobian_spectrum``, S-transforms) within
+    its bounds; no code of either knows the other."""
+    p = netsor.zoo.jacobian_moments(2, 2, act, sigma_w, sigma_b, q0=1.0)
+    lim = netsor.limit(p, rtol=1e-2)  # auto: the engine refuses the non-Gaussian Ż, so the simulation
+    assert isinstance(lim, netsor.SimulatedLimit)
+    K, E = lim.nngp(with_error=True)
+    m = netsor.matrixlaws.jacobian_spectrum(act, 2, sigma_w, sigma_b, q0=1.0).moments(4)
+    hankel = np.array([[m[i + j - 1] if i + j else 1.0 for j in range(3)] for i in range(3)])
+    assert np.all(np.abs(K - hankel) <= E)
+    assert np.max(E / np.sqrt(np.outer(np.diag(hankel), np.diag(hankel)))) <= 1e-2
+
+
 # ---- refusals ----------------------------------------------------------------------------------------
 def test_transposes_that_do_not_chain() -> None:
     p = netsor.Program()
@@ -220,9 +306,6 @@ def test_ratio_with_no_coordinates() -> None:
 
 
 def test_unsupported_transposed_programs() -> None:
-    p = netsor.zoo.semicircle_moments(2)
-    with pytest.raises(netsor.UnsupportedError, match="coupled run does not execute transposed"):
-        netsor.coupled(p, np.ones((1, 1)), width=8, samples=2)
     # nonlinear with data: E[∂φ] differs at every input
     q = netsor.Program()
     n = q.dim("n")

@@ -31,6 +31,12 @@ def _scalar_safe(rule: KernelRule) -> KernelRule:
     return wrapped
 
 
+def _full(x: Array, *operands: Array) -> Array:
+    """``x`` with the broadcast shape of ``operands`` (a fresh array: updated in place next)."""
+    shape = np.broadcast_shapes(*(np.shape(o) for o in operands))
+    return x if x.shape == shape else np.broadcast_to(x, shape).copy()
+
+
 def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab))).
 
@@ -40,7 +46,7 @@ def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     (1, B2) and ``c`` (B1, B2): the big arrays are updated in place (these kernels run once per
     layer on every pair of inputs).
     """
-    S = np.multiply(a, b)
+    S = _full(np.multiply(a, b), a, b, c)
     S -= np.multiply(c, c)
     np.maximum(S, 0.0, out=S)
     np.sqrt(S, out=S)
@@ -65,6 +71,31 @@ def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     np.subtract(np.pi, theta, out=theta)
     theta *= 1.0 / _TWO_PI
     return theta
+
+
+def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array:
+    """A bound of ``|K₀(a, b, c') − K₀(a, b, c)|`` over ``|c' − c| ≤ delta`` (K₀ = E[step u step v]).
+
+    K₀ = (π − arccos ρ)/(2π) with ρ = c/√(ab); arccos has slope 1/√(1 − ρ²), growing with |ρ|,
+    so the change is at most ``δ / √(ab − (|c| + δ)²) / (2π)``, and, where that is not finite or
+    large (the interval reaches ρ = ±1), at most ``arccos(1 − h) ≤ π √(h/2)`` with
+    ``h = δ/√(ab)``, over 2π. Square roots only — no arctangent; the second form only where needed.
+    """
+    t = _full(np.abs(c), a, b, c, delta)
+    t += delta
+    np.multiply(t, t, out=t)
+    np.subtract(np.multiply(a, b), t, out=t)  # ab − (|c| + δ)²
+    np.maximum(t, 0.0, out=t)
+    np.sqrt(t, out=t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = np.divide(delta, t, out=t)
+    bound *= 1.0 / _TWO_PI
+    near = ~(bound <= 0.25)  # where the Hölder form may be smaller (or the slope form is inf/NaN)
+    if near.any():
+        ab = np.broadcast_to(np.multiply(a, b), bound.shape)[near]
+        h = np.broadcast_to(delta, bound.shape)[near] / np.sqrt(ab)
+        bound[near] = np.fmin(bound[near], 0.5 * np.sqrt(0.5 * h))
+    return bound
 
 
 def erf_kernel(a: Array, b: Array, c: Array) -> Array:

@@ -20,6 +20,7 @@ from netsor.activations.kernels import (
     KernelRule,
     abs_kernel,
     arccos_kernel_0,
+    arccos_kernel_0_modulus,
     arccos_kernel_1,
     cos_kernel,
     erf_deriv_kernel,
@@ -68,6 +69,10 @@ class Activation:
         Closed form of ``E[φ(u) φ(v)]`` given ``(a, b, c)``, if one exists.
     mean : callable or None
         Closed form of ``E[φ(u)]`` for ``u ~ N(0, a)``, if one exists.
+    kernel_modulus : callable or None
+        ``(a, b, c, delta) ↦`` a bound of ``|K(a, b, c') − K(a, b, c)|`` over ``|c' − c| ≤ delta``
+        for a discontinuous φ with a kernel (error propagation through jumps); without it the
+        engine evaluates ``kernel`` at ``c ± delta`` (exact for kernels monotone in c).
     smooth : bool
         True when φ is analytic (quadrature and Hermite series converge fast).
     odd : bool
@@ -99,6 +104,7 @@ class Activation:
     deriv: Callable[[Array], Array]
     kernel: KernelRule | None = None
     mean: MeanRule | None = None
+    kernel_modulus: Callable[[Array, Array, Array, Array], Array] | None = None
     smooth: bool = True
     odd: bool = False
     kinks: tuple[float, ...] = ()
@@ -199,7 +205,8 @@ _FIXED: dict[str, Activation] = {
         Activation("relu", fn=_relu, deriv=_step, kernel=arccos_kernel_1,
                    mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
         Activation("step", fn=_step, deriv=np.zeros_like, kernel=arccos_kernel_0,
-                   mean=lambda a: np.full(np.shape(a), 0.5), smooth=False, kinks=(0.0,), continuous=False,
+                   kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
+                   kinks=(0.0,), continuous=False,
                    homogeneous=0.0),
         Activation("erf", fn=special.erf, deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from netsor.linalg import symmetrized_upper
+
 Array = np.ndarray
 EPS = np.finfo(float).eps
 
@@ -171,7 +173,7 @@ class TiledBound:
         for rows, cols, b, symmetric in self.tiles:
             block = b.array()
             if symmetric:
-                block = np.triu(block) + np.triu(block, 1).T
+                block = symmetrized_upper(block)
             out[rows, cols] = block
         if self.overrides is not None:
             ii, jj, values = self.overrides

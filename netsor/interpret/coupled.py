@@ -128,7 +128,8 @@ def coupled(
     Parameters
     ----------
     program : Program
-        Without transposed MatMuls.
+        Transposed MatMuls (Netsor⊤) take the expectation engine's exact corrections ``Ż``: the
+        programs :func:`netsor.limit` takes with ``method="expectations"``.
     X : array, shape (B, d) or (B, T, d)
     width : int or mapping
         Hidden widths of the finite execution (the limit uses the same number of coordinates).

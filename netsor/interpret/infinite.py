@@ -76,7 +76,7 @@ from netsor.ir.expr import (
     expand,
     linear,
 )
-from netsor.linalg import PSD_TOLERANCE, ensure_psd
+from netsor.linalg import PSD_TOLERANCE, ensure_psd, symmetrized_upper
 from netsor.validate import (
     check_choice,
     check_memory_budget,
@@ -161,6 +161,8 @@ class Analysis:
         #: corrections); those coefficients enter the covariances as exact numbers.
         self.derivative_error = 0.0
         self.sources: dict[Vector, dict[Vector, pointcoef.Coefficient]] = {}
+        #: Netsor⊤: each MatMul output's correction ``Ż = Σ coef · Z^arg`` (empty without transposes).
+        self.corrections: dict[Vector, tuple[tuple[float, Vector], ...]] = {}
         #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
         self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
         self.moment_terms: dict[Vector, tuple[float, list[MomentTerm]]] = {}
@@ -194,6 +196,7 @@ class Analysis:
                 self.steps[out] = form.step
             elif isinstance(form, SourceForm):
                 self.sources[out] = self._combination(out, ((1.0, out),), form.correction)
+                self.corrections[out] = form.correction
             elif isinstance(form, LinearForm):
                 self.sources[out] = self._combination(out, (), form.terms)
             elif isinstance(form, FunctionForm):
@@ -248,8 +251,9 @@ class Analysis:
                 raise UnsupportedError(
                     f"in the limit, {out.name} = Ẑ + c·Z^{arg.name} where {arg.name} is a nonlinear "
                     f"vector: {out.name} is not Gaussian, which this interpreter does not represent; the "
-                    "infinite-width limit of transposes (Netsor⊤) supports a MatMul by W (or Wᵀ) of a vector that "
-                    "depends nonlinearly on earlier uses of Wᵀ (or W) only when those uses multiply G-vectors")
+                    "expectation engine supports a MatMul by W (or Wᵀ) of a vector that depends nonlinearly on "
+                    "earlier uses of Wᵀ (or W) only when those uses multiply G-vectors; the simulation takes it: "
+                    "netsor.limit(p, X, method='qmc', rtol=1e-3)")
             for s, c in self.sources[arg].items():
                 acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
         return {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
@@ -268,7 +272,8 @@ class Analysis:
             coefficient = self.sources[vector].get(source, 0.0)
             if isinstance(coefficient, pointcoef.PointCoefficient):
                 raise UnsupportedError(f"the Netsor⊤ correction through {vector.name}, whose coefficients are "
-                                       "NetsorK scalars (per input), is not implemented")
+                                       "NetsorK scalars (per input), is not in the expectation engine; the "
+                                       "simulation takes it: method='qmc', rtol=1e-3")
             return coefficient
         if vector in self.steps:
             return 0.0
@@ -283,7 +288,8 @@ class Analysis:
                 f"the Netsor⊤ correction of a MatMul of the nonlinear vector {vector.name} needs "
                 f"E[∂Z^{vector.name}/∂Ẑ], a different number at every input point: the infinite-width "
                 "interpreter computes it only for programs that read no data (initial vectors from "
-                "p.gaussian); with data, a program with transposed MatMuls must be linear in the Gaussians")
+                "p.gaussian); with data, the simulation estimates it (Stein's lemma): netsor.limit(p, X, "
+                "method='qmc', rtol=1e-3)")
         return self._point_expectation(linear(0.0, terms))
 
     def _point_expectation(self, expr: Expr) -> float:
@@ -1057,8 +1063,10 @@ class Run:
             c, dc = _quadratic(cl, cov, d_cov, cr)
             value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
             if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
-                stats = moments_1d(product_activation(pl.act, pr.act), a)  # than the partials in a, b, c
-                return value, err + propagation.point_1d(a, da, stats)
+                h = product_activation(pl.act, pr.act)  # than the partials in a, b, c
+                if h.homogeneous is not None:
+                    return value, err + propagation.point_homogeneous(value, a, da, h.homogeneous)
+                return value, err + propagation.point_1d(a, da, moments_1d(h, a))
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
         product = an.register(left.atoms + right.atoms)
@@ -1128,9 +1136,12 @@ class Run:
                 if phi.kernel is not None and is_elementary(phi, psi):
                     # a closed form of a discontinuous activation: its exact change over the error interval
                     delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
-                    limit = np.sqrt(a * b)
-                    dense = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
-                                       np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
+                    if phi.kernel_modulus is not None:
+                        dense = phi.kernel_modulus(a, b, c, delta)
+                    else:
+                        limit = np.sqrt(a * b)
+                        dense = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
+                                           np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
                 else:
                     dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
                 if self.left is self.right and self.rows == self.cols:
@@ -1366,7 +1377,7 @@ class Limit:
                 value, bound = vals[r]
                 on_diagonal = symmetric and rows == cols and r == mirror[r]
                 # a block on the diagonal is made exactly symmetric (its upper triangle mirrored)
-                out[rows, cols] = _symmetrized(value) if on_diagonal else value
+                out[rows, cols] = symmetrized_upper(value) if on_diagonal else value
                 err.add(rows, cols, bound, symmetric=on_diagonal)
                 if symmetric and rows != cols:
                     out[cols, rows] = vals[mirror[r]][0].T
@@ -1463,23 +1474,54 @@ class Limit:
         return self.checked(value.copy(), err.copy(), np.abs(value), "scalar", with_error)
 
     @_one_blas_thread
-    def second_moments(self, pairs: list[tuple[Vector, Vector]]
-                       ) -> list[tuple[Array, bounds.TiledBound, Array, Array]]:
-        """Second moments of several vector pairs in one sweep of the pair grid (no tolerance check).
+    def sweep_second_moments(self, pairs: list[tuple[Vector, Vector]],
+                             consume: Callable[[Any, Any, list[tuple[Array, bounds.Bound, Array, Array]]], None]
+                             ) -> None:
+        """One sweep of the pair grid handing each block's second moments to ``consume`` instead of
+        materialising them: a combination of many moments (the NTK's) then needs memory for its
+        result only, not a (B1, B2) array and bound per moment.
 
-        Returns, for each ``(u, v)``: ``E[Z^u(x_i) Z^v(x2_j)]`` (B1, B2), its error bound (a
-        :class:`~netsor.interpret.bounds.TiledBound`, materialised by ``.array()``),
-        ``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,). Callers that combine them (the NTK)
-        check their result with :meth:`checked`.
+        ``consume(rows, cols, moments)`` is called once per block, from worker threads (blocks are
+        disjoint), with ``moments[k] = (value, bound, var_left, var_right)`` of ``pairs[k] = (u, v)``:
+        ``E[Z^u Z^v]``, its :class:`~netsor.interpret.bounds.Bound` and ``E[Z^u²]``, ``E[Z^v²]``
+        at the block's points. ``rows, cols`` are slices (values (b1, b2), variances (b1,) and
+        (b2,)), or, last, index arrays of the pairs of identical inputs (values and variances of
+        their shape; those entries take per-point values, exact at colinearity).
         """
         for u, v in pairs:
             self.program.check_own(u)
             self.program.check_own(v)
         self.stderr = 0.0
-        out = []
-        for (u, v), (value, err) in zip(pairs, self._pairs(list(pairs)), strict=True):
-            out.append((value, err, *self._variances(u, v)))
-        return out
+        roots = [("m", u, v) for u, v in pairs]
+        mirror = {r: ("m", r[2], r[1]) for r in roots}
+        variances = [self._variances(u, v) for u, v in pairs]
+        symmetric = self.symmetric
+
+        def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
+            tile = []
+            for r, (var_l, var_r) in zip(roots, variances, strict=True):
+                value, bound = vals[r]
+                if symmetric and rows == cols and r == mirror[r]:  # exactly symmetric, as _pairs makes it
+                    value = symmetrized_upper(value)
+                    if bound.dense is not None:
+                        bound = bounds.Bound(bound.eta, bound.left, bound.right, symmetrized_upper(bound.dense))
+                tile.append((value, bound, var_l[rows], var_r[cols]))
+            consume(rows, cols, tile)
+            if symmetric and rows != cols:
+                consume(cols, rows, [(vals[mirror[r]][0].T, bounds.transposed(vals[mirror[r]][1]), var_l[cols],
+                                      var_r[rows]) for r, (var_l, var_r) in zip(roots, variances, strict=True)])
+
+        needed = roots + ([mirror[r] for r in roots] if symmetric else [])
+        self._grid(list(dict.fromkeys(needed)), fill, symmetric)
+        ii, jj = self._identical_pairs()
+        if ii.size:
+            side = self._side("left", {canonical(r) for r in roots})
+            same = []
+            for r, (var_l, var_r) in zip(roots, variances, strict=True):
+                v, e = side.values[canonical(r)]
+                envelope_l, envelope_r = np.sqrt(np.abs(var_l[ii])), np.sqrt(np.abs(var_r[jj]))
+                same.append((v[ii], bounds.Bound(0.0, envelope_l, envelope_r, e[ii]), var_l[ii], var_r[jj]))
+            consume(ii, jj, same)
 
     def psd_policy(self, K: Array, E: Any, relative: float, psd: str, what: str) -> tuple[Array, Any]:
         """Apply the ``psd`` policy of :meth:`nngp` to a kernel of one input set with bounds ``E``
@@ -1578,12 +1620,6 @@ class Limit:
         return K, (E.array() if isinstance(E, bounds.TiledBound) else E)
 
 
-def _symmetrized(block: Array) -> Array:
-    """A square block with its upper triangle copied onto the lower one."""
-    out = np.triu(block)
-    return out + np.triu(block, 1).T
-
-
 def _mirror_upper(A: Array) -> None:
     """Copy the upper triangle onto the lower one in place (exact symmetry)."""
     lower = np.tril_indices(A.shape[0], -1)
@@ -1623,16 +1659,22 @@ SIMULATION_MIN_RTOL = 1e-3
 
 def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
     """The method :func:`limit` uses: ``"expectations"`` (:class:`Limit`) or ``"qmc"``
-    (:class:`~netsor.interpret.simulation.SimulatedLimit`). ``"auto"`` takes ``"qmc"`` for
-    programs without transposes that have a NonLin monomial of ``SIMULATION_MIN_ARITY`` or more
-    Gaussian arguments without an exact rule (recurrent gates; BatchNorm of a non-homogeneous φ)
-    when ``rtol >= SIMULATION_MIN_RTOL``."""
+    (:class:`~netsor.interpret.simulation.SimulatedLimit`). ``"auto"`` takes ``"qmc"`` when
+    ``rtol >= SIMULATION_MIN_RTOL`` for programs the engine refuses (Netsor⊤ corrections through
+    nonlinear vectors of programs that read data, non-Gaussian corrections; BatchNorm's backward
+    pass) and for programs without transposes that have a NonLin monomial of
+    ``SIMULATION_MIN_ARITY`` or more Gaussian arguments without an exact rule (recurrent gates;
+    BatchNorm of a non-homogeneous φ)."""
     check_choice(method, "method", LIMIT_METHODS)
     if method != "auto":
         return method
     if not isinstance(program, Program) or rtol < SIMULATION_MIN_RTOL:
         return "expectations"
     if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
+        try:  # Netsor⊤: the engine is exact where it takes the program at all
+            analysis_of(program)
+        except UnsupportedError:
+            return "qmc"
         return "expectations"
     an = analysis_of(program)
 

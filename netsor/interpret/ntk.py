@@ -15,7 +15,8 @@ where ``δ`` are the √n-scaled gradients of the backward program
 whose forward pass uses no transposed MatMul (with a readout independent of everything else),
 with the real transposes otherwise — a use ``g = Wᵀh`` then contributes ``h ⊗ δg``, so its
 factors enter the sum swapped (``E[Z^h Z^{h'}] E[Z^{δg} Z^{δg'}]``, and across orientations
-``E[Z^{δg} Z^{h'}] E[Z^h Z^{δg'}]``). Every
+``E[Z^{δg} Z^{h'}] E[Z^h Z^{δg'}]``), each transposed use with a factor ``√(n_out/n_in)`` of its
+matrix (1 for square ones). Every
 second moment comes from the infinite-width engine with its error bound; the bounds of the
 products are combined exactly (``|AB − ÂB̂| ≤ |Â| e_B + |B̂| e_A + e_A e_B``).
 
@@ -31,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import ProgramError, UnsupportedError
-from netsor.interpret.bounds import TiledBound
+from netsor.errors import ProgramError
+from netsor.interpret.bounds import Bound, ratio_max
 from netsor.interpret.infinite import (
     DEFAULT_MEMORY_BUDGET,
     DEFAULT_RTOL,
@@ -41,7 +42,7 @@ from netsor.interpret.infinite import (
     limit,
     limit_method,
 )
-from netsor.ir.backward import BACKWARDS, GradientProgram, OutputGradient, gradient_program
+from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.validate import check_choice, check_real
@@ -96,7 +97,7 @@ def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
         for b in s.uses:
             if a.matrix is b.matrix:
                 (a_out, a_in), (b_out, b_in) = a.factors, b.factors
-                terms.append((a.matrix.sigma**2, (a_out, b_out), (a_in, b_in)))
+                terms.append((a.matrix.sigma**2 * _transposed_factor(a, b), (a_out, b_out), (a_in, b_in)))
     for a in r.biases:
         for b in s.biases:
             if a.vector is b.vector:
@@ -104,12 +105,21 @@ def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
     return terms
 
 
+def _transposed_factor(a: MatrixUse, b: MatrixUse) -> float:
+    """``ρ^{(t_a + t_b)/2}``, ``ρ = ratio(out)/ratio(in)`` of the matrix, ``t = 1`` for a use of ``Wᵀ``:
+    a use ``g = Wᵀh`` contributes ``(σ/n_in) h ⊗ δg`` to ``∂y/∂Ŵ`` (``δg`` scaled by √n_in, ``h`` in
+    the out-dim), so each transposed factor of ``⟨∂y/∂Ŵ, ∂y'/∂Ŵ⟩`` carries ``√(n_out/n_in)``."""
+    W = a.matrix
+    return (W.out_dim.ratio / W.in_dim.ratio) ** ((a.transposed + b.transposed) / 2)
+
+
 @dataclass
 class Moment:
-    """A second moment on the pair grid: its value (B1, B2), per-point second moments of its two
-    vectors (their square roots ``l, r`` are its Cauchy–Schwarz envelope ``|A| ≤ l ⊗ r``) and its
-    error bound: ``eta · l ⊗ r`` when every tile's bound is of that kind (no dense part), else
-    the dense array ``dense``."""
+    """A second moment on a block of the pair grid: its value, the square roots ``left, right``
+    of the per-point second moments of its two vectors (its Cauchy–Schwarz envelope
+    ``|A| ≤ left · right``: a column (b1, 1) and a row (1, b2) on a tile, two arrays of the
+    entries' shape on pairs of identical inputs) and its error bound: ``eta · left · right`` when
+    that form is used (``dense`` None), else the array ``dense``."""
 
     value: Array
     left: Array
@@ -118,26 +128,30 @@ class Moment:
     dense: Array | None
 
     @classmethod
-    def of(cls, value: Array, bound: TiledBound, var_left: Array, var_right: Array, *, loose: float) -> Moment:
+    def of(cls, value: Array, bound: Bound, var_left: Array, var_right: Array, *, loose: float) -> Moment:
         """The rank-one bound when its ratio is at most ``loose`` (far below the tolerance, so its
-        looseness cannot matter) or no tile is dense; else the dense bound, which is tighter where
-        sensitivities differ from pair to pair (a step kernel near colinear inputs)."""
+        looseness cannot matter) or the bound has no dense part; else the dense bound, which is
+        tighter where sensitivities differ from pair to pair (a step kernel near colinear inputs)."""
         left, right = np.sqrt(np.abs(var_left)), np.sqrt(np.abs(var_right))
-        eta = bound.max_ratio(left, right)
-        if bound.has_dense and eta > loose:
-            return cls(value, left, right, 0.0, bound.array())
+        if value.ndim == 2:
+            left, right = left[:, None], right[None, :]
+        eta = bound.relative(left, right)
+        if bound.dense is not None:
+            eta += ratio_max(bound.dense, left * right)
+            if eta > loose:
+                return cls(value, left, right, 0.0, bound.array())
         return cls(value, left, right, eta, None)
 
     def error(self) -> Array:
-        return self.dense if self.dense is not None else self.eta * np.outer(self.left, self.right)
+        return self.dense if self.dense is not None else self.eta * (self.left * self.right)
 
 
 class _Block:
     """Accumulates a kernel block ``bias² + Σ coef · A (⊙ B)``, its error bound and its scale
-    ``bias² + Σ coef · l_A l_B ⊗ r_A r_B`` (≤ √(K_ii K_jj)). Bounds of moments without dense
-    parts stay rank one — ``|ÂB̂ − AB| ≤ (η_A(1 + η_B) + η_B(1 + η_A) + η_A η_B) l_A l_B ⊗ r_A r_B`` by
-    ``|Â| ≤ (1 + η_A) l_A ⊗ r_A`` — so the bound and the scale are two matrix products at the end,
-    not a pass over the grid per term."""
+    ``bias² + Σ coef · l_A l_B · r_A r_B`` (≤ √(K_ii K_jj)). Bounds of moments without dense
+    parts stay rank one — ``|ÂB̂ − AB| ≤ (η_A(1 + η_B) + η_B(1 + η_A) + η_A η_B) l_A l_B · r_A r_B`` by
+    ``|Â| ≤ (1 + η_A) l_A · r_A`` — so the bound and the scale are two matrix products at the end,
+    not a pass over the block per term."""
 
     def __init__(self, bias: float) -> None:
         self.bias = bias
@@ -165,20 +179,20 @@ class _Block:
             ea, eb = a.error(), b.error()
             self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
 
-    def result(self, shape: tuple[int, int]) -> tuple[Array, Array, Array]:
+    def result(self, shape: tuple[int, ...]) -> tuple[Array, Array, Array]:
         """The block, its error bound and its scale, each of ``shape``."""
         E = _rank_sum(self.error_cols, shape) + self.dense + _EPS * self.bias**2
         S = _rank_sum(self.scale_cols, shape) + self.bias**2
         return np.broadcast_to(self.K, shape), E, S
 
 
-def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, int]) -> Array:
-    """``Σ w · u ⊗ v`` as one matrix product."""
+def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) -> Array:
+    """``Σ w · u · v``: one matrix product on a tile (u columns, v rows), elementwise on pairs."""
     if not cols:
         return np.zeros(shape)
-    U = np.stack([w * u for w, u, _ in cols], axis=1)
-    V = np.stack([v for _, _, v in cols], axis=1)
-    return U @ V.T
+    U = np.stack([w * np.ravel(u) for w, u, _ in cols], axis=1)
+    V = np.stack([np.ravel(v) for _, _, v in cols], axis=1)
+    return U @ V.T if len(shape) == 2 else np.einsum("mk,mk->m", U, V)
 
 
 def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequence[str] = KERNELS,
@@ -201,14 +215,15 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     backward : {"auto", "exact", "independent"}
         The backward pass of the NTK (:func:`netsor.ir.backward.gradient_program`). ``"auto"``:
         gradient independence (an independent copy of each ``Wᵀ``) for programs whose forward pass
-        has no transposed MatMul — exact there, and the only way for programs that read data —
-        and the real transposes (Netsor⊤) otherwise, where gradient independence is wrong (for
-        ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives Θ = 4.54 instead of 5.29 — finite networks:
-        5.30 ± 0.02 at width 1024, ``tests/test_empirical_ntk.py``); the Netsor⊤ engine takes
-        linear programs and nonlinear ones that read no data.
+        has no transposed MatMul — exact there — and the real transposes (Netsor⊤) otherwise,
+        where gradient independence is wrong (for ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives
+        Θ = 4.54 instead of 5.29 — finite networks: 5.30 ± 0.02 at width 1024,
+        ``tests/test_empirical_ntk.py``). The expectation engine takes the real transposes of
+        linear programs and of nonlinear ones that read no data; the simulation (``method="qmc"``)
+        takes any.
     method : {"auto", "expectations", "qmc"}
         As for :func:`netsor.limit`: ``"qmc"`` estimates every second moment of the forward and
-        backward programs (gradient independence only) by the joint randomised QMC simulation and
+        backward programs by the joint randomised QMC simulation (Netsor⊤ included) and
         combines them replicate by replicate (:mod:`netsor.interpret.simulation`); ``seed``
         scrambles it.
 
@@ -245,25 +260,32 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         K, E = lim.nngp(psd=psd, with_error=True)
         return Kernels(K, None, E, None, lim.error, chosen)
     if chosen == "qmc":
-        if backward == "exact":
-            raise UnsupportedError("backward='exact' (real transposes) is not simulated; use method='expectations'")
-        # the simulation takes no transposes, so its gradient program is the gradient-independent one
         return _simulated(grads, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
     lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
     outs = grads.outputs
     R = len(outs)
     blocks, terms, pairs = _structure(grads, wanted)
     loose = LOOSE_SHARE * lim.rtol
-    moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, lim.second_moments(pairs), strict=True)}
     n1, n2 = lim.X.shape[0], lim.X2.shape[0]
+    out = {name: tuple(np.zeros((n1, R, n2, R)) for _ in range(3)) for name in wanted}
+
+    def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
+        """Combine one block's second moments into every kernel's block (the moments are never
+        stored whole: memory for the kernels only)."""
+        moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
+        shape = tile[0][0].shape
+        for name in wanted:
+            K, E, S = out[name]
+            for r, s in blocks:
+                block = _Block(outs[r].readout.bias)
+                for coef, pa, pb in terms[(r, s, name == "ntk")]:
+                    block.add(coef, moments[pa], None if pb is None else moments[pb])
+                K[rows, r, cols, s], E[rows, r, cols, s], S[rows, r, cols, s] = block.result(shape)
+
+    lim.sweep_second_moments(pairs, consume)
     result: dict[str, tuple[Array, Array]] = {}
     for name in wanted:
-        K, E, S = (np.zeros((n1, R, n2, R)) for _ in range(3))
-        for r, s in blocks:
-            block = _Block(outs[r].readout.bias)
-            for coef, pa, pb in terms[(r, s, name == "ntk")]:
-                block.add(coef, moments[pa], None if pb is None else moments[pb])
-            K[:, r, :, s], E[:, r, :, s], S[:, r, :, s] = block.result((n1, n2))
+        K, E, S = out[name]
         K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
         K, E = lim.checked(K, E, S, name, True)
         if lim.symmetric:

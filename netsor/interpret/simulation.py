@@ -7,7 +7,11 @@ copies as the finite rule acts on coordinates, except MatMul, whose outputs ``Z^
 batch are drawn from their limit law given the earlier uses of ``W`` — Gaussian, with
 ``Cov(Z^{W hᵢ}(x), Z^{W hⱼ}(x')) = σ² E[Z^{hᵢ}(x) Z^{hⱼ}(x')]`` — where each expectation is the
 average over the same copies (the coupled run's limit world, its Gram matrix estimated instead
-of known). Kernels, covariances and scalars are averages over the copies.
+of known). With transposes (Netsor⊤), ``Z^{W h} = Ẑ + Ż``: ``Ẑ`` drawn as above per orientation
+(uses of ``W`` and of ``Wᵀ`` have independent Gaussian parts) and ``Ż`` linear in the arguments
+of the other orientation's earlier uses, with coefficients ``E[∂Z^h/∂Ẑ]`` that Stein's lemma
+turns into averages over the copies (``E[ξ Z^h]`` for the normals ``ξ`` behind ``Ẑ``). Kernels,
+covariances and scalars are averages over the copies.
 
 The standard normals of one run are the rows of one scrambled Sobol' point set of ``M = 2^m``
 points (one dimension per Gaussian draw, in program order; a draw beyond the counted dimensions
@@ -39,7 +43,7 @@ from scipy import special, stats
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.interpret.finite import conditional_kernels
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
-from netsor.ir import MatMulLine, Program, Vector
+from netsor.ir import Program, Vector
 from netsor.linalg import ensure_psd
 from netsor.validate import (
     check_choice,
@@ -117,20 +121,15 @@ def diagonal_scale(K: Array) -> Array:
     return np.outer(d, d)
 
 
-def _check_simulable(program: Program) -> None:
-    if any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines):
-        raise UnsupportedError("the simulated limit does not take transposed MatMul lines (Netsor⊤: the Ż "
-                               "correction is not a draw of iid copies); use method='expectations'")
-
-
 class SimulatedLimit:
     """The infinite-width limit of ``program`` on ``X`` (and ``X2``), by joint randomised QMC.
 
     Same interface as :class:`~netsor.interpret.infinite.Limit` for what it supports
-    (:meth:`nngp`, :meth:`cov`, :meth:`var`, :meth:`scalar`, ``error``, ``stderr``). Programs with
-    transposed MatMul lines are not supported. Cost per replicate: ``O(M · B)`` per line, ``O(M · B ·
-    uses)`` per MatMul for its Gram matrix and an eigendecomposition of a ``B × B`` conditional
-    covariance (B the inputs of X and X2 together): meant for a handful to a few hundred inputs.
+    (:meth:`nngp`, :meth:`cov`, :meth:`var`, :meth:`scalar`, ``error``, ``stderr``). Transposed
+    MatMul lines (Netsor⊤) add their ``Ż`` correction, its derivatives estimated by Stein's lemma
+    from the same copies. Cost per replicate: ``O(M · B)`` per line, ``O(M · B · uses)`` per MatMul
+    for its Gram matrix and an eigendecomposition of a ``B × B`` conditional covariance (B the
+    inputs of X and X2 together): meant for a handful to a few hundred inputs.
 
     Parameters
     ----------
@@ -162,7 +161,6 @@ class SimulatedLimit:
                  memory_budget: int = 2**30, seed: Any = 0, replicates: int = REPLICATES) -> None:
         if not isinstance(program, Program):
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
-        _check_simulable(program)
         self.program = program
         self.X, self.X2 = limit_inputs(program, X, X2)
         self.symmetric = X2 is None
@@ -190,7 +188,8 @@ class SimulatedLimit:
         peak = [0]
 
         def held(_line: Any, st: FiniteState) -> None:
-            histories = [a for args, _, outs in st.world.memory.values() for a in (args, outs)]
+            histories = [a for sides in st.world.memory.values() for uses in sides.values() if uses is not None
+                         for a in (uses.args, uses.zhat, uses.normals)]
             peak[0] = max(peak[0], sum(a.size for a in [*st.values.values(), *histories] if a.shape[-1] == points))
 
         with np.errstate(over="ignore", invalid="ignore"):

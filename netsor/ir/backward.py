@@ -10,7 +10,9 @@ every output, scaled by ``√n`` (``δx = √n ∂y/∂x``, so that they have O(
 * **Exact transposes** (programs whose forward pass uses ``Wᵀ``): there the assumption fails —
   the backward ``Wᵀ`` is correlated with the forward ``Wᵀ`` — so the backward pass uses the real
   ``W`` (a Netsor⊤ program), and its limit is the exact NTK as far as the Netsor⊤ engine takes it
-  (linear programs; nonlinear ones that read no data). All dims must have ratio 1.
+  (linear programs and nonlinear ones that read no data; the simulation takes any). Gradients
+  are scaled by the square root of their own dim's size, so a backward ``Wᵀ δg`` carries the
+  factor ``√(n_h / n_g)`` (1 unless dims have different ratios).
 
 The rules, walking the lines backwards, are
 
@@ -110,9 +112,6 @@ def gradient_program(program: Program, backward: str = "auto") -> GradientProgra
         raise ProgramError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     has_transposes = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
     exact = has_transposes if backward == "auto" else backward == "exact"
-    if exact and any(d.ratio != 1.0 for d in program.dims):
-        raise UnsupportedError("the exact (transposed) NTK of programs with dims of ratio ≠ 1 is not implemented "
-                               "yet (the transposes' gradients need per-dim scales); use p.dim(name) without ratio")
     if exact and any(ln.out.kind == "scalar" for ln in program.lines):
         raise UnsupportedError("the NTK of programs with both transposed MatMuls and NetsorK scalars is not "
                                "implemented (the scalars' gradients need not vanish there)")
@@ -156,8 +155,10 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix,
             uses.append(MatrixUse(line.matrix, ren[line.arg], dg, line.transposed))
             if not line.matrix.is_input:
                 W = line.matrix
-                if tilde is None:  # exact: δh = Wᵀ δg for g = W h, W δg for g = Wᵀ h
+                scale = 1.0
+                if tilde is None:  # exact: δh = Wᵀ δg for g = W h, W δg for g = Wᵀ h, times √(n_h/n_g)
                     back_matrix, back_transposed = ren.matrices[W], not line.transposed
+                    scale = (line.arg.dim.ratio / line.out.dim.ratio) ** 0.5
                 else:
                     if W not in tilde:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
                         tilde[W] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
@@ -165,7 +166,7 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix,
                 back_dim = ren.dims[line.arg.dim]
                 back = new.add_line(MatMulLine(new.new_vector(back_dim, "G", f"d{line.arg.name}'"), back_matrix, dg,
                                                back_transposed))
-                grads.setdefault(line.arg, []).append((1.0, Var(back)))
+                grads.setdefault(line.arg, []).append((scale, Var(back)))
         elif isinstance(line, LinCombLine):
             for coef, arg in zip(line.coeffs, line.args, strict=True):
                 if isinstance(coef, Vector):

@@ -72,7 +72,7 @@ def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None,
     renaming.dims[program.data_dim] = new.data_dim
     renaming.dims[program.scalar_dim] = new.scalar_dim
     for d in program.dims:
-        renaming.dims[d] = new.dim(d.name)
+        renaming.dims[d] = new.dim(d.name, ratio=d.ratio)
     for m in program.matrices:
         renaming.matrices[m] = new.matrix(renaming.dims[m.out_dim], renaming.dims[m.in_dim], m.sigma, m.name)
     needed = None if keep is None else needed_lines(program, keep)

@@ -3,7 +3,7 @@
 from netsor.zoo.batchnorm_mlp import batchnorm_mlp
 from netsor.zoo.cnn import cnn
 from netsor.zoo.gru import gru
-from netsor.zoo.matrix_laws import marchenko_pastur_moments, semicircle_moments
+from netsor.zoo.matrix_laws import jacobian_moments, marchenko_pastur_moments, semicircle_moments
 from netsor.zoo.mlp import layernorm_mlp, mlp
 from netsor.zoo.resnet import resnet
 from netsor.zoo.rnn import rnn
@@ -16,5 +16,6 @@ ARCHITECTURES = {"cnn": cnn, "gru": gru, "mlp": mlp, "resnet": resnet, "rnn": rn
 #: matrix of the law's moments).
 MATRIX_LAWS = {"semicircle": semicircle_moments, "marchenko-pastur": marchenko_pastur_moments}
 
-__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "batchnorm_mlp", "cnn", "gru", "layernorm_mlp", "marchenko_pastur_moments",
+__all__ = ["ARCHITECTURES", "MATRIX_LAWS", "batchnorm_mlp", "cnn", "gru", "jacobian_moments", "layernorm_mlp",
+           "marchenko_pastur_moments",
            "mlp", "resnet", "rnn", "semicircle_moments", "transformer"]

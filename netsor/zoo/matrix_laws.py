@@ -10,6 +10,11 @@ engine knows these laws: the moments come from the Netsor⊤ Master Theorem alon
 
 from __future__ import annotations
 
+from netsor.activations import Activation
+from netsor.activations import activation as resolve_activation
+from netsor.builder import expression_line
+from netsor.ir.differentiate import differentiate
+from netsor.ir.expr import Var, apply
 from netsor.ir.program import Program
 from netsor.validate import check_count, check_real
 
@@ -56,5 +61,49 @@ def marchenko_pastur_moments(k: int, ratio: float = 1.0) -> Program:
     for _ in range(k):
         x = W.T @ (W @ x)
         krylov.append(x)
+    p.readout(*krylov, sigma=1.0)
+    return p
+
+
+def jacobian_moments(k: int, depth: int, activation: str | Activation = "tanh", sigma_w: float = 1.0,
+                     sigma_b: float = 0.0, q0: float = 1.0) -> Program:
+    """Outputs ``(JᵀJ)^j v`` for ``j = 0..k``, ``J = D_L W_L ⋯ D_1 W_1`` the input–output Jacobian
+    of a deep MLP at a Gaussian input (the convention of :func:`netsor.jacobian_spectrum`).
+
+    The network: ``x_0 ~ N(0, q0 I)`` (an initial Gaussian vector: no data), ``g_l = W_l x_{l−1} +
+    b_l``, ``x_l = φ(g_l)``, ``W_l : n × n`` with entries ``N(0, sigma_w²/n)``, ``b_l ~ N(0,
+    sigma_b²)``; ``D_l = diag φ'(g_l)`` and ``v ~ N(0, I)``. ``J u`` applies ``W_1, D_1, …, W_L,
+    D_L`` and ``Jᵀ u`` their transposes in reverse order, so the ``W_l`` are used both ways with
+    vectors that depend on them nonlinearly. In the limit ``E[Z^{(JᵀJ)^i v} Z^{(JᵀJ)^j v}]`` is the
+    ``(i+j)``-th moment of the law of the squared singular values of ``J``
+    (``jacobian_spectrum(activation, depth, sigma_w, sigma_b, q0=q0).moments``), which the Free
+    Independence Principle gives; here it follows from the Netsor⊤ Master Theorem alone. The
+    corrections ``Ż`` are non-Gaussian (``φ'(g)`` times earlier vectors), so the limit comes from
+    the simulation (``netsor.limit(p, method="qmc")``). Outputs are ordered by ``j``.
+    """
+    k = check_count(k, "k", minimum=0)
+    depth = check_count(depth, "depth")
+    sigma_w = check_real(sigma_w, "sigma_w", minimum=0.0, strict=True)
+    sigma_b = check_real(sigma_b, "sigma_b", minimum=0.0)
+    q0 = check_real(q0, "q0", minimum=0.0, strict=True)
+    act = resolve_activation(activation)
+    p = Program(f"jacobian_moments(k={k}, depth={depth}, activation={act.name}, sigma_w={sigma_w:g}, "
+                f"sigma_b={sigma_b:g}, q0={q0:g})")
+    n = p.dim("n")
+    Ws = [p.matrix(n, n, sigma=sigma_w, name=f"W{layer + 1}") for layer in range(depth)]
+    x = p.gaussian(n, sigma=q0**0.5)
+    slopes = []
+    for W in Ws:
+        g = W @ x + p.bias(n, sigma_b) if sigma_b > 0 else W @ x
+        slopes.append(expression_line(g, differentiate(apply(act, Var(g)), g)))  # φ'(g_l)
+        x = act(g)
+    u = v = p.gaussian(n)
+    krylov = [v]
+    for _ in range(k):
+        for W, slope in zip(Ws, slopes, strict=True):
+            u = slope * (W @ u)
+        for W, slope in zip(reversed(Ws), reversed(slopes), strict=True):
+            u = W.T @ (slope * u)
+        krylov.append(u)
     p.readout(*krylov, sigma=1.0)
     return p

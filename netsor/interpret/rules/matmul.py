@@ -33,9 +33,11 @@ with the other orientation:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from netsor.errors import NumericalError, UnsupportedError
+from netsor.errors import NumericalError
 from netsor.interpret.forward import CoupledState, FiniteState
 from netsor.interpret.rules.base import LimitContext, LineRule, SourceCovariance, SourceForm
 from netsor.ir import Line, MatMulLine, Matrix
@@ -76,62 +78,76 @@ class MatMulRule(LineRule):
         return np.matmul(h, M.transpose(0, 2, 1) if line.transposed else M)
 
     def coupled(self, line: MatMulLine, state: CoupledState) -> tuple[Array, Array]:
-        if line.transposed:
-            raise UnsupportedError("the coupled run does not execute transposed MatMul lines (Netsor⊤) yet; "
-                                   "use netsor.run_finite and netsor.limit separately")
+        """The finite draw is the matrix-free one (both orientations); the limit world draws
+        ``Ẑ`` from the same formula with the limit Gram matrix of the same orientation's
+        arguments and the same noise ``ξ``, and adds the Netsor⊤ correction ``Ż = Σ c · Z^y`` with
+        the engine's exact coefficients (the arguments ``y`` of earlier uses of the other
+        orientation, kept in the limit world's memory)."""
         fin, lim = state.fin, state.lim
         W = line.matrix
         n_in, n_out = fin.sizes[W.in_dim], fin.sizes[W.out_dim]
+        n_arg, n_res = (n_out, n_in) if line.transposed else (n_in, n_out)
         S, B = fin.chunk.size, fin.batch
-        h_fin = np.ascontiguousarray(np.broadcast_to(fin.values[line.arg], (S, B, n_in)))
-        xi = fin.chunk.normal((B, n_out))
-        past_fin = fin.world.memory.get(W)
-        g_fin = conditional_matmul(W.sigma, n_in, h_fin, past_fin, xi)
-        fin.world.memory[W] = extend_history(past_fin, h_fin, g_fin)
-        uses, past_lim = lim.world.memory.get(W, ([], None))
-        uses = [*uses, line.arg]
-        coef, resid, degenerate = limit_conditional(W.sigma, state.limit.gram(uses), B)
+        h_fin = np.ascontiguousarray(np.broadcast_to(fin.values[line.arg], (S, B, n_arg)))
+        xi = fin.chunk.normal((B, n_res))
+        history = fin.world.memory.setdefault(W, {False: None, True: None})
+        g_fin = two_sided_matmul(W.sigma, n_in, h_fin, history[line.transposed], history[not line.transposed], xi)
+        # the limit world: per orientation, the arguments so far (vectors and values) and their Ẑ
+        uses = lim.world.memory.setdefault(W, {False: ([], [], None), True: ([], [], None)})
+        args, values, past = uses[line.transposed]
+        args = [*args, line.arg]
+        coef, resid, degenerate = limit_conditional(np.sqrt(variance_scale(W, line.transposed)),
+                                                    state.limit.gram(args), B)
         if degenerate:
             state.degenerate.add(line.out.name)
-            g_lim = np.zeros((S, B, n_out))
+            zhat = np.zeros((S, B, n_res))
         else:
-            g_lim = np.matmul(psd_sqrt(resid), xi)
+            zhat = np.matmul(psd_sqrt(resid), xi)
         if coef is not None:
-            g_lim += np.matmul(coef.T, past_lim)
-        lim.world.memory[W] = (uses, g_lim if past_lim is None else np.concatenate([past_lim, g_lim], axis=1))
+            zhat += np.matmul(coef.T, past)
+        g_lim = zhat.copy()
+        other_args, other_values, _ = uses[not line.transposed]
+        for c, arg in state.limit.limit.analysis.corrections[line.out]:
+            g_lim += c * other_values[other_args.index(arg)]
+        if fin.last_use_of(W) > fin.position:
+            history[line.transposed] = extend_history(history[line.transposed], h_fin, g_fin)
+            value = np.broadcast_to(lim.values[line.arg], (S, B, n_arg))
+            uses[line.transposed] = (args, [*values, value], zhat if past is None else np.concatenate([past, zhat], 1))
         return g_fin, g_lim
 
     def simulated(self, line: MatMulLine, state: FiniteState) -> Array:
-        """Copies of ``Z^{W h}`` over the batch given the earlier uses of ``W`` in the same copies:
-        Gaussian with ``Cov = σ² E[Z^{hᵢ} Z^{hⱼ}]``, the expectation an average over the copies
-        (of the argument's coordinates for a data argument: ``x·x'/d``). Draws as many normal rows
-        as the conditional covariance has rank (none for a degenerate use)."""
-        if line.transposed:
-            raise UnsupportedError(
-                f"{line.out.name} = {line.matrix.name}ᵀ {line.arg.name}: the simulation draws iid copies of the "
-                "limit's Gaussians and has no Ż correction of Netsor⊤; use method='expectations'")
+        """Copies of ``Z^{W h} = Ẑ + Ż`` over the batch given the earlier uses of ``W`` in the same
+        copies. ``Ẑ``: Gaussian given the earlier ``Ẑ`` of the same orientation, with
+        ``Cov = σ² E[Z^{hᵢ} Z^{hⱼ}]`` (``σ²ρ`` for ``Wᵀ``), the expectation an average over the copies
+        (of the argument's coordinates for a data argument: ``x·x'/d``); as many normal rows as
+        the conditional covariance has rank (none for a degenerate use). ``Ż``: the Netsor⊤
+        correction from the earlier uses of the other orientation (:func:`stein_correction`)."""
         W = line.matrix
-        h = state.values[line.arg][0]  # one replicate: (B, n_in)
-        B, n_in = h.shape
-        past = state.world.memory.get(W)
-        own = (h @ h.T) / n_in
+        scale = variance_scale(W, line.transposed)
+        h = state.values[line.arg][0]  # one replicate: (B, copies)
+        B, copies = h.shape
+        history = state.world.memory.setdefault(W, {False: None, True: None})
+        past, other = history[line.transposed], history[not line.transposed]
+        own = (h @ h.T) / copies
         if past is None:
             gram = own
         else:
-            args, past_gram, _ = past
-            cross = (args @ h.T) / n_in
-            gram = np.block([[past_gram, cross], [cross.T, own]])
-        coef, resid, _ = limit_conditional(W.sigma, gram, B)
+            cross = (past.args @ h.T) / copies
+            gram = np.block([[past.gram, cross], [cross.T, own]])
+        coef, resid, _ = limit_conditional(np.sqrt(scale), gram, B)
         vals, vecs = np.linalg.eigh(resid)
         vals, vecs = vals[::-1], vecs[:, ::-1]  # largest variance first: the best-spread QMC dimensions
-        keep = vals > DEGENERACY_TOLERANCE * max(float(np.trace(own)) * W.sigma**2, np.finfo(float).tiny)
+        keep = vals > DEGENERACY_TOLERANCE * max(float(np.trace(own)) * scale, np.finfo(float).tiny)
         root = vecs[:, keep] * np.sqrt(vals[keep])
-        g = root @ state.chunk.normal((int(keep.sum()), state.sizes[W.out_dim]))[0]
-        if coef is not None:
-            g += coef.T @ past[2]
+        normals = state.chunk.normal((int(keep.sum()), state.sizes[W.out_dim]))[0]
+        zhat = root @ normals
+        mix = root
+        if past is not None:
+            zhat += coef.T @ past.zhat
+            mix = np.hstack([coef.T @ past.mix, root])
+        g = zhat if other is None else zhat + stein_correction(h, other, scale)
         if state.last_use_of(W) > state.position:
-            state.world.memory[W] = ((h, gram, g) if past is None else
-                                     (np.concatenate([past[0], h]), gram, np.concatenate([past[2], g])))
+            history[line.transposed] = SimulatedUses(h, gram, zhat, mix, normals).after(past)
         return g[None]
 
     def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
@@ -148,6 +164,44 @@ class MatMulRule(LineRule):
         if not isinstance(other, MatMulLine) or other.matrix is not line.matrix or other.transposed != line.transposed:
             return None
         return SourceCovariance(variance_scale(line.matrix, line.transposed), (line.arg, other.arg))
+
+
+@dataclass(frozen=True)
+class SimulatedUses:
+    """The earlier uses of one matrix in one orientation, in the simulated limit (k uses over a
+    batch of B inputs, M copies): their arguments ``args`` (kB, M), the limit Gram matrix of the
+    arguments ``gram`` (kB, kB), the Gaussian parts of their results ``zhat = mix @ normals``
+    (kB, M) and the standard normals drawn for them ``normals`` (K, M), used by no other line."""
+
+    args: Array
+    gram: Array
+    zhat: Array
+    mix: Array
+    normals: Array
+
+    def after(self, past: SimulatedUses | None) -> SimulatedUses:
+        """These uses appended to ``past`` (``gram`` is already the Gram of all of them; ``mix`` the
+        new rows over all normals, past and new)."""
+        if past is None:
+            return self
+        k, K = past.mix.shape
+        mix = np.vstack([np.hstack([past.mix, np.zeros((k, self.normals.shape[0]))]), self.mix])
+        return SimulatedUses(np.vstack([past.args, self.args]), self.gram, np.vstack([past.zhat, self.zhat]), mix,
+                             np.vstack([past.normals, self.normals]))
+
+
+def stein_correction(h: Array, other: SimulatedUses, scale: float) -> Array:
+    """``Ż = scale · Σ_j Z^{y_j} E[∂Z^h / ∂Ẑ_j]`` over the earlier uses of the other orientation
+    (arguments ``y``, Gaussian parts ``Ẑ = mix ξ``), for ``h`` (B, M) copies.
+
+    Stein's lemma for the standard normals ``ξ`` (independent of every other normal drawn) gives
+    ``E[ξ Z^h] = E[∂Z^h/∂ξ] = mixᵀ E[∂Z^h/∂Ẑ]``; the derivatives are the least-norm solution of
+    that system, with ``E[ξ Z^h]`` the average over the copies. (Where ``Ẑ`` are linearly
+    dependent, so are the ``y``, and the part of the derivatives the solution leaves out meets
+    ``y`` in zero.) Returns (B, M)."""
+    moments = other.normals @ h.T / h.shape[-1]  # (K, B)
+    derivatives = np.linalg.lstsq(other.mix.T, moments, rcond=None)[0]  # (kB, B)
+    return scale * (derivatives.T @ other.args)
 
 
 def variance_scale(W: Matrix, transposed: bool) -> float:
