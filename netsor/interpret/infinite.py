@@ -74,7 +74,6 @@ from netsor.ir.expr import (
     Polynomial,
     Var,
     expand,
-    linear,
 )
 from netsor.linalg import PSD_TOLERANCE, ensure_psd, symmetrized_upper
 from netsor.validate import (
@@ -163,6 +162,9 @@ class Analysis:
         self.sources: dict[Vector, dict[Vector, pointcoef.Coefficient]] = {}
         #: Netsor⊤: each MatMul output's correction ``Ż = Σ coef · Z^arg`` (empty without transposes).
         self.corrections: dict[Vector, tuple[tuple[float, Vector], ...]] = {}
+        #: Bounds on the errors of source coefficients that carry numerical Netsor⊤ corrections
+        #: (``E[∂φ]`` by quadrature), by G-vector and source; absent where exact.
+        self.source_errors: dict[Vector, dict[Vector, float]] = {}
         #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
         self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
         self.moment_terms: dict[Vector, tuple[float, list[MomentTerm]]] = {}
@@ -196,9 +198,11 @@ class Analysis:
                 self.steps[out] = form.step
             elif isinstance(form, SourceForm):
                 self.sources[out] = self._combination(out, ((1.0, out),), form.correction)
+                self._record_errors(out, form.correction, form.errors)
                 self.corrections[out] = form.correction
             elif isinstance(form, LinearForm):
                 self.sources[out] = self._combination(out, (), form.terms)
+                self._record_errors(out, form.terms, ())
             elif isinstance(form, FunctionForm):
                 if self.refusal is None and _contains(form.expr, BatchNormPartial):
                     self.refusal = (
@@ -258,31 +262,49 @@ class Analysis:
                 acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
         return {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
 
+    def _record_errors(self, out: Vector, terms: tuple[tuple[float | Vector, Vector], ...],
+                       errors: tuple[float, ...]) -> None:
+        """Bounds on the errors of ``out``'s source coefficients, for ``Σ coef · Z^arg`` with
+        ``coef`` off by ``errors`` (a Netsor⊤ correction's ``E[∂φ]``) and the args' own errors:
+        ``|coef| ε_s + e |c_s| + e ε_s`` per source. Empty (exact) for programs without them."""
+        acc: dict[Vector, float] = {}
+        for k, (coef, arg) in enumerate(terms):
+            e = errors[k] if errors else 0.0
+            arg_errors = self.source_errors.get(arg, {})
+            if not (e or arg_errors):
+                continue
+            if isinstance(coef, Vector):
+                raise UnsupportedError(f"{out.name}: a NetsorK scalar times a vector whose Netsor⊤ corrections are "
+                                       "numerical is not in the expectation engine; use method='qmc'")
+            for s, c in self.sources[arg].items():
+                self._check_plain(arg, c)
+                eps = arg_errors.get(s, 0.0)
+                acc[s] = acc.get(s, 0.0) + abs(coef) * eps + e * (abs(c) + eps)
+        if acc:
+            self.source_errors[out] = acc
+
     # ---- the LimitContext of the rules (valid while the walk is at a line: earlier lines only)
     def uses(self, matrix: Matrix) -> list[MatMulLine]:
         """The MatMul lines of ``matrix`` seen so far, in program order."""
         return self._uses.get(matrix, [])
 
-    def derivative(self, vector: Vector, source: Vector) -> float:
-        """``E[∂Z^vector / ∂Ẑ^source]``: a coefficient of ``sources`` for a G-vector; for an H-vector
-        ``h = φ(g¹, …, gᵏ)``, ``Σᵢ E[∂ᵢφ(Z)] · ∂Z^{gⁱ}/∂Ẑ^source`` (the symbolic derivative of the
-        NonLin expression, integrated by the Gaussian engine at the one symbolic point of a
-        program that reads no data)."""
+    def derivative(self, vector: Vector, source: Vector) -> tuple[float, float]:
+        """``E[∂Z^vector / ∂Ẑ^source]`` and a bound on its error: a coefficient of ``sources`` for a
+        G-vector (with its error from earlier corrections); for an H-vector ``h = φ(g¹, …, gᵏ)``,
+        ``Σᵢ E[∂ᵢφ(Z)] · ∂Z^{gⁱ}/∂Ẑ^source`` (the symbolic derivative of the NonLin expression,
+        integrated by the Gaussian engine at the one symbolic point of a program that reads no
+        data), its error the engine's plus the coefficients' times ``|E[∂ᵢφ]|``."""
         if vector in self.sources:
             coefficient = self.sources[vector].get(source, 0.0)
-            if isinstance(coefficient, pointcoef.PointCoefficient):
-                raise UnsupportedError(f"the Netsor⊤ correction through {vector.name}, whose coefficients are "
-                                       "NetsorK scalars (per input), is not in the expectation engine; the "
-                                       "simulation takes it: method='qmc', rtol=1e-3")
-            return coefficient
+            self._check_plain(vector, coefficient)
+            return coefficient, self.source_errors.get(vector, {}).get(source, 0.0)
         if vector in self.steps:
-            return 0.0
+            return 0.0, 0.0
         line = self.program.line_of(vector)
         assert isinstance(line, NonLinLine)
-        terms = [(self.sources[g][source], differentiate(line.expr, g)) for g in line.expr.args
-                 if source in self.sources[g]]
+        terms = [g for g in line.expr.args if source in self.sources[g]]
         if not terms:
-            return 0.0
+            return 0.0, 0.0
         if self.program.reads_data:
             raise UnsupportedError(
                 f"the Netsor⊤ correction of a MatMul of the nonlinear vector {vector.name} needs "
@@ -290,9 +312,25 @@ class Analysis:
                 "interpreter computes it only for programs that read no data (initial vectors from "
                 "p.gaussian); with data, the simulation estimates it (Stein's lemma): netsor.limit(p, X, "
                 "method='qmc', rtol=1e-3)")
-        return self._point_expectation(linear(0.0, terms))
+        value, err = 0.0, 0.0
+        for g in terms:
+            c = self.sources[g][source]
+            self._check_plain(g, c)
+            e = self.source_errors.get(g, {}).get(source, 0.0)
+            v, ev = self._point_expectation(differentiate(line.expr, g))
+            value += c * v
+            err += abs(c) * ev + e * (abs(v) + ev)
+        self.derivative_error = max(self.derivative_error, err)
+        return value, err
 
-    def _point_expectation(self, expr: Expr) -> float:
+    @staticmethod
+    def _check_plain(vector: Vector, coefficient: pointcoef.Coefficient) -> None:
+        if isinstance(coefficient, pointcoef.PointCoefficient):
+            raise UnsupportedError(f"the Netsor⊤ correction through {vector.name}, whose coefficients are "
+                                   "NetsorK scalars (per input), is not in the expectation engine; the "
+                                   "simulation takes it: method='qmc', rtol=1e-3")
+
+    def _point_expectation(self, expr: Expr) -> tuple[float, float]:
         """``E[expr(Z)]`` at the one symbolic point of a program that reads no data (lines so far)."""
         poly = expand(expr)
         monomials = [self.register(m.atoms) for _, m in poly.terms]
@@ -306,8 +344,7 @@ class Analysis:
             v, e = run.values[key]
             value += a * float(v[0])
             err += abs(a) * float(e[0])
-        self.derivative_error = max(self.derivative_error, err)
-        return value
+        return value, err
 
     def poly(self, v: Vector) -> Polynomial:
         if v in self.polys:
@@ -531,8 +568,10 @@ class GaussianCovariance(Quantity):
     def compute(self, key: Key, run: Run) -> Value:
         _, g1, g2 = key
         an = run.an
-        parts = [run.term(c1, c2, run.get(("s", s1, s2))) for s1, c1 in an.sources[g1].items()
-                 for s2, c2 in an.sources[g2].items() if an.source_cov(s1, s2) is not None]
+        e1, e2 = an.source_errors.get(g1, {}), an.source_errors.get(g2, {})
+        parts = [run.term(c1, c2, run.get(("s", s1, s2)), e1.get(s1, 0.0), e2.get(s2, 0.0))
+                 for s1, c1 in an.sources[g1].items() for s2, c2 in an.sources[g2].items()
+                 if an.source_cov(s1, s2) is not None]
         return linear_combination(parts, run, key)
 
 
@@ -971,18 +1010,23 @@ class Run:
             return c, 0.0
         return c.evaluate(lambda s: self.point(("sc", s), side))
 
-    def term(self, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient, value: Value) -> tuple[float, Value]:
-        """A part ``(coef, value)`` of a linear combination for ``c1(x) c2(x') Q``: numbers stay the
-        coefficient, per-input coefficients are applied to the value (:meth:`scaled`)."""
-        if isinstance(c1, pointcoef.PointCoefficient) or isinstance(c2, pointcoef.PointCoefficient):
-            return 1.0, self.scaled(value, c1, c2)
+    def term(self, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient, value: Value,
+             e1: float = 0.0, e2: float = 0.0) -> tuple[float, Value]:
+        """A part ``(coef, value)`` of a linear combination for ``c1(x) c2(x') Q``: exact numbers stay
+        the coefficient; per-input coefficients, and numbers with errors ``e1, e2``, are applied to
+        the value (:meth:`scaled`)."""
+        if (isinstance(c1, pointcoef.PointCoefficient) or isinstance(c2, pointcoef.PointCoefficient)
+                or e1 or e2):
+            return 1.0, self.scaled(value, c1, c2, e1, e2)
         return c1 * c2, value
 
-    def scaled(self, value: Value, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient) -> Value:
-        """``c1(x) c2(x') Q`` for per-input coefficients: the errors of ``Q`` scaled, plus the
-        coefficients' errors times ``|Q|`` (at most its envelope)."""
+    def scaled(self, value: Value, c1: pointcoef.Coefficient, c2: pointcoef.Coefficient,
+               e1: float = 0.0, e2: float = 0.0) -> Value:
+        """``c1(x) c2(x') Q`` for per-input coefficients (or numbers off by ``e1, e2``): the errors of
+        ``Q`` scaled, plus the coefficients' errors times ``|Q|`` (at most its envelope)."""
         cl, el = self.coefficient(c1, "left")
         cr, er = self.coefficient(c2, "right")
+        el, er = el + e1, er + e2
         v, b = value
         al, ar = np.abs(cl), np.abs(cr)
         if self.diag:

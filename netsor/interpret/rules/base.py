@@ -39,9 +39,11 @@ class DataForm:
 class SourceForm:
     """``Z = Ẑ + Σ coef · Z^vector``: a Gaussian source ``Ẑ`` (its covariance with other sources is
     the rule's :meth:`LineRule.source_covariance`) plus a ``correction`` linear in earlier
-    G-vectors (the ``Ż`` of a MatMul in a program with transposes; empty otherwise)."""
+    G-vectors (the ``Ż`` of a MatMul in a program with transposes; empty otherwise), each
+    coefficient with a bound on its numerical error in ``errors`` (same order; empty: exact)."""
 
     correction: tuple[tuple[float, Vector], ...] = ()
+    errors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,9 @@ class LimitContext(Protocol):
         """The MatMul lines of ``matrix`` before the current line, in program order."""
         ...
 
-    def derivative(self, vector: Vector, source: Vector) -> float:
-        """``E[∂Z^vector / ∂Ẑ^source]`` for a source vector ``source`` (raises
-        :class:`~netsor.errors.UnsupportedError` where it cannot be computed)."""
+    def derivative(self, vector: Vector, source: Vector) -> tuple[float, float]:
+        """``E[∂Z^vector / ∂Ẑ^source]`` for a source vector ``source`` and a bound on its numerical
+        error (raises :class:`~netsor.errors.UnsupportedError` where it cannot be computed)."""
         ...
 
 

@@ -152,13 +152,14 @@ class MatMulRule(LineRule):
 
     def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
         scale = variance_scale(line.matrix, line.transposed)
-        correction = []
+        correction, errors = [], []
         for use in context.uses(line.matrix):
             if use.transposed != line.transposed:
-                c = context.derivative(line.arg, use.out)
-                if c != 0.0:
+                c, e = context.derivative(line.arg, use.out)
+                if c != 0.0 or e > 0.0:
                     correction.append((scale * c, use.arg))
-        return SourceForm(tuple(correction))
+                    errors.append(scale * e)
+        return SourceForm(tuple(correction), tuple(errors))
 
     def source_covariance(self, line: MatMulLine, other: Line) -> SourceCovariance | None:
         if not isinstance(other, MatMulLine) or other.matrix is not line.matrix or other.transposed != line.transposed:
