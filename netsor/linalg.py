@@ -3,8 +3,6 @@ one PSD tolerance and check, exact symmetrisation of kernel tiles."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from netsor.errors import NumericalError
@@ -20,15 +18,8 @@ PSD_CHECK_MAX = 5000
 def symmetrized_upper(block: Array) -> Array:
     """A square block with its upper triangle copied onto the lower one (one pass): kernel tiles
     on the diagonal compute (or trust) only their upper triangle."""
-    return np.where(_upper_mask(block.shape[0]), block, block.T)
-
-
-@functools.lru_cache(maxsize=8)
-def _upper_mask(n: int) -> Array:
-    """Boolean (n, n), True on and above the diagonal (tiles have a few sizes: cached)."""
-    mask = np.triu(np.ones((n, n), dtype=bool))
-    mask.setflags(write=False)
-    return mask
+    index = np.arange(block.shape[0])
+    return np.where(index[:, None] <= index[None, :], block, block.T)
 
 
 def psd_sqrt(cov: Array) -> Array:

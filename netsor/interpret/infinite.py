@@ -96,8 +96,9 @@ DEFAULT_RTOL = 1e-8
 #: Fraction of the tolerance given to the expectations of one layer (divided by the nesting depth).
 TERM_SHARE = 0.1
 #: A dense (pair-dependent) bound of a tile is collapsed to rank one when its largest ratio to the
-#: envelope is below this share of the term tolerance: the looser form cannot matter for acceptance.
-COMPACT_SHARE = 1e-2
+#: envelope is below this share of the term tolerance: the looser form takes at most a tenth of
+#: the term's budget, and later steps combine in O(B) per tile (the NTK's step kernels: −15 %).
+COMPACT_SHARE = 1e-1
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (cache-sized tiles,
@@ -1530,7 +1531,11 @@ class Limit:
         ``E[Z^u Z^v]``, its :class:`~netsor.interpret.bounds.Bound` and ``E[Z^u²]``, ``E[Z^v²]``
         at the block's points. ``rows, cols`` are slices (values (b1, b2), variances (b1,) and
         (b2,)), or, last, index arrays of the pairs of identical inputs (values and variances of
-        their shape; those entries take per-point values, exact at colinearity).
+        their shape; those entries take per-point values, exact at colinearity). For one input
+        set only blocks on and above the diagonal are computed (the block below is the mirrored
+        pair's transpose), and on a diagonal block of ``(u, u)`` the entries below the diagonal
+        may be missing: a consumer keeps the upper triangle of its result
+        (:func:`~netsor.linalg.symmetrized_upper`).
         """
         for u, v in pairs:
             self.program.check_own(u)
@@ -1542,15 +1547,8 @@ class Limit:
         symmetric = self.symmetric
 
         def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
-            tile = []
-            for r, (var_l, var_r) in zip(roots, variances, strict=True):
-                value, bound = vals[r]
-                if symmetric and rows == cols and r == mirror[r]:  # exactly symmetric, as _pairs makes it
-                    value = symmetrized_upper(value)
-                    if bound.dense is not None:
-                        bound = bounds.Bound(bound.eta, bound.left, bound.right, symmetrized_upper(bound.dense))
-                tile.append((value, bound, var_l[rows], var_r[cols]))
-            consume(rows, cols, tile)
+            consume(rows, cols, [(*vals[r], var_l[rows], var_r[cols])
+                                 for r, (var_l, var_r) in zip(roots, variances, strict=True)])
             if symmetric and rows != cols:
                 consume(cols, rows, [(vals[mirror[r]][0].T, bounds.transposed(vals[mirror[r]][1]), var_l[cols],
                                       var_r[rows]) for r, (var_l, var_r) in zip(roots, variances, strict=True)])

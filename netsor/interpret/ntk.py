@@ -45,6 +45,7 @@ from netsor.interpret.infinite import (
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
+from netsor.linalg import symmetrized_upper
 from netsor.validate import check_choice, check_real
 
 Array = np.ndarray
@@ -287,9 +288,9 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     for name in wanted:
         K, E, S = out[name]
         K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
+        if lim.symmetric:  # the sweep's diagonal blocks may lack their lower triangles
+            K, E, S = (symmetrized_upper(A) for A in (K, E, S))
         K, E = lim.checked(K, E, S, name, True)
-        if lim.symmetric:
-            K = 0.5 * (K + K.T)
         relative = float(np.max(E / np.maximum(S, 1e-300)))
         result[name] = lim.psd_policy(K, E, relative, psd, name)
     largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
