@@ -34,11 +34,16 @@ class ForwardPlan:
         self.lines: list[Line] = [ln for ln in program.lines if ln.out in needed]
         self.last_use: dict[Vector, int] = {}
         self.matrix_last_use: dict[Matrix, int] = {}
+        #: Matrices used both as ``W`` and as ``Wᵀ`` (Netsor⊤: their uses constrain each other).
+        self.two_way: set[Matrix] = set()
+        orientations: dict[Matrix, set[bool]] = {}
         for i, line in enumerate(self.lines):
             for v in line.inputs:
                 self.last_use[v] = i
             if isinstance(line, MatMulLine):
                 self.matrix_last_use[line.matrix] = i
+                orientations.setdefault(line.matrix, set()).add(line.transposed)
+        self.two_way = {W for W, seen in orientations.items() if len(seen) == 2}
         for v in keep:
             self.last_use[v] = len(self.lines)
         self.keep = keep

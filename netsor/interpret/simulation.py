@@ -189,7 +189,7 @@ class SimulatedLimit:
 
         def held(_line: Any, st: FiniteState) -> None:
             histories = [a for sides in st.world.memory.values() for uses in sides.values() if uses is not None
-                         for a in (uses.args, uses.zhat, uses.normals)]
+                         for a in (uses.args, uses.zhat, uses.normals) if a is not None]
             peak[0] = max(peak[0], sum(a.size for a in [*st.values.values(), *histories] if a.shape[-1] == points))
 
         with np.errstate(over="ignore", invalid="ignore"):

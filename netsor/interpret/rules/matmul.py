@@ -141,13 +141,15 @@ class MatMulRule(LineRule):
         root = vecs[:, keep] * np.sqrt(vals[keep])
         normals = state.chunk.normal((int(keep.sum()), state.sizes[W.out_dim]))[0]
         zhat = root @ normals
-        mix = root
         if past is not None:
             zhat += coef.T @ past.zhat
-            mix = np.hstack([coef.T @ past.mix, root])
         g = zhat if other is None else zhat + stein_correction(h, other, scale)
         if state.last_use_of(W) > state.position:
-            history[line.transposed] = SimulatedUses(h, gram, zhat, mix, normals).after(past)
+            uses = SimulatedUses(h, gram, zhat)
+            if W in state.plan.two_way:  # the other orientation's corrections will need Ẑ = mix ξ
+                mix = root if past is None else np.hstack([coef.T @ past.mix, root])
+                uses = SimulatedUses(h, gram, zhat, mix, normals)
+            history[line.transposed] = uses.after(past)
         return g[None]
 
     def limit(self, line: MatMulLine, context: LimitContext) -> SourceForm:
@@ -172,23 +174,26 @@ class SimulatedUses:
     """The earlier uses of one matrix in one orientation, in the simulated limit (k uses over a
     batch of B inputs, M copies): their arguments ``args`` (kB, M), the limit Gram matrix of the
     arguments ``gram`` (kB, kB), the Gaussian parts of their results ``zhat = mix @ normals``
-    (kB, M) and the standard normals drawn for them ``normals`` (K, M), used by no other line."""
+    (kB, M) and the standard normals drawn for them ``normals`` (K, M), used by no other line
+    (``mix`` and ``normals`` only for a matrix also used the other way: Stein's lemma needs them)."""
 
     args: Array
     gram: Array
     zhat: Array
-    mix: Array
-    normals: Array
+    mix: Array | None = None
+    normals: Array | None = None
 
     def after(self, past: SimulatedUses | None) -> SimulatedUses:
         """These uses appended to ``past`` (``gram`` is already the Gram of all of them; ``mix`` the
         new rows over all normals, past and new)."""
         if past is None:
             return self
-        k, K = past.mix.shape
-        mix = np.vstack([np.hstack([past.mix, np.zeros((k, self.normals.shape[0]))]), self.mix])
+        mix = normals = None
+        if self.mix is not None and past.mix is not None and self.normals is not None and past.normals is not None:
+            mix = np.vstack([np.hstack([past.mix, np.zeros((past.mix.shape[0], self.normals.shape[0]))]), self.mix])
+            normals = np.vstack([past.normals, self.normals])
         return SimulatedUses(np.vstack([past.args, self.args]), self.gram, np.vstack([past.zhat, self.zhat]), mix,
-                             np.vstack([past.normals, self.normals]))
+                             normals)
 
 
 def stein_correction(h: Array, other: SimulatedUses, scale: float) -> Array:
@@ -200,6 +205,7 @@ def stein_correction(h: Array, other: SimulatedUses, scale: float) -> Array:
     that system, with ``E[ξ Z^h]`` the average over the copies. (Where ``Ẑ`` are linearly
     dependent, so are the ``y``, and the part of the derivatives the solution leaves out meets
     ``y`` in zero.) Returns (B, M)."""
+    assert other.normals is not None and other.mix is not None
     moments = other.normals @ h.T / h.shape[-1]  # (K, B)
     derivatives = np.linalg.lstsq(other.mix.T, moments, rcond=None)[0]  # (kB, B)
     return scale * (derivatives.T @ other.args)
