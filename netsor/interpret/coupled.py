@@ -10,7 +10,9 @@ given the past, Gaussian in both executions:
   the limit execution are iid copies of the ``Z``'s.
 
 Both draw with the same standard normal ``ξ`` and the symmetric square root of
-their covariances, and share biases. The outputs are, given the hidden layers,
+their covariances, and share biases. With transposes (Netsor⊤) the finite draw
+conditions on the earlier uses of ``W`` and ``Wᵀ`` and the limit adds the exact
+correction ``Ż`` of the expectation engine (programs it takes). The outputs are, given the hidden layers,
 ``N(0, K̂)`` at finite width and ``N(0, K)`` in the limit: the finite outputs
 (``vᵀh/√n + b``, exactly those of the matrix-free sampler) are whitened by
 ``K̂^{-1/2}`` and coloured by ``K^{1/2}``, so the limit outputs are exact GP

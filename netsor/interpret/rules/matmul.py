@@ -12,8 +12,12 @@ Finite width, two samplers:
   ``W h | past = Π_U⊥ (G c + noise) + U (UᵀU)⁺ Fᵀ h`` and ``Wᵀ u`` symmetrically
   (:func:`two_sided_matmul`).
 
-Coupled: the finite world is the matrix-free draw; the limit world draws from the same formula
-with the Gram matrix of the earlier arguments replaced by its limit, with the same noise ``ξ``.
+Coupled: the finite world is the matrix-free draw; the limit world draws ``Ẑ`` from the same
+formula with the Gram matrix of the earlier arguments (same orientation) replaced by its limit,
+with the same noise ``ξ``, and adds the engine's exact ``Ż`` (below) for transposes.
+Simulated (:mod:`netsor.interpret.simulation`): ``Ẑ`` as in the coupled limit world with the Gram
+matrix averaged over the copies, ``Ż`` with its coefficients ``E[∂Z^x/∂Ẑ]`` from Stein's lemma
+(:func:`stein_correction`).
 A use whose limiting conditional variance vanishes is a LinComb of earlier uses (degenerate):
 it is executed as one and reported.
 
