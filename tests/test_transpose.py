@@ -336,6 +336,8 @@ def test_unsupported_transposed_programs() -> None:
     q.readout(W.T @ netsor.tanh(W @ q.input(n)))
     with pytest.raises(netsor.UnsupportedError, match="read no data"):
         netsor.nngp(q, np.ones((2, 3)))
+    with pytest.raises(netsor.UnsupportedError, match="coupled run drives the expectation engine"):
+        netsor.coupled(q, np.ones((2, 3)), width=8, samples=2)
     # a correction that is a nonlinear vector: not Gaussian
     r = netsor.Program()
     n = r.dim("n")

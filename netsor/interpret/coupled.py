@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor.errors import NumericalError
+from netsor.errors import NumericalError, UnsupportedError
 from netsor.interpret.finite import (
     block_size,
     chunks,
@@ -151,7 +151,12 @@ def coupled(
     sizes = resolve_widths(program, width, Xa.shape[-1])
     plan = ForwardPlan(program)
     B, R = Xa.shape[0], program.num_outputs
-    limit = Limit(program, Xa)
+    try:
+        limit = Limit(program, Xa)
+    except UnsupportedError as err:  # the limit world needs the engine's exact Gram matrices and Ż
+        raise UnsupportedError(f"the coupled run drives the expectation engine's limit, which does not take this "
+                               f"program ({err}); its limit alone is available by simulation: netsor.limit(p, X, "
+                               "method='qmc')") from err
     grams = LimitGram(limit)
     block = block_size("matrix-free", B, sizes)
     per_chunk = max(1, networks_per_chunk("matrix-free", plan, B, sizes, budget // 2) // block)
