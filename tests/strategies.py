@@ -146,3 +146,71 @@ def inputs(B: int, d: int, seed: int, duplicate: bool = False) -> np.ndarray:
     if duplicate and B > 2:
         X[-1] = X[0]
     return X
+
+
+# ---- Netsor⊤: random programs with transposes ---------------------------------------------------------
+TRANSPOSE_ACTIVATIONS = ["tanh", "relu", "erf", "sin", "identity"]
+
+
+@dataclass(frozen=True)
+class TransposeRecipe:
+    """Two dims ``n`` and ``m`` (``m = ratio · n``), ``W1 : n × m`` and ``W2 : n × n``; a chain of
+    operations on a current vector (started by a Gaussian vector in ``n``, or an input layer with
+    data), each MatMul by a use of ``W1``, ``W1ᵀ``, ``W2`` or ``W2ᵀ`` that fits its dim — so uses of
+    one matrix both ways follow each other and ``Ż`` is common."""
+
+    ratio: float
+    sigmas: tuple[float, float]
+    data: bool
+    steps: tuple[tuple, ...]
+
+
+@st.composite
+def transpose_recipes(draw, max_steps: int = 6) -> TransposeRecipe:
+    idx = st.integers(min_value=0, max_value=1000)
+    matmul = st.tuples(st.just("matmul"), idx)
+    back = st.tuples(st.just("back"),)
+    step = st.one_of(
+        matmul, matmul, back, back,  # chains of MatMuls both ways are what makes Ż
+        st.tuples(st.just("act"), st.sampled_from(TRANSPOSE_ACTIVATIONS)),
+        st.tuples(st.just("lincomb"), idx, st.sampled_from([-0.7, 0.5, 1.0])),
+        st.tuples(st.just("gate"), idx),
+        st.tuples(st.just("readout"),),
+    )
+    return TransposeRecipe(draw(st.sampled_from([0.5, 1.0, 1.5])),
+                           (draw(st.sampled_from([0.8, 1.1])), draw(st.sampled_from([0.9, 1.3]))),
+                           draw(st.booleans()), tuple(draw(st.lists(step, min_size=1, max_size=max_steps))))
+
+
+def build_transposed(recipe: TransposeRecipe) -> netsor.Program:
+    """The program of a transpose recipe: the chain's vectors are read out where it says, and at its end."""
+    p = netsor.Program("fuzz-transposed")
+    n, m = p.dim("n"), p.dim("m", ratio=recipe.ratio)
+    W1 = p.matrix(n, m, sigma=recipe.sigmas[0])
+    W2 = p.matrix(n, n, sigma=recipe.sigmas[1])
+    # the uses that start in each dim: (matrix, transposed)
+    uses = {n: [(W1, True), (W2, False), (W2, True)], m: [(W1, False)]}
+    current = p.input(n, sigma=1.0) if recipe.data else p.gaussian(n)
+    seen = {n: [current], m: [p.gaussian(m, sigma=0.8)]}
+    last = None  # the last MatMul use: "back" applies its other orientation (current is in its out-dim)
+    for op, *rest in recipe.steps:
+        dim = current.dim
+        if op == "matmul" or (op == "back" and last is None):
+            W, transposed = last = uses[dim][rest[0] % len(uses[dim])] if rest else uses[dim][0]
+            current = W.T @ current if transposed else W @ current
+        elif op == "back":
+            W, transposed = last = (last[0], not last[1])
+            current = W.T @ current if transposed else W @ current
+        elif op == "act":
+            current = netsor.activation(rest[0])(current)
+        elif op == "lincomb":
+            gs = [v for v in seen[dim] if v.kind == "G"]
+            if current.kind == "G" and gs:
+                current = current + rest[1] * gs[rest[0] % len(gs)]
+        elif op == "gate":  # a bounded factor: products of raw vectors make heavy-tailed polynomials
+            current = current * netsor.tanh(seen[dim][rest[0] % len(seen[dim])])
+        else:
+            p.readout(current, sigma=1.0)
+        seen[current.dim].append(current)
+    p.readout(current, sigma=1.0)
+    return p

@@ -194,6 +194,23 @@ def test_nonlinear_transpose_of_several_arguments() -> None:
     assert np.all(np.abs(z) < Z_MAX), z
 
 
+def test_a_derivative_needed_in_the_middle_of_the_walk_is_a_clear_refusal() -> None:
+    """``a = W1ᵀv``, ``b = W1 a``, ``c = W1ᵀ tanh(b)``, ``y = W1 tanh(c)`` (found by the fuzz test):
+    ``Ż^y`` integrates ``tanh'`` over ``Z^c`` while the analysis is still walking, and ``Var Ẑ^c``
+    reads ``E[Z^v tanh(Z^b)]`` — the G-vector's monomial was registered only after the walk, and
+    this raised a bare KeyError. Now: the engine's UnsupportedError (``Ż^y`` is not Gaussian), and
+    the simulation computes it."""
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=0.5)
+    W = p.matrix(n, m, sigma=0.8)
+    c = W.T @ netsor.tanh(W @ (W.T @ p.gaussian(n)))
+    p.readout(W @ netsor.tanh(c), sigma=1.0)
+    with pytest.raises(netsor.UnsupportedError, match="not Gaussian"):
+        netsor.nngp(p)
+    K, E = netsor.limit(p, method="qmc", rtol=1e-2).nngp(with_error=True)
+    assert np.all(np.isfinite(K)) and K[0, 0] > 0 and E[0, 0] <= 1e-2 * K[0, 0]
+
+
 def test_two_forward_and_two_transposed_uses_of_one_matrix() -> None:
     """``a = Wv``, ``b = W(v + u)``, ``y₁ = Wᵀ tanh(a)``, ``y₂ = Wᵀ (relu(b) tanh(a))``: the Gaussian parts
     of the two ``Wᵀ`` uses are correlated (``σ² E[tanh(a) relu(b) tanh(a)]``) and each ``Ż`` sums over

@@ -201,9 +201,11 @@ class Analysis:
                 self.sources[out] = self._combination(out, ((1.0, out),), form.correction)
                 self._record_errors(out, form.correction, form.errors)
                 self.corrections[out] = form.correction
+                self._register_gaussian(out)
             elif isinstance(form, LinearForm):
                 self.sources[out] = self._combination(out, (), form.terms)
                 self._record_errors(out, form.terms, ())
+                self._register_gaussian(out)
             elif isinstance(form, FunctionForm):
                 if self.refusal is None and _contains(form.expr, BatchNormPartial):
                     self.refusal = (
@@ -215,9 +217,6 @@ class Analysis:
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
                     self.owners.setdefault(m.key, out)
-        for g in self.sources:
-            m = Monomial((Var(g),))
-            self.monomials.setdefault(m.key, m)
         #: Most NonLin lines on one path of the program: the number of expectations whose errors
         #: add up (through the layers' gains) in one kernel entry.
         self.nesting = max(nesting.values(), default=0)
@@ -262,6 +261,12 @@ class Analysis:
             for s, c in self.sources[arg].items():
                 acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
         return {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
+
+    def _register_gaussian(self, g: Vector) -> None:
+        """The monomial ``Z^g`` of a G-vector, registered as soon as ``g`` is walked: a later line's
+        Netsor⊤ derivative may integrate it before the walk ends."""
+        m = Monomial((Var(g),))
+        self.monomials.setdefault(m.key, m)
 
     def _record_errors(self, out: Vector, terms: tuple[tuple[float | Vector, Vector], ...],
                        errors: tuple[float, ...]) -> None:
