@@ -107,9 +107,11 @@ def point_homogeneous(value: Array, a: Array, da: Array, degree: float) -> Array
     its exact change over the interval ``[a − da, a + da]``, ``|E h| · max|(1 ± da/a)^{p/2} − 1|``
     (no Cauchy–Schwarz factor: the general bound :func:`point_1d` is √6/2 times larger for relu²,
     and that factor compounds layer after layer on deep networks' diagonals)."""
+    if degree == 0:  # E h(u) does not depend on the variance (step²)
+        return np.zeros(np.shape(value))
     r = np.minimum(_ratio(da, a), 1.0)
     q = 0.5 * degree
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore"):  # r = 1: log1p(−1) = −inf
         up, down = np.expm1(q * np.log1p(r)), -np.expm1(q * np.log1p(-r))
     return np.abs(value) * np.where(np.isfinite(down), np.maximum(up, down), np.inf)
 
