@@ -1410,39 +1410,54 @@ class Limit:
                     kind = "series"
         return kind
 
-    def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
-        """Second moments of vector pairs on the pair grid: values (B1, B2) and their bounds.
+    def _sweep(self, pairs: list[tuple[Vector, Vector]],
+               on_block: Callable[[Any, Any, list[Value], bool], None],
+               on_identical: Callable[[Array, Array, list[Value]], None]) -> None:
+        """The one walk of the pair grid for the second moments of ``pairs``.
 
-        For one input set only tiles on or above the diagonal are computed: the block of
-        ``(u, v)`` below the diagonal is the transpose of the block of ``(v, u)`` above it.
+        ``on_block(rows, cols, moments, diagonal)`` gets each computed block's ``(value, Bound)``
+        per pair (from worker threads; blocks are disjoint). For one input set only blocks on or
+        above the diagonal are computed, and the block below is handed over too, as the
+        transpose of the mirrored pair ``(v, u)``; ``diagonal`` marks a block on the diagonal, whose
+        entries below it may be missing for a pair ``(u, u)``. Last, ``on_identical(ii, jj,
+        per_point)`` gets the per-point ``(value, error)`` (indexed by input) of each pair for the
+        pairs of identical inputs ``(ii, jj)``: exact colinearity, no cross error.
         """
         roots = [("m", u, v) for u, v in pairs]
         symmetric = self.symmetric
         mirror = {r: ("m", r[2], r[1]) for r in roots}
-        n1, n2 = self.X.shape[0], self.X2.shape[0]
-        outs = [(np.empty((n1, n2)), bounds.TiledBound((n1, n2))) for _ in roots]
 
         def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
-            for (out, err), r in zip(outs, roots, strict=True):
-                value, bound = vals[r]
-                on_diagonal = symmetric and rows == cols and r == mirror[r]
-                # a block on the diagonal is made exactly symmetric (its upper triangle mirrored)
-                out[rows, cols] = symmetrized_upper(value) if on_diagonal else value
-                err.add(rows, cols, bound, symmetric=on_diagonal)
-                if symmetric and rows != cols:
-                    out[cols, rows] = vals[mirror[r]][0].T
-                    err.add(cols, rows, bounds.transposed(vals[mirror[r]][1]))
+            on_block(rows, cols, [vals[r] for r in roots], symmetric and rows == cols)
+            if symmetric and rows != cols:
+                on_block(cols, rows, [(vals[mirror[r]][0].T, bounds.transposed(vals[mirror[r]][1])) for r in roots],
+                         False)
 
         needed = roots + ([mirror[r] for r in roots] if symmetric else [])
         self._grid(list(dict.fromkeys(needed)), fill, symmetric)
-        # Entries of two identical inputs are per-point quantities: exact colinearity, no cross error.
-        same = self._identical_pairs()
-        if same[0].size:
+        ii, jj = self._identical_pairs()
+        if ii.size:
             side = self._side("left", {canonical(r) for r in roots})
-            for (out, err), r in zip(outs, roots, strict=True):
-                v, e = side.values[canonical(r)]
-                out[same] = v[same[0]]
-                err.override(*same, e[same[0]])
+            on_identical(ii, jj, [side.values[canonical(r)] for r in roots])
+
+    def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
+        """Second moments of vector pairs on the pair grid: values (B1, B2) and their bounds (a
+        block on the diagonal of a pair ``(u, u)`` is made exactly symmetric)."""
+        n1, n2 = self.X.shape[0], self.X2.shape[0]
+        outs = [(np.empty((n1, n2)), bounds.TiledBound((n1, n2))) for _ in pairs]
+
+        def on_block(rows: slice, cols: slice, moments: list[Value], diagonal: bool) -> None:
+            for (out, err), (u, v), (value, bound) in zip(outs, pairs, moments, strict=True):
+                mirrored = diagonal and u is v
+                out[rows, cols] = symmetrized_upper(value) if mirrored else value
+                err.add(rows, cols, bound, symmetric=mirrored)
+
+        def on_identical(ii: Array, jj: Array, per_point: list[Value]) -> None:
+            for (out, err), (v, e) in zip(outs, per_point, strict=True):
+                out[ii, jj] = v[ii]
+                err.override(ii, jj, e[ii])
+
+        self._sweep(pairs, on_block, on_identical)
         return outs
 
     def _identical_pairs(self) -> tuple[Array, Array]:
@@ -1546,29 +1561,20 @@ class Limit:
             self.program.check_own(u)
             self.program.check_own(v)
         self.stderr = 0.0
-        roots = [("m", u, v) for u, v in pairs]
-        mirror = {r: ("m", r[2], r[1]) for r in roots}
         variances = [self._variances(u, v) for u, v in pairs]
-        symmetric = self.symmetric
 
-        def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
-            consume(rows, cols, [(*vals[r], var_l[rows], var_r[cols])
-                                 for r, (var_l, var_r) in zip(roots, variances, strict=True)])
-            if symmetric and rows != cols:
-                consume(cols, rows, [(vals[mirror[r]][0].T, bounds.transposed(vals[mirror[r]][1]), var_l[cols],
-                                      var_r[rows]) for r, (var_l, var_r) in zip(roots, variances, strict=True)])
+        def on_block(rows: slice, cols: slice, moments: list[Value], diagonal: bool) -> None:
+            consume(rows, cols, [(value, bound, var_l[rows], var_r[cols])
+                                 for (value, bound), (var_l, var_r) in zip(moments, variances, strict=True)])
 
-        needed = roots + ([mirror[r] for r in roots] if symmetric else [])
-        self._grid(list(dict.fromkeys(needed)), fill, symmetric)
-        ii, jj = self._identical_pairs()
-        if ii.size:
-            side = self._side("left", {canonical(r) for r in roots})
+        def on_identical(ii: Array, jj: Array, per_point: list[Value]) -> None:
             same = []
-            for r, (var_l, var_r) in zip(roots, variances, strict=True):
-                v, e = side.values[canonical(r)]
+            for (v, e), (var_l, var_r) in zip(per_point, variances, strict=True):
                 envelope_l, envelope_r = np.sqrt(np.abs(var_l[ii])), np.sqrt(np.abs(var_r[jj]))
                 same.append((v[ii], bounds.Bound(0.0, envelope_l, envelope_r, e[ii]), var_l[ii], var_r[jj]))
             consume(ii, jj, same)
+
+        self._sweep(pairs, on_block, on_identical)
 
     def psd_policy(self, K: Array, E: Any, relative: float, psd: str, what: str) -> tuple[Array, Any]:
         """Apply the ``psd`` policy of :meth:`nngp` to a kernel of one input set with bounds ``E``
@@ -1657,20 +1663,13 @@ class Limit:
                 S[:, r, :, s] = np.outer(scale_left, scale_right)
             K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
             if self.symmetric:  # blocks of different output pairs were computed separately
-                _mirror_upper(K)
-                _mirror_upper(E)
+                K, E = symmetrized_upper(K), symmetrized_upper(E)
             K, E = self.checked(K, E, S, "nngp", True)
             relative = float(np.max(E / np.maximum(S, 1e-300)))
         K, E = self.psd_policy(K, E, relative, psd, "nngp")
         if not with_error:
             return K
         return K, (E.array() if isinstance(E, bounds.TiledBound) else E)
-
-
-def _mirror_upper(A: Array) -> None:
-    """Copy the upper triangle onto the lower one in place (exact symmetry)."""
-    lower = np.tril_indices(A.shape[0], -1)
-    A[lower] = A.T[lower]
 
 
 def _peak_live(plan: Plan) -> int:
