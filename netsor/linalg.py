@@ -1,5 +1,6 @@
 """Small dense linear algebra shared by the interpreters and the statistics: one PSD square root,
-one PSD tolerance and check, exact symmetrisation of kernel tiles."""
+one PSD tolerance and check, exact symmetrisation of kernel tiles, the largest ratio of two
+arrays (how error bounds are put on an envelope)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,19 @@ Array = np.ndarray
 PSD_TOLERANCE = 1e-9
 #: Kernels larger than this are not eigen-checked for PSD (O(B³)); their diagonal still is.
 PSD_CHECK_MAX = 5000
+
+
+def largest_ratio(num: Array, den: Array) -> float:
+    """``max(num / den)`` over entries with ``num > 0`` (inf where ``den = 0 < num``, or NaN); 0 if none."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if not num.size:
+        return 0.0
+    if den.min() > 0.0:  # the usual case: one division, no masks
+        top = float(np.max(num / den))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            top = float(np.max(np.where(num > 0, num / den, 0.0)))
+    return np.inf if top != top else max(top, 0.0)
 
 
 def symmetrized_upper(block: Array) -> Array:

@@ -65,6 +65,16 @@ def test_series_and_quadrature_meet_the_closed_forms_within_their_bounds(name):
     # then checks against the user's tolerance
     assert np.median(err / scale) < 10 * RTOL
     assert np.max(err / scale) < 1e-6
+    if name in ("relu", "erf"):  # a kinked φ (sparse fallbacks) and a smooth one
+        # The error as one number on the envelope (what a tile of the engine asks for): the same
+        # values, at least the largest ratio of the error array, and so at least every true error.
+        left, right = np.sqrt(g.second_moment(act, a)[0]), np.sqrt(g.second_moment(act, b)[0])
+        same, relative = g.pair_expectation(quadrature_copy(act), quadrature_copy(act), a, b, c, rtol=RTOL,
+                                            errors="relative", envelope=(left, right))
+        envelope = left * right
+        np.testing.assert_array_equal(same, got)
+        assert relative >= np.max(err / envelope) * (1 - 1e-12)
+        assert np.all(true <= relative * envelope + 64 * EPS * scale)
     # Zero variances: a zero-variance coordinate is the constant 0.
     z, _ = g.pair_expectation(quadrature_copy(act), quadrature_copy(act), np.array([0.0, 0.0, 2.0]),
                               np.array([0.0, 3.0, 0.0]), 0.0)
@@ -291,3 +301,67 @@ def test_step_kernel_modulus_bounds_its_change_over_the_interval():
     # well above the kernel's rounding)
     inner = (np.abs(rho) < 0.9) & (delta < 1e-3 * root) & (delta > 1e-10 * root)
     assert np.all(bound[inner] <= 1.01 * true[inner] + 8 * EPS)
+
+
+@pytest.mark.parametrize("colinear", [False, True], ids=["spread", "near-colinear"])
+def test_step_jump_bound_of_a_tile_covers_every_pair(colinear):
+    """:func:`propagation.jump_relative` — one scalar for a whole tile of step kernels, from
+    per-point maxima and the largest |ρ| — bounds the change of every pair when its variances
+    and covariance move anywhere within their bounds (corners of the box, where ρ is extreme).
+    Near-colinear tiles (one pair at 1 − 1e-9) must give a large bound, not a wrong small one."""
+    from netsor.interpret import bounds, propagation
+
+    step = activation("step")
+    rng = np.random.default_rng(7)
+    B1, B2 = 30, 40
+    Z = rng.standard_normal((B1 + B2, 8))
+    if colinear:
+        Z[B1] = Z[0] + 4e-5 * rng.standard_normal(8)
+    G = Z @ Z.T / 8
+    a, b, c = np.diag(G)[:B1, None], np.diag(G)[None, B1:], G[:B1, B1:]
+    rel = 10 ** rng.uniform(-9, -6, 3)
+    da, db = rel[0] * a * rng.uniform(0, 1, a.shape), rel[1] * b * rng.uniform(0, 1, b.shape)
+    root_a, root_b = np.sqrt(a), np.sqrt(b)
+    dense = rel[2] * 0.5 * np.sqrt(a * b) * rng.uniform(0, 1, c.shape)
+    c_bound = bounds.Bound(rel[2] * 0.5, root_a, root_b, dense)
+    env_l, env_r = np.full(a.shape, np.sqrt(0.5)), np.full(b.shape, np.sqrt(0.5))
+    eta = propagation.jump_relative(step.kernel_modulus, a, b, da, db, c, c_bound, env_l, env_r, False)
+    dc = c_bound.array()
+    true = np.zeros(c.shape)
+    for sa in (-1, 1):
+        for sb in (-1, 1):
+            for sc in (-1, 1):
+                aa, bb = a + sa * da, b + sb * db
+                cc = np.clip(c + sc * dc, -np.sqrt(aa * bb), np.sqrt(aa * bb))
+                true = np.maximum(true, np.abs(step.kernel(aa, bb, cc) - step.kernel(a, b, c)))
+    assert np.all(true <= eta * env_l * env_r + 8 * EPS)
+    if colinear:
+        assert eta > 1e-6  # dominated by the near-colinear pair: the engine then keeps a dense bound
+    else:
+        assert eta < 10 * rel.max()  # first order in the intervals (not the Hölder √ form)
+
+
+def test_shared_arc_cosine_angles_equal_fresh_ones_and_writeable_inputs_are_not_remembered():
+    """The relu and step kernels at the same read-only ``(a, b, c)`` share one angle; a writeable
+    ``c`` changed in place between calls is recomputed, never served from the store."""
+    from netsor.activations.kernels import arccos_kernel_0, arccos_kernel_1, remembered_angles
+
+    rng = np.random.default_rng(2)
+    Z = rng.standard_normal((20, 5))
+    G = Z @ Z.T / 5
+    a, b, c = np.diag(G)[:, None].copy(), np.diag(G)[None, :].copy(), G.copy()
+    fresh = arccos_kernel_1(a, b, c), arccos_kernel_0(a, b, c)
+    store: dict = {}
+    frozen = [x.copy() for x in (a, b, c)]
+    for x in frozen:
+        x.flags.writeable = False
+    with remembered_angles(store):
+        shared = arccos_kernel_1(*frozen), arccos_kernel_0(*frozen)
+        assert len(store) == 1
+        assert np.array_equal(shared[0], fresh[0]) and np.array_equal(shared[1], fresh[1])
+        before = arccos_kernel_0(a, b, c)
+        c *= 0.5  # writeable: changed in place, must not be served stale
+        after = arccos_kernel_0(a, b, c)
+    assert len(store) == 1
+    assert np.array_equal(before, fresh[1]) and np.array_equal(after, arccos_kernel_0(a, b, c))
+    assert not np.array_equal(after, before)

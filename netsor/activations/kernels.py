@@ -8,7 +8,9 @@ engine (:mod:`netsor.gaussian`) handles degenerate variances.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -37,29 +39,64 @@ def _full(x: Array, *operands: Array) -> Array:
     return x if x.shape == shape else np.broadcast_to(x, shape).copy()
 
 
+class _AngleStore(threading.local):
+    store: dict[tuple[int, int, int], tuple[Array, Array, Array, Array, Array]] | None = None
+
+
+_ANGLES = _AngleStore()
+
+
+@contextmanager
+def remembered_angles(store: dict[tuple[int, int, int], tuple[Array, Array, Array, Array, Array]]
+                      ) -> Iterator[None]:
+    """Within the block (on this thread), arc-cosine kernels at read-only ``(a, b, c)`` reuse
+    ``S, θ`` found in ``store`` and put new ones there.
+
+    An NTK evaluates ``E[relu relu]`` on the forward pass and ``E[step step]`` on the backward
+    pass at the same pre-activation covariances; the engine passes the same read-only arrays
+    for both, and the arctangent — most of either kernel's cost — is computed once. Read-only
+    arrays cannot change under the same identity, and the store holds references to them, so
+    their ids are not reused while it lives.
+    """
+    outer, _ANGLES.store = _ANGLES.store, store
+    try:
+        yield
+    finally:
+        _ANGLES.store = outer
+
+
 def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
-    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab))).
+    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab))); read-only.
 
     This form is exact at colinear pairs (``ab = c²`` bitwise: a point with itself), where
     ``arccos`` of a correlation rounded to ``1 − ε`` would be off by √(2ε) ≈ 1.5e-8; near them
     the error is the unavoidable conditioning of θ. ``a`` and ``b`` are typically (B1, 1) and
-    (1, B2) and ``c`` (B1, B2): the big arrays are updated in place (these kernels run once per
-    layer on every pair of inputs).
+    (1, B2) and ``c`` (B1, B2) (these kernels run once per layer on every pair of inputs).
     """
+    store = _ANGLES.store
+    key = None
+    if store is not None and all(isinstance(x, np.ndarray) and not x.flags.writeable for x in (a, b, c)):
+        key = (id(a), id(b), id(c))
+        if key in store:
+            return store[key][3:]
     S = _full(np.multiply(a, b), a, b, c)
     S -= np.multiply(c, c)
     np.maximum(S, 0.0, out=S)
     np.sqrt(S, out=S)
-    return S, np.arctan2(S, c)
+    theta = np.arctan2(S, c)
+    S.flags.writeable = theta.flags.writeable = False
+    if key is not None:
+        store[key] = (a, b, c, S, theta)
+    return S, theta
 
 
 @_scalar_safe
 def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     """E[relu u relu v] = (√(ab − c²) + (π − θ) c) / (2π) (Cho & Saul, order 1)."""
-    out, theta = _sine_and_angle(a, b, c)
-    np.subtract(np.pi, theta, out=theta)
-    theta *= c
-    out += theta
+    S, theta = _sine_and_angle(a, b, c)
+    out = np.subtract(np.pi, theta)
+    out *= c
+    out += S
     out *= 1.0 / _TWO_PI
     return out
 
@@ -68,9 +105,9 @@ def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
 def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
     _, theta = _sine_and_angle(a, b, c)
-    np.subtract(np.pi, theta, out=theta)
-    theta *= 1.0 / _TWO_PI
-    return theta
+    out = np.subtract(np.pi, theta)
+    out *= 1.0 / _TWO_PI
+    return out
 
 
 def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array:

@@ -43,6 +43,7 @@ from netsor.gaussian.quadrature import (
     panel_edges,
     rule_on_panels,
 )
+from netsor.linalg import largest_ratio
 
 Array = np.ndarray
 
@@ -183,7 +184,8 @@ def _same_kernel(phi: Activation, psi: Activation) -> bool:
 
 def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Array, *,
                      memo: CoefficientMemo | None = None, rtol: float = PAIR_RTOL,
-                     errors: bool = True) -> tuple[Array, Array | None]:
+                     errors: bool | str = True, envelope: tuple[Array, Array] | None = None
+                     ) -> tuple[Array, Any]:
     """``(E[φ(u) ψ(v)], error bound)`` for centred Gaussian ``(u, v)``, ``Var u = a, Var v = b, Cov = c``.
 
     Parameters
@@ -197,26 +199,42 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         Reuses Hermite coefficients across calls that meet the same variances.
     rtol : float
         Target of the truncation error relative to ``√(E φ(u)² E ψ(v)²)``.
-    errors : bool
+    errors : bool or "relative"
         False: skip the error array of a closed form (``None``; the caller knows it is rounding,
-        ``≤ 32 eps √(E φ² E ψ²)``) — a few passes over the pairs saved.
+        ``≤ 32 eps √(E φ² E ψ²)``) — a few passes over the pairs saved. ``"relative"``: as False
+        for closed forms, else the error as one number, ``max_ij error_ij / (l_i r_j)`` on
+        ``envelope = (l, r)`` (a column and a row, positive): the Mehler series then bounds its
+        truncation from per-point factors and the largest correlation it met, without an error
+        array (O(B) per tile instead of O(B²)).
 
     Returns
     -------
-    value, error : arrays, shape ``broadcast(a, b, c).shape``
-        The expectation and a bound on its numerical error (for the inputs as given; errors of
-        ``a, b, c`` themselves are propagated by the caller).
+    value : array, shape ``broadcast(a, b, c).shape``
+        The expectation.
+    error : array of that shape, float or None
+        A bound on its numerical error (for the inputs as given; errors of ``a, b, c``
+        themselves are propagated by the caller), in the form ``errors`` asks for.
     """
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     sd_max = float(np.sqrt(max(np.max(a, initial=0.0), np.max(b, initial=0.0))))
     phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
     zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
+    relative = errors == "relative"
+    if relative and envelope is None:
+        raise ValueError("errors='relative' needs envelope=(l, r)")
     if not (zero_a.any() or zero_b.any()):
-        if not errors and _same_kernel(phi, psi):
+        if errors is not True and _same_kernel(phi, psi):
             return _full(phi.kernel(a, b, c), shape), None
+        if relative and not is_elementary(phi, psi):
+            value, rel = _series_pair(phi, psi, a, b, c, memo, rtol, envelope)
+            return _full(value, shape), rel
         value, err = _regular_pair(phi, psi, a, b, c, memo, rtol)
-        return _full(value, shape), _full(err, shape)
+        value, err = _full(value, shape), _full(err, shape)
+        return value, (largest_ratio(err, envelope[0] * envelope[1]) if relative else err)
+    if relative:
+        value, err = pair_expectation(phi, psi, a, b, c, memo=memo, rtol=rtol)
+        return value, largest_ratio(err, envelope[0] * envelope[1])
     a, b, c, zero_a, zero_b = np.broadcast_arrays(a, b, c, zero_a, zero_b)
     value, err = np.empty(shape), np.empty(shape)
     regular = ~(zero_a | zero_b)
@@ -445,7 +463,8 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
 
     ``ia, ib`` (int arrays broadcastable to ``out.shape``) are the table columns of each pair's
     variances; ``sa, sb, c`` its standard deviations and covariance (``ρ = c / (sa sb)``).
-    Returns the flat indices (into ``out``) of the pairs whose tail bound exceeds the tolerance.
+    Returns the flat indices (into ``out``) of the pairs whose tail bound exceeds the tolerance,
+    and the largest ``ρ²`` of the others.
     """
     active = ta.active[:order + 1] & tb.active[:order + 1]
     # Highest active order of each parity: Σ_even α_k β_k ρ^k + ρ Σ_odd, each by Horner in ρ².
@@ -455,6 +474,7 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
     inner = int(np.prod(out.shape[1:]))
     rows = max(1, min(_BLOCK, _GATHER // (order + 1)) // max(inner, 1))
     rejected = []
+    largest = 0.0
     for i in range(0, out.shape[0], rows):
         sl = slice(i, i + rows)
         blk = out[sl]
@@ -473,7 +493,8 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
                 np.add(blk, part, out=blk)
         bad = x > _rows(limit_a, sl) * _rows(limit_b, sl)
         rejected.append(np.flatnonzero(bad) + i * inner)
-    return np.concatenate(rejected)
+        largest = max(largest, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
+    return np.concatenate(rejected), largest
 
 
 def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho: Array, order: int) -> Array:
@@ -484,6 +505,22 @@ def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho:
     tail *= np.sqrt(ta.tail[order][ia] * tb.tail[order][ib])
     tail += np.sqrt(order + 1.0) * (ta.qerr[ia] * root_b + tb.qerr[ib] * root_a)
     return tail
+
+
+def _series_relative(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, order: int, largest: float,
+                     left: Array, right: Array) -> float:
+    """``max_ij`` of :func:`_series_error` over ``left_i right_j`` for the pairs of a dense pass
+    (``ρ² ≤ largest`` and within reach), from per-point maxima:
+    ``|ρ|^{K+1} √(T_φ,i T_ψ,j) ≤ largest^{(K+1)/2} √T_φ,i √T_ψ,j``, and ``≤ rtol √(E φ² E ψ²)``
+    by the reach (:meth:`HermiteTable.reach`); the quadrature part is a sum of per-point products."""
+    top = largest_ratio
+    tail = (largest ** ((order + 1) / 2) * top(np.sqrt(ta.tail[order][ia]), left)
+            * top(np.sqrt(tb.tail[order][ib]), right))
+    # and every pair of the dense pass is within reach: its tail is at most rtol √(E φ² E ψ²)
+    tail = min(tail, ta.rtol * top(np.sqrt(ta.m2[ia]), left) * top(np.sqrt(tb.m2[ib]), right))
+    quad = np.sqrt(order + 1.0) * (top(ta.qerr[ia], left) * top(np.sqrt(tb.m2[ib]), right)
+                                   + top(tb.qerr[ib], right) * top(np.sqrt(ta.m2[ia]), left))
+    return tail + quad
 
 
 def _abs_power(x: Array, k: int) -> Array:
@@ -583,8 +620,10 @@ def _tables(phi: Activation, psi: Activation, va: Array, vb: Array, order: int, 
 
 
 def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
-                 memo: CoefficientMemo | None, rtol: float) -> tuple[Array, Array]:
-    """Mehler series with fallbacks, for broadcastable ``a, b, c`` (all variances > 0)."""
+                 memo: CoefficientMemo | None, rtol: float, envelope: tuple[Array, Array] | None = None
+                 ) -> tuple[Array, Any]:
+    """Mehler series with fallbacks, for broadcastable ``a, b, c`` (all variances > 0); the error
+    as an array, or with ``envelope`` as its largest ratio to it (:func:`pair_expectation`)."""
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     full = shape or (1,)
     a, b, c = (_lift(t, len(full)) for t in (a, b, c))
@@ -621,9 +660,11 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
     order = orders[int(np.argmin(costs))]
     tabs = tables[_table_for(order, tables)]
     out = np.empty(full)
-    rest = _mehler(*tabs, ia, ib, sa, sb, c, order, out)
-    # per-point factors gathered per point (ia, ib are a column and a row on a tile)
-    err = _full(_series_error(*tabs, ia, ib, c / (sa * sb), order), full)
+    rest, largest = _mehler(*tabs, ia, ib, sa, sb, c, order, out)
+    if envelope is None:  # per-point factors gathered per point (ia, ib are a column and a row on a tile)
+        err = _full(_series_error(*tabs, ia, ib, c / (sa * sb), order), full)
+    else:
+        relative = _series_relative(*tabs, ia, ib, order, largest, *envelope)
     if rest.size:
         sub = np.unravel_index(rest, full)
         sa_r, sb_r = np.broadcast_to(sa, full)[sub], np.broadcast_to(sb, full)[sub]
@@ -631,8 +672,12 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
             phi, psi, va, vb, tables, np.broadcast_to(ia, full)[sub], np.broadcast_to(ib, full)[sub],
             np.broadcast_to(c, full)[sub] / (sa_r * sb_r), order, rtol, memo)
         out.reshape(-1)[rest] = value_r
-        err.reshape(-1)[rest] = err_r
-    return out.reshape(shape), err.reshape(shape)
+        if envelope is None:
+            err.reshape(-1)[rest] = err_r
+        else:
+            scale = np.broadcast_to(envelope[0], full)[sub] * np.broadcast_to(envelope[1], full)[sub]
+            relative = max(relative, largest_ratio(err_r, scale))
+    return out.reshape(shape), (err.reshape(shape) if envelope is None else relative)
 
 
 def _table_for(order: int, tables: dict[int, tuple[HermiteTable, HermiteTable]]) -> int:

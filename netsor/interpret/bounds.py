@@ -21,23 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netsor.linalg import symmetrized_upper
+from netsor.linalg import largest_ratio, symmetrized_upper
 
 Array = np.ndarray
 EPS = np.finfo(float).eps
-
-
-def ratio_max(num: Array, den: Array) -> float:
-    """``max(num / den)`` over entries with ``num > 0`` (inf where ``den = 0 < num``, or NaN)."""
-    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if not num.size:
-        return 0.0
-    if den.min() > 0.0:  # the usual case: one division, no masks
-        top = float(np.max(num / den))
-    else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            top = float(np.max(np.where(num > 0, num / den, 0.0)))
-    return np.inf if top != top else max(top, 0.0)
 
 
 @dataclass(frozen=True)
@@ -58,7 +45,7 @@ class Bound:
         """``eta'`` with ``eta · self.left ⊗ self.right ≤ eta' · left ⊗ right`` (the scalar part only)."""
         if self.eta == 0.0:
             return 0.0
-        return self.eta * ratio_max(self.left, left) * ratio_max(self.right, right)
+        return self.eta * largest_ratio(self.left, left) * largest_ratio(self.right, right)
 
     def to(self, left: Array, right: Array) -> Bound:
         """The same bound on the envelope ``left ⊗ right``."""
@@ -80,7 +67,7 @@ def from_dense(err: Array, left: Array, right: Array, keep_dense: bool = False) 
     """A dense bound on the envelope: as ``eta = max(err / envelope)``, or kept dense."""
     if keep_dense:
         return Bound(0.0, left, right, np.asarray(err, dtype=float))
-    return Bound(ratio_max(err, left * right), left, right)
+    return Bound(largest_ratio(err, left * right), left, right)
 
 
 def combination(parts: Sequence[tuple[float, Bound]], left: Array, right: Array, size: float = 1.0) -> Bound:
@@ -120,7 +107,7 @@ def compact(dense: Array, left: Array, right: Array, threshold: float) -> Bound:
     when that is at most ``threshold`` (pair-dependent sensitivities far below what is asked: later
     steps then combine in O(B) per tile), kept dense otherwise (e.g. a step kernel near colinear
     pairs, where the dense form is much tighter away from them)."""
-    eta = ratio_max(dense, left * right)
+    eta = largest_ratio(dense, left * right)
     if eta <= threshold:
         return Bound(eta, left, right)
     return Bound(0.0, left, right, np.asarray(dense, dtype=float))
@@ -198,15 +185,15 @@ class TiledBound:
         best = 0.0
         for rows, cols, b, _ in self.tiles:
             sl, sr = scale_left[rows], scale_right[cols]
-            ratio = b.eta * ratio_max(b.left.ravel(), sl) * ratio_max(b.right.ravel(), sr)
+            ratio = b.eta * largest_ratio(b.left.ravel(), sl) * largest_ratio(b.right.ravel(), sr)
             if b.dense is not None:
-                ratio += ratio_max(b.dense, np.outer(sl, sr))
+                ratio += largest_ratio(b.dense, np.outer(sl, sr))
             best = max(best, ratio)
         if self.overrides is not None:
             ii, jj, values = self.overrides
-            best = max(best, ratio_max(values, scale_left[ii] * scale_right[jj]))
+            best = max(best, largest_ratio(values, scale_left[ii] * scale_right[jj]))
         if self.offset:
-            best += self.offset * ratio_max(np.ones(1), np.min(scale_left, initial=np.inf)
+            best += self.offset * largest_ratio(np.ones(1), np.min(scale_left, initial=np.inf)
                                             * np.min(scale_right, initial=np.inf))
         return self.coef * best
 

@@ -40,6 +40,8 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation, identity
+from netsor.activations.kernels import remembered_angles
+from netsor.allocator import reused_memory
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
 from netsor.gaussian.batchnorm import batchnorm_expectation, centred_covariance
@@ -75,7 +77,7 @@ from netsor.ir.expr import (
     Var,
     expand,
 )
-from netsor.linalg import PSD_TOLERANCE, ensure_psd, symmetrized_upper
+from netsor.linalg import PSD_TOLERANCE, ensure_psd, largest_ratio, symmetrized_upper
 from netsor.validate import (
     check_choice,
     check_memory_budget,
@@ -864,7 +866,7 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
     for coef, (v, _) in parts:
         value += coef * v
     # the terms are at most their envelopes: rounding relative to the largest ratio to the target
-    size = max(abs(c) * bounds.ratio_max(b.left, left) * bounds.ratio_max(b.right, right) for c, (_, b) in parts)
+    size = max(abs(c) * largest_ratio(b.left, left) * largest_ratio(b.right, right) for c, (_, b) in parts)
     return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size)
 
 
@@ -940,6 +942,8 @@ class Run:
                  right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None)) -> None:
         self.an, self.diag, self.term_rtol, self.memo, self.tables = an, diag, term_rtol, memo, tables
         self.values: dict[Key, Value] = {}
+        self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound]] = {}
+        self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}  # arc-cosine angles by geometry
         self.stderr = 0.0
         if diag:
             assert X is not None
@@ -1158,6 +1162,24 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.zeros(self.shape), bounds.zero(env_l, env_r)
 
+    def geometry(self, pl: Projection, pr: Projection) -> tuple[Array, Array, Array, Array, Array, bounds.Bound]:
+        """``a, δa`` (column), ``b, δb`` (row) — the variances of two linear forms at the tile's
+        points and their bounds — and their cross-covariance ``c`` with its bound; read-only, one
+        object per pair of forms (the relu and step terms of an NTK share it, and with it the
+        arc-cosine angle: :mod:`netsor.activations.kernels` remembers the last one)."""
+        key = (pl.args, pl.coefs.tobytes(), pr.args, pr.coefs.tobytes())
+        if key not in self.geometries:
+            cov_x, d_x = self.block(pl.args, "left")
+            cov_y, d_y = self.block(pr.args, "right")
+            a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
+            b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
+            c, c_bound = self.linear_form_cross(pl, pr)
+            c = c.view()
+            for x in (a, da, b, db, c):
+                x.flags.writeable = False
+            self.geometries[key] = (a, da, b, db, c, c_bound)
+        return self.geometries[key]
+
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
         ``√(E L²) ⊗ √(E R²)``."""
@@ -1170,17 +1192,21 @@ class Run:
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
         pl, pr = an.projection(left), an.projection(right)
         if pl is not None and pr is not None:
-            cov_x, d_x = self.block(left.args, "left")
-            cov_y, d_y = self.block(right.args, "right")
-            a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
-            b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
-            c, c_bound = self.linear_form_cross(pl, pr)
+            a, da, b, db, c, c_bound = self.geometry(pl, pr)
             phi, psi = pl.act, pr.act
-            value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol, errors=False)
+            with remembered_angles(self.angles):
+                value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
+                                              errors="relative", envelope=(env_l, env_r))
             # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
-            own = bounds.Bound(32 * _EPS, env_l, env_r) if err is None else bounds.from_dense(err, env_l, env_r)
+            own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
+            diagonal = self.left is self.right and self.rows == self.cols
+            threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
                 prop = propagation.pair_1d_relative(a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
+            elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
+                  and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
+                                                        env_r, diagonal)) <= threshold):
+                prop = bounds.Bound(eta, env_l, env_r)  # O(B) where no pair is near colinear
             else:
                 dc = c_bound.array()
                 if phi.kernel is not None and is_elementary(phi, psi):
@@ -1194,11 +1220,11 @@ class Run:
                                            np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
                 else:
                     dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
-                if self.left is self.right and self.rows == self.cols:
+                if diagonal:
                     # a diagonal tile: its diagonal entries take per-point values (Limit._pairs)
                     dense = dense.copy()
                     np.fill_diagonal(dense, 0.0)
-                prop = bounds.compact(dense, env_l, env_r, threshold=COMPACT_SHARE * self.term_rtol)
+                prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
             return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
         cov_x, d_x = self.block(left.args, "left")
         cov_y, d_y = self.block(right.args, "right")
@@ -1363,6 +1389,7 @@ class Limit:
             self.stderr = max(self.stderr, run.stderr)
         return side
 
+    @reused_memory()
     def _grid(self, roots: list[Key], fill: Callable[[slice, slice, dict[Key, Value]], None],
               symmetric: bool) -> None:
         plans = self.analysis.tile_plans  # the walk costs ~0.5 ms: once per program and roots
@@ -1372,7 +1399,9 @@ class Limit:
         peak = _peak_live(plan)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
         kind = self._plan_kind(plan)
-        per_entry = 8 * 2 * (peak + 4) * self.threads * (64 if kind == "joint" else 1)
+        # live values, four temporaries, and up to two arrays (the angle) per pair term
+        angles = 2 * sum(k[0] == "t" for k in plan.order)
+        per_entry = 8 * 2 * (peak + 4 + angles) * self.threads * (64 if kind == "joint" else 1)
         cap = {"closed": TILE_MAX, "series": SERIES_TILE_MAX, "joint": JOINT_TILE_MAX}[kind]
         size = max(16, min(cap, int(np.sqrt(self.memory_budget / per_entry))))
 
@@ -1595,6 +1624,7 @@ class Limit:
         return K, E
 
     @_one_blas_thread
+    @reused_memory()
     def nngp(self, *, psd: str = "auto", with_error: bool = False) -> Any:
         """Covariance of the outputs, shape (B1·R, B2·R), indexed ``b·R + r``.
 

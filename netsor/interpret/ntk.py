@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from netsor.allocator import reused_memory
 from netsor.errors import ProgramError
-from netsor.interpret.bounds import Bound, ratio_max
+from netsor.interpret.bounds import Bound
 from netsor.interpret.infinite import (
     DEFAULT_MEMORY_BUDGET,
     DEFAULT_RTOL,
@@ -45,7 +46,7 @@ from netsor.interpret.infinite import (
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
-from netsor.linalg import symmetrized_upper
+from netsor.linalg import largest_ratio, symmetrized_upper
 from netsor.validate import check_choice, check_real
 
 Array = np.ndarray
@@ -138,7 +139,7 @@ class Moment:
             left, right = left[:, None], right[None, :]
         eta = bound.relative(left, right)
         if bound.dense is not None:
-            eta += ratio_max(bound.dense, left * right)
+            eta += largest_ratio(bound.dense, left * right)
             if eta > loose:
                 return cls(value, left, right, 0.0, bound.array())
         return cls(value, left, right, eta, None)
@@ -196,6 +197,7 @@ def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) ->
     return U @ V.T if len(shape) == 2 else np.einsum("mk,mk->m", U, V)
 
 
+@reused_memory()
 def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequence[str] = KERNELS,
            rtol: float = DEFAULT_RTOL, memory_budget: int = DEFAULT_MEMORY_BUDGET, threads: int | None = None,
            psd: str = "auto", backward: str = "auto", method: str = "auto", seed: Any = 0) -> Kernels:

@@ -25,9 +25,12 @@ Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from netsor.interpret.bounds import Bound, ratio_max
+from netsor.interpret.bounds import Bound
+from netsor.linalg import largest_ratio
 
 Array = np.ndarray
 _SQRT2 = np.sqrt(2.0)
@@ -90,6 +93,35 @@ def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, l
     return Bound(2.0 if not eta <= 2.0 else eta, env_l, env_r, dense)  # NaN: no better than the cap
 
 
+def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Array, b: Array, da: Array,
+                  db: Array, c: Array, c_bound: Bound, env_l: Array, env_r: Array, skip_diagonal: bool) -> float:
+    """A scalar bound ``eta`` on the envelope ``env_l ⊗ env_r`` of the propagated error of a closed-form
+    kernel ``K(ρ)`` of positively homogeneous activations of degree 0 (``step``: a function of
+    ``ρ = c/√(ab)`` alone), from per-point maxima and the largest ``|ρ|`` of the tile — one pass
+    over the pairs instead of a dense modulus. With ``δ_ij`` the interval of ``c_ij``::
+
+        δ_ij / √(aᵢ b_j) ≤ ε = η_c max(l/√a) max(r/√b) + max(dense/√(ab)) + ½ max(da/a) + ½ max(db/b)
+
+    (``|ρ| ≤ 1``), and ``modulus`` — a function of ``c/√(ab)`` and ``δ/√(ab)``, nondecreasing in
+    ``|c|`` and ``δ`` — at ``(1, 1, max|ρ|, ε)`` bounds the change of every pair of the tile.
+    ``skip_diagonal``: the tile's diagonal holds pairs of a point with itself (``ρ = 1``), which
+    take per-point values instead. Near-colinear pairs make this bound large: the caller then
+    keeps the dense form, which is tight away from them.
+    """
+    root_a, root_b = np.sqrt(a), np.sqrt(b)
+    eps = c_bound.relative(root_a, root_b) + 0.5 * (largest_ratio(da, a) + largest_ratio(db, b))
+    if c_bound.dense is not None:
+        eps += largest_ratio(c_bound.dense, root_a * root_b)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance: inf or NaN, never accepted
+        rho = np.abs(c) * (1.0 / root_a)
+        rho *= 1.0 / root_b
+    if skip_diagonal:
+        np.fill_diagonal(rho, 0.0)
+    rho_max = min(float(np.max(rho, initial=0.0)), 1.0)
+    change = float(modulus(np.ones(1), np.ones(1), np.full(1, rho_max), np.full(1, eps))[0])
+    return change * largest_ratio(np.ones(1), env_l) * largest_ratio(np.ones(1), env_r)
+
+
 def _side_maxima(factors: Array, envelope: Array) -> Array:
     """``max_i factors[k, i] / envelope_i`` for each k (0 where the factor is 0, inf where only
     the envelope is)."""
@@ -99,7 +131,7 @@ def _side_maxima(factors: Array, envelope: Array) -> Array:
         return np.zeros(k)
     if np.min(envelope) > 0.0:
         return np.maximum(np.max(factors / envelope, axis=1), 0.0)
-    return np.array([ratio_max(f, envelope) for f in factors])
+    return np.array([largest_ratio(f, envelope) for f in factors])
 
 
 def point_homogeneous(value: Array, a: Array, da: Array, degree: float) -> Array:
