@@ -204,6 +204,25 @@ def test_tiling_threads_and_budget_do_not_change_results():
     np.testing.assert_array_equal(K, K.T)
 
 
+def test_reused_memory_nests_across_threads_and_leaves_no_setting_behind():
+    """The allocator setting of a sweep (netsor.allocator) is shared by nested and concurrent
+    computations and undone by the last one out; it changes no result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from netsor import allocator
+
+    X = np.random.default_rng(2).standard_normal((40, 3))
+    p = netsor.zoo.mlp(3, "relu", 1.2, 0.1)
+    want = netsor.kernel(p, X)
+    with allocator.reused_memory(), ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda _: netsor.kernel(p, X), range(6)))
+        assert allocator._depth >= 1
+    assert allocator._depth == 0
+    for k in got:
+        np.testing.assert_array_equal(k.nngp, want.nngp)
+        np.testing.assert_array_equal(k.ntk, want.ntk)
+
+
 def test_psd_and_singular_inputs():
     X = inputs(2)
     K = netsor.nngp(netsor.zoo.mlp(3, "relu", 1.5, 0.0), np.vstack([X, X]))  # duplicated points
