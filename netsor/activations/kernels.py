@@ -66,7 +66,8 @@ def remembered_angles(store: dict[tuple[int, int, int], tuple[Array, Array, Arra
 
 
 def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
-    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab))); read-only.
+    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab))), read-only
+    when remembered (:func:`remembered_angles`), else fresh arrays the caller may overwrite.
 
     This form is exact at colinear pairs (``ab = c²`` bitwise: a point with itself), where
     ``arccos`` of a correlation rounded to ``1 − ε`` would be off by √(2ε) ≈ 1.5e-8; near them
@@ -84,17 +85,32 @@ def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     np.maximum(S, 0.0, out=S)
     np.sqrt(S, out=S)
     theta = np.arctan2(S, c)
-    S.flags.writeable = theta.flags.writeable = False
     if key is not None:
+        S.flags.writeable = theta.flags.writeable = False
         store[key] = (a, b, c, S, theta)
     return S, theta
+
+
+def known_angle(a: Array, b: Array, c: Array) -> Array | None:
+    """``θ = arccos(c/√(ab))`` of read-only ``(a, b, c)`` if the active store
+    (:func:`remembered_angles`) holds it (read-only), else None."""
+    store = _ANGLES.store
+    if store is None:
+        return None
+    entry = store.get((id(a), id(b), id(c)))
+    return None if entry is None or entry[0] is not a or entry[1] is not b or entry[2] is not c else entry[4]
+
+
+def _owned(x: Array) -> Array:
+    """``x`` itself when it may be overwritten (a fresh angle), else a new array of its shape."""
+    return x if x.flags.writeable else np.empty_like(x)
 
 
 @_scalar_safe
 def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     """E[relu u relu v] = (√(ab − c²) + (π − θ) c) / (2π) (Cho & Saul, order 1)."""
     S, theta = _sine_and_angle(a, b, c)
-    out = np.subtract(np.pi, theta)
+    out = np.subtract(np.pi, theta, out=_owned(theta))
     out *= c
     out += S
     out *= 1.0 / _TWO_PI
@@ -105,7 +121,7 @@ def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
 def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
     _, theta = _sine_and_angle(a, b, c)
-    out = np.subtract(np.pi, theta)
+    out = np.subtract(np.pi, theta, out=_owned(theta))
     out *= 1.0 / _TWO_PI
     return out
 

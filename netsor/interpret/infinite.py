@@ -40,7 +40,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation, identity
-from netsor.activations.kernels import remembered_angles
+from netsor.activations.kernels import known_angle, remembered_angles
 from netsor.allocator import reused_memory
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
@@ -939,11 +939,15 @@ class Run:
 
     def __init__(self, an: Analysis, *, diag: bool, term_rtol: float, memo: CoefficientMemo,
                  tables: joint.TableMemo, X: Array | None = None, left: Side | None = None,
-                 right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None)) -> None:
+                 right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None),
+                 geometry_uses: dict[Hashable, int] | None = None) -> None:
         self.an, self.diag, self.term_rtol, self.memo, self.tables = an, diag, term_rtol, memo, tables
         self.values: dict[Key, Value] = {}
+        #: pair geometries (Run.geometry) still to be used, and those computed; arc-cosine angles
+        #: of geometries used more than once (kept until the last use)
+        self.geometry_uses = dict(geometry_uses or {})
         self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound]] = {}
-        self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}  # arc-cosine angles by geometry
+        self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}
         self.stderr = 0.0
         if diag:
             assert X is not None
@@ -1162,12 +1166,18 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.zeros(self.shape), bounds.zero(env_l, env_r)
 
-    def geometry(self, pl: Projection, pr: Projection) -> tuple[Array, Array, Array, Array, Array, bounds.Bound]:
+    def geometry(self, pl: Projection, pr: Projection
+                 ) -> tuple[tuple[Array, Array, Array, Array, Array, bounds.Bound], dict[Any, Any] | None]:
         """``a, δa`` (column), ``b, δb`` (row) — the variances of two linear forms at the tile's
-        points and their bounds — and their cross-covariance ``c`` with its bound; read-only, one
-        object per pair of forms (the relu and step terms of an NTK share it, and with it the
-        arc-cosine angle: :mod:`netsor.activations.kernels` remembers the last one)."""
-        key = (pl.args, pl.coefs.tobytes(), pr.args, pr.coefs.tobytes())
+        points and their bounds — and their cross-covariance ``c`` with its bound, read-only; and
+        the store of arc-cosine angles to evaluate kernels with (None for a geometry used once).
+
+        A geometry used by several pair terms (the relu kernel of the forward pass and the step
+        kernel of the backward pass of an NTK) is one object until its last use, so that its
+        angle is computed once (:func:`netsor.activations.kernels.remembered_angles`); it is
+        then dropped, with its angle (memory: the tile plan's, plus one angle per shared geometry).
+        """
+        key = _geometry_key(pl, pr)
         if key not in self.geometries:
             cov_x, d_x = self.block(pl.args, "left")
             cov_y, d_y = self.block(pr.args, "right")
@@ -1178,7 +1188,15 @@ class Run:
             for x in (a, da, b, db, c):
                 x.flags.writeable = False
             self.geometries[key] = (a, da, b, db, c, c_bound)
-        return self.geometries[key]
+        geo = self.geometries[key]
+        left = self.geometry_uses.get(key, 1) - 1
+        self.geometry_uses[key] = left
+        if left > 0:
+            return geo, self.angles
+        del self.geometries[key]
+        angle_key = (id(geo[0]), id(geo[2]), id(geo[4]))
+        angle = self.angles.pop(angle_key, None)
+        return geo, (None if angle is None else {angle_key: angle})
 
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
@@ -1192,11 +1210,12 @@ class Run:
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
         pl, pr = an.projection(left), an.projection(right)
         if pl is not None and pr is not None:
-            a, da, b, db, c, c_bound = self.geometry(pl, pr)
+            (a, da, b, db, c, c_bound), angles = self.geometry(pl, pr)
             phi, psi = pl.act, pr.act
-            with remembered_angles(self.angles):
+            with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
                                               errors="relative", envelope=(env_l, env_r))
+                angle = known_angle(a, b, c)
             # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
             own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
             diagonal = self.left is self.right and self.rows == self.cols
@@ -1205,7 +1224,7 @@ class Run:
                 prop = propagation.pair_1d_relative(a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
                   and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
-                                                        env_r, diagonal)) <= threshold):
+                                                        env_r, diagonal, angle)) <= threshold):
                 prop = bounds.Bound(eta, env_l, env_r)  # O(B) where no pair is near colinear
             else:
                 dc = c_bound.array()
@@ -1255,6 +1274,26 @@ class Run:
         if mirror:  # the lower triangle is zero
             value, err = value + value.T, err + err.T
         return value, bounds.from_dense(err, env_l, env_r, keep_dense=True)
+
+
+def _geometry_key(pl: Projection, pr: Projection) -> Hashable:
+    return (pl.args, pl.coefs.tobytes(), pr.args, pr.coefs.tobytes())
+
+
+def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
+    """How many pair terms of a tile plan use each pair of linear forms (:meth:`Run.geometry`)."""
+    uses: dict[Hashable, int] = {}
+    for k in plan.order:
+        if k[0] != "t":
+            continue
+        for comp in an.components(k[1], k[2], False):
+            if comp.left is None or comp.right is None or an.batchnorm(comp.left) or an.batchnorm(comp.right):
+                continue
+            pl, pr = an.projection(comp.left), an.projection(comp.right)
+            if pl is not None and pr is not None:
+                key = _geometry_key(pl, pr)
+                uses[key] = uses.get(key, 0) + 1
+    return uses
 
 
 def _identical_rows(A: Array, B: Array) -> Array:
@@ -1399,15 +1438,17 @@ class Limit:
         peak = _peak_live(plan)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
         kind = self._plan_kind(plan)
-        # live values, four temporaries, and up to two arrays (the angle) per pair term
-        angles = 2 * sum(k[0] == "t" for k in plan.order)
+        # live values, four temporaries, and two arrays (an angle) per geometry used more than once
+        uses = _geometry_uses(self.analysis, plan)
+        angles = 2 * sum(n > 1 for n in uses.values())
         per_entry = 8 * 2 * (peak + 4 + angles) * self.threads * (64 if kind == "joint" else 1)
         cap = {"closed": TILE_MAX, "series": SERIES_TILE_MAX, "joint": JOINT_TILE_MAX}[kind]
         size = max(16, min(cap, int(np.sqrt(self.memory_budget / per_entry))))
+        size = -(-max(n1, n2) // -(-max(n1, n2) // size))  # equal tiles: the threads finish together
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
-            run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols)
+            run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols, geometry_uses=uses)
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})

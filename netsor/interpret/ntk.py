@@ -149,29 +149,35 @@ class Moment:
 
 
 class _Block:
-    """Accumulates a kernel block ``bias² + Σ coef · A (⊙ B)``, its error bound and its scale
-    ``bias² + Σ coef · l_A l_B · r_A r_B`` (≤ √(K_ii K_jj)). Bounds of moments without dense
-    parts stay rank one — ``|ÂB̂ − AB| ≤ (η_A(1 + η_B) + η_B(1 + η_A) + η_A η_B) l_A l_B · r_A r_B`` by
-    ``|Â| ≤ (1 + η_A) l_A · r_A`` — so the bound and the scale are two matrix products at the end,
-    not a pass over the block per term."""
+    """Accumulates a kernel block ``bias² + Σ coef · A (⊙ B)`` in place into ``target`` (a view of
+    the kernel), its error bound and its scale ``bias² + Σ coef · l_A l_B · r_A r_B`` (≤ √(K_ii K_jj)).
+    Bounds of moments without dense parts stay rank one — ``|ÂB̂ − AB| ≤ (η_A(1 + η_B) + η_B(1 + η_A)
+    + η_A η_B) l_A l_B · r_A r_B`` by ``|Â| ≤ (1 + η_A) l_A · r_A`` — so the bound and the scale are
+    two matrix products at the end, not a pass over the block per term."""
 
-    def __init__(self, bias: float) -> None:
+    def __init__(self, bias: float, target: Array) -> None:
         self.bias = bias
-        self.K: Any = bias**2
+        self.K = target
+        self.K[...] = bias**2
+        self.scratch = np.empty(target.shape)
         self.dense: Any = 0.0
         self.error_cols: list[tuple[float, Array, Array]] = []
         self.scale_cols: list[tuple[float, Array, Array]] = []
 
     def add(self, coef: float, a: Moment, b: Moment | None) -> None:
+        term = self.scratch
         if b is None:
-            self.K = self.K + coef * a.value
+            np.multiply(a.value, coef, out=term)
+            self.K += term
             self.scale_cols.append((coef, a.left, a.right))
             if a.dense is None:
                 self.error_cols.append((coef * a.eta, a.left, a.right))
             else:
                 self.dense = self.dense + coef * a.dense
             return
-        self.K = self.K + coef * (a.value * b.value)
+        np.multiply(a.value, b.value, out=term)
+        term *= coef
+        self.K += term
         left, right = a.left * b.left, a.right * b.right
         self.scale_cols.append((coef, left, right))
         if a.dense is None and b.dense is None:
@@ -181,11 +187,12 @@ class _Block:
             ea, eb = a.error(), b.error()
             self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
 
-    def result(self, shape: tuple[int, ...]) -> tuple[Array, Array, Array]:
-        """The block, its error bound and its scale, each of ``shape``."""
+    def result(self) -> tuple[Array, Array]:
+        """The block's error bound and its scale, of the block's shape (the block is in ``target``)."""
+        shape = self.K.shape
         E = _rank_sum(self.error_cols, shape) + self.dense + _EPS * self.bias**2
         S = _rank_sum(self.scale_cols, shape) + self.bias**2
-        return np.broadcast_to(self.K, shape), E, S
+        return E, S
 
 
 def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) -> Array:
@@ -280,10 +287,15 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         for name in wanted:
             K, E, S = out[name]
             for r, s in blocks:
-                block = _Block(outs[r].readout.bias)
+                # a tile is a view of the kernel, filled in place; pairs of identical inputs (index
+                # arrays) are gathered
+                in_place = isinstance(rows, slice) and isinstance(cols, slice)
+                block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if in_place else np.empty(shape))
                 for coef, pa, pb in terms[(r, s, name == "ntk")]:
                     block.add(coef, moments[pa], None if pb is None else moments[pb])
-                K[rows, r, cols, s], E[rows, r, cols, s], S[rows, r, cols, s] = block.result(shape)
+                if not in_place:
+                    K[rows, r, cols, s] = block.K
+                E[rows, r, cols, s], S[rows, r, cols, s] = block.result()
 
     lim.sweep_second_moments(pairs, consume)
     result: dict[str, tuple[Array, Array]] = {}

@@ -25,6 +25,7 @@ Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -34,6 +35,7 @@ from netsor.linalg import largest_ratio
 
 Array = np.ndarray
 _SQRT2 = np.sqrt(2.0)
+_EPS = np.finfo(float).eps
 
 
 def _ratio(num: Array, den: Array) -> Array:
@@ -94,7 +96,8 @@ def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, l
 
 
 def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Array, b: Array, da: Array,
-                  db: Array, c: Array, c_bound: Bound, env_l: Array, env_r: Array, skip_diagonal: bool) -> float:
+                  db: Array, c: Array, c_bound: Bound, env_l: Array, env_r: Array, skip_diagonal: bool,
+                  angle: Array | None = None) -> float:
     """A scalar bound ``eta`` on the envelope ``env_l ⊗ env_r`` of the propagated error of a closed-form
     kernel ``K(ρ)`` of positively homogeneous activations of degree 0 (``step``: a function of
     ``ρ = c/√(ab)`` alone), from per-point maxima and the largest ``|ρ|`` of the tile — one pass
@@ -105,21 +108,36 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
     (``|ρ| ≤ 1``), and ``modulus`` — a function of ``c/√(ab)`` and ``δ/√(ab)``, nondecreasing in
     ``|c|`` and ``δ`` — at ``(1, 1, max|ρ|, ε)`` bounds the change of every pair of the tile.
     ``skip_diagonal``: the tile's diagonal holds pairs of a point with itself (``ρ = 1``), which
-    take per-point values instead. Near-colinear pairs make this bound large: the caller then
-    keeps the dense form, which is tight away from them.
+    take per-point values instead. ``angle``: ``θ = arccos ρ`` of the tile where it is known
+    already (two reductions then find ``max|ρ|``). Near-colinear pairs make this bound large: the
+    caller then keeps the dense form, which is tight away from them.
     """
     root_a, root_b = np.sqrt(a), np.sqrt(b)
     eps = c_bound.relative(root_a, root_b) + 0.5 * (largest_ratio(da, a) + largest_ratio(db, b))
     if c_bound.dense is not None:
         eps += largest_ratio(c_bound.dense, root_a * root_b)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance: inf or NaN, never accepted
-        rho = np.abs(c) * (1.0 / root_a)
-        rho *= 1.0 / root_b
-    if skip_diagonal:
-        np.fill_diagonal(rho, 0.0)
-    rho_max = min(float(np.max(rho, initial=0.0)), 1.0)
+    if angle is not None:
+        where = _off_diagonal(angle.shape) if skip_diagonal else True
+        smallest = float(np.min(angle, where=where, initial=np.pi))
+        largest = float(np.max(angle, where=where, initial=0.0))
+        rho_max = max(np.cos(smallest), -np.cos(largest)) + 4 * _EPS  # the rounding of θ and cos
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance: inf or NaN, never accepted
+            rho = np.abs(c) * (1.0 / root_a)
+            rho *= 1.0 / root_b
+        if skip_diagonal:
+            np.fill_diagonal(rho, 0.0)
+        rho_max = float(np.max(rho, initial=0.0))
+    rho_max = min(rho_max, 1.0)
     change = float(modulus(np.ones(1), np.ones(1), np.full(1, rho_max), np.full(1, eps))[0])
     return change * largest_ratio(np.ones(1), env_l) * largest_ratio(np.ones(1), env_r)
+
+
+@functools.lru_cache(maxsize=8)
+def _off_diagonal(shape: tuple[int, ...]) -> Array:
+    mask = ~np.eye(*shape, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 def _side_maxima(factors: Array, envelope: Array) -> Array:
