@@ -365,3 +365,27 @@ def test_shared_arc_cosine_angles_equal_fresh_ones_and_writeable_inputs_are_not_
     assert len(store) == 1
     assert np.array_equal(before, fresh[1]) and np.array_equal(after, arccos_kernel_0(a, b, c))
     assert not np.array_equal(after, before)
+
+
+@pytest.mark.parametrize("name, lo, hi", [("tanh", 0.05, 20.0), ("gelu", 0.5, 3.0), ("hard_tanh", 0.2, 5.0),
+                                          ("sin", 0.01, 40.0)])
+def test_interpolated_hermite_coefficients_are_within_their_reported_error(name, lo, hi):
+    """Coefficients interpolated in the standard deviation (Chebyshev–Lobatto nodes of log sd)
+    against the same coefficients computed directly at every variance: within the reported
+    ``qerr`` (which carries the interpolation's estimate), or refused (None) where the estimate
+    is above the tolerance — sin at variance 40 oscillates too fast in sd for the nodes allowed."""
+    from netsor.gaussian import pairs
+
+    act = activation(name)
+    var = np.sort(10 ** np.random.default_rng(3).uniform(np.log10(lo), np.log10(hi), 400))
+    direct = pairs.hermite_coefficients(act, var, 31)
+    tol = 1e-11
+    got = pairs._interpolated_coefficients(act, var, 31, tol)
+    if name == "sin":
+        assert got is None
+        return
+    assert got is not None
+    alpha, m2, qerr = got
+    assert np.all(qerr <= tol * np.sqrt(m2))
+    assert np.all(np.abs(alpha - direct[0]) <= qerr + direct[2])
+    assert np.all(np.abs(m2 - direct[1]) <= 2 * (qerr + direct[2]) * np.sqrt(m2))

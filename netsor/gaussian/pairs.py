@@ -63,6 +63,13 @@ _SMALL_TABLE, _LARGE_TABLE = 31, 255
 _BLOCK = 1 << 16
 #: Variances from which the Hermite coefficients are computed on two threads.
 _PARALLEL_MIN = 256
+#: Batches of variances from which Hermite coefficients may be interpolated in the standard
+#: deviation, and the interpolation's first Chebyshev–Lobatto nodes (odd: every other one is
+#: nested; then 65, 129, ... while fewer than half the batch).
+_INTERPOLATE_MIN, _INTERPOLATE_NODES = 96, 33
+#: Interpolated coefficients are accepted where their estimated error is at most this share of
+#: the series' tolerance (relative to √E φ²).
+_INTERPOLATE_SHARE = 1e-3
 #: Coefficients gathered per block at most (bounds the memory for long flat inputs).
 _GATHER = 1 << 20
 #: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
@@ -272,7 +279,8 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
 
 
 # ------------------------------------------------------------------ Hermite coefficients
-def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
+def hermite_coefficients(act: Activation, var: Array, order: int, *, interpolation_tol: float | None = None
+                         ) -> tuple[Array, Array, Array]:
     """Hermite coefficients, second moment and quadrature error of ``φ(√var Z)``.
 
     Parameters
@@ -291,12 +299,21 @@ def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array
     m2 : array, shape (n,)
         ``E φ(√var Z)²`` by the same rule (so that Parseval holds for the computed numbers).
     qerr : array, shape (n,)
-        Estimated quadrature error of each coefficient (absolute): ``|m2₂₀ − m2₁₀| / (2√m2)``
-        from a 10-node rule on the same panels, plus rounding.
+        Estimated error of each coefficient and of ``m2 / (2√m2)`` (absolute): the quadrature's,
+        ``|m2₂₀ − m2₁₀| / (2√m2)`` from a 10-node rule on the same panels, plus rounding; with
+        interpolation, plus the interpolation's.
+    interpolation_tol : float, optional
+        Allow interpolation in the variance (:func:`_interpolated_coefficients`) for batches of
+        at least ``_INTERPOLATE_MIN`` variances, accepted where its estimated error is at most
+        ``interpolation_tol · √m2`` (else every variance is computed directly).
 
     Large batches run on two threads: the work is numpy calls that release the GIL, and for a
     kernel it runs once per layer on all points before the tiles start.
     """
+    if interpolation_tol is not None and var.size >= _INTERPOLATE_MIN:
+        interpolated = _interpolated_coefficients(act, var, order, interpolation_tol)
+        if interpolated is not None:
+            return interpolated
     if var.size < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
         return _hermite_coefficients_serial(act, var, order)
     half = var.size // 2
@@ -304,6 +321,61 @@ def hermite_coefficients(act: Activation, var: Array, order: int) -> tuple[Array
         parts = list(pool.map(lambda v: _hermite_coefficients_serial(act, v, order), (var[:half], var[half:])))
     return (np.concatenate([parts[0][0], parts[1][0]], axis=1), np.concatenate([parts[0][1], parts[1][1]]),
             np.concatenate([parts[0][2], parts[1][2]]))
+
+
+def _interpolated_coefficients(act: Activation, var: Array, order: int, tol: float
+                               ) -> tuple[Array, Array, Array] | None:
+    """Coefficients, ``m2`` and errors at many variances from their values at Chebyshev–Lobatto
+    points of ``log √var`` over the batch's range (``_INTERPOLATE_NODES``, then twice as many
+    where that is not enough: the points are nested): as functions of the standard deviation they
+    are analytic on ``(0, ∞)`` (an integral of the fixed φ against a Gaussian), so the interpolant
+    converges geometrically. Its error is estimated by the interpolant on every other node (the
+    coarser one's error, a generous estimate of the finer one's) and added to ``qerr`` with the
+    nodes' largest quadrature error. None when the estimate still exceeds ``tol · √m2`` somewhere
+    (a range too wide or a φ too rough for the nodes); the caller then computes every variance."""
+    t = 0.5 * np.log(var)
+    lo, hi = float(np.min(t)), float(np.max(t))
+    if not hi > lo:
+        return None
+    query = (2.0 * t - (hi + lo)) / (hi - lo)
+    values, qerr = np.empty((order + 2, 0)), np.empty(0)
+    m = _INTERPOLATE_NODES - 1
+    while 2 * m < var.size:  # interpolation must cost less than computing each variance
+        x = np.cos(np.pi * np.arange(m + 1) / m)  # Lobatto points on [−1, 1]; x[::2] are those of m/2
+        new = x if not values.size else x[1::2]
+        alpha, m2, q = _hermite_coefficients_serial(act, np.exp(2.0 * (0.5 * (hi + lo) + 0.5 * (hi - lo) * new)),
+                                                    order)
+        fresh = np.concatenate([alpha, m2[None]], axis=0)
+        if values.size:  # interleave the new (odd) nodes with the previous ones
+            merged = np.empty((order + 2, m + 1))
+            merged[:, ::2], merged[:, 1::2] = values, fresh
+            fresh = merged
+        values, qerr = fresh, np.concatenate([qerr, q])
+        fine = _lobatto_basis(query, x) @ values.T  # (n, K + 2)
+        coarse = _lobatto_basis(query, x[::2]) @ values[:, ::2].T
+        err = np.abs(fine - coarse)
+        root = np.sqrt(np.maximum(fine[:, -1], 0.0))
+        # one number per variance bounding every coefficient's error and that of m2 / (2√m2)
+        total = np.max(err[:, :-1], axis=1) + err[:, -1] / np.maximum(2.0 * root, 1e-300) + float(np.max(qerr))
+        if np.all(total <= tol * root):
+            return fine[:, :-1].T.copy(), fine[:, -1].copy(), total
+        m *= 2
+    return None
+
+
+def _lobatto_basis(query: Array, x: Array) -> Array:
+    """Barycentric Lagrange basis of the Chebyshev–Lobatto points ``x`` (cos(πj/m)) at ``query``:
+    rows sum to 1, a query on a node selects it."""
+    w = (-1.0) ** np.arange(x.size)
+    w[0] *= 0.5
+    w[-1] *= 0.5
+    diff = query[:, None] - x[None, :]
+    exact = diff == 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        B = w / diff
+    hit = exact.any(axis=1)
+    B[hit] = exact[hit].astype(float)
+    return B / np.sum(B, axis=1, keepdims=True)
 
 
 def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
@@ -384,11 +456,12 @@ class _MemoTable:
         found = keys[pos] == var
         return found, np.where(found, cols[pos], -1)
 
-    def lookup(self, act: Activation, var: Array, order: int) -> tuple[Array, Array, Array]:
+    def lookup(self, act: Activation, var: Array, order: int, interpolation_tol: float | None = None
+               ) -> tuple[Array, Array, Array]:
         found, cols = self._find(var)
         if not found.all():
             new = np.unique(var[~found])
-            alpha, m2, qerr = hermite_coefficients(act, new, order)
+            alpha, m2, qerr = hermite_coefficients(act, new, order, interpolation_tol=interpolation_tol)
             with self.lock:
                 start = self.m2.size
                 self.alpha = np.concatenate([self.alpha, alpha], axis=1)
@@ -409,12 +482,16 @@ class HermiteTable:
     def __init__(self, act: Activation, var: Array, order: int, rtol: float,
                  memo: CoefficientMemo | None = None) -> None:
         self.order, self.rtol = order, rtol
+        tol = _INTERPOLATE_SHARE * rtol
         if memo is None:
-            self.alpha, self.m2, self.qerr = hermite_coefficients(act, var, order)
+            self.alpha, self.m2, self.qerr = hermite_coefficients(act, var, order, interpolation_tol=tol)
         else:
-            self.alpha, self.m2, self.qerr = memo.table(act, order).lookup(act, var, order)
+            self.alpha, self.m2, self.qerr = memo.table(act, order).lookup(act, var, order, tol)
         tail = self.m2 - np.cumsum(self.alpha * self.alpha, axis=0)
-        self.tail = np.maximum(tail, 0.0) + _TAIL_FLOOR * self.m2
+        # T = E φ² − Σ α_k² from numbers each off by at most qerr (m2 by 2 qerr √m2): off by at most
+        # 2 √(K+1) qerr √m2 + (K+1) qerr² (Cauchy–Schwarz on Σ 2|α_k| e_k)
+        slack = 2.0 * np.sqrt(order + 1.0) * self.qerr * np.sqrt(self.m2) + (order + 1.0) * self.qerr**2
+        self.tail = np.maximum(tail, 0.0) + _TAIL_FLOOR * self.m2 + slack
         #: orders whose coefficient is not zero for every variance (parity of odd/even φ)
         self.active = np.any(np.abs(self.alpha) > 1e-15 * np.sqrt(self.m2), axis=1)
         self._reach: dict[int, Array] = {}
