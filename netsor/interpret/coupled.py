@@ -42,7 +42,7 @@ from netsor.interpret.finite import (
     resolve_widths,
 )
 from netsor.interpret.forward import CoupledState, FiniteState, ForwardPlan, World, run_forward
-from netsor.interpret.infinite import Limit
+from netsor.interpret.infinite import DEFAULT_RTOL, Limit
 from netsor.ir import Program, Vector
 from netsor.linalg import psd_sqrt
 from netsor.validate import check_count, check_inputs, check_memory_budget, check_real
@@ -124,6 +124,7 @@ def coupled(
     seed: Any = 0,
     p: float = 2.0,
     memory_budget: int = 2**30,
+    rtol: float = DEFAULT_RTOL,
 ) -> CoupledRun:
     """Run the finite-width and the infinite-width execution of ``program`` with shared noise.
 
@@ -143,6 +144,9 @@ def coupled(
         Exponent of the coupling cost (``p >= 1``).
     memory_budget : int
         Bytes a chunk of coupled networks may use (both worlds together).
+    rtol : float
+        Relative tolerance of the limit world's Gram matrices and kernel (as for :func:`netsor.limit`;
+        a program whose bounds cannot meet it raises :class:`~netsor.NumericalError` saying what was reached).
     """
     Xa = check_inputs(program, X)
     samples = check_count(samples, "samples")
@@ -152,7 +156,7 @@ def coupled(
     plan = ForwardPlan(program)
     B, R = Xa.shape[0], program.num_outputs
     try:
-        limit = Limit(program, Xa)
+        limit = Limit(program, Xa, rtol=check_real(rtol, "rtol", minimum=1e-15, maximum=1.0))
     except UnsupportedError as err:  # the limit world needs the engine's exact Gram matrices and Ż
         raise UnsupportedError(f"the coupled run drives the expectation engine's limit, which does not take this "
                                f"program ({err}); its limit alone is available by simulation: netsor.limit(p, X, "
