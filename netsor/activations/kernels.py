@@ -195,4 +195,5 @@ def erf_deriv_kernel(a: Array, b: Array, c: Array) -> Array:
 
 
 def identity_kernel(a: Array, b: Array, c: Array) -> Array:
-    return np.asarray(c, dtype=float) * np.ones(np.broadcast(a, b, c).shape)
+    # E[u v] = c: a copy of c at the broadcast shape (one pass)
+    return _full(np.array(c, dtype=float), a, b, c)
