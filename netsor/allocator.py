@@ -5,9 +5,12 @@ A sweep of the pair grid allocates and frees many tile-sized temporaries (a 384 
 soon as more than ``M_TRIM_THRESHOLD`` is free, so most temporaries are fresh pages: the first
 write to each page faults. On the depth-10 ReLU NNGP and NTK at N = 1000 (2 cores), those page
 faults were ~20 % of the run (``benchmarks/bench_ntk.py``). Within :func:`reused_memory` blocks
-up to 64 MiB come from the heap and freed memory stays there; on leaving, the free memory is
-handed back (``malloc_trim``) and the thresholds are set to glibc's largest dynamic values
-(32 MiB / 64 MiB), which its own adaptive rule would reach for blocks of that size.
+up to 64 MiB come from the heap and up to 256 MiB of freed memory stays there; on leaving, the
+thresholds are set to glibc's largest dynamic values (32 MiB / 64 MiB), which its own adaptive
+rule reaches after freeing blocks of that size: free memory beyond 64 MiB at the top of the heap
+goes back to the system at the next ``free``. (Handing everything back on leaving, with
+``malloc_trim``, made the next kernel start cold: the NTK benchmark, which alternates NNGP and
+NTK calls, ran 20 % slower.)
 
 Set the environment variable ``NETSOR_MALLOPT=0`` to leave the allocator alone.
 """
@@ -32,7 +35,7 @@ def _glibc() -> Any:
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+        return libc if hasattr(libc, "mallopt") else None
     except OSError:
         return None
 
@@ -50,7 +53,7 @@ def _set(mmap_threshold: int, trim_threshold: int) -> None:
 @contextmanager
 def reused_memory() -> Iterator[None]:
     """Within the block, tile-sized temporaries reuse freed heap memory instead of fresh pages
-    (nested and concurrent blocks share one setting; the last one out releases the memory)."""
+    (nested and concurrent blocks share one setting; the last one out restores glibc's limits)."""
     global _depth
     if _LIBC is None:
         yield
@@ -66,4 +69,3 @@ def reused_memory() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 _set(*_AFTER)
-                _LIBC.malloc_trim(0)

@@ -206,7 +206,7 @@ def test_tiling_threads_and_budget_do_not_change_results():
 
 def test_reused_memory_nests_across_threads_and_leaves_no_setting_behind():
     """The allocator setting of a sweep (netsor.allocator) is shared by nested and concurrent
-    computations and undone by the last one out; it changes no result."""
+    computations and restored by the last one out; it changes no result."""
     from concurrent.futures import ThreadPoolExecutor
 
     from netsor import allocator

@@ -12,6 +12,8 @@ from math import comb
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import netsor
 
@@ -362,3 +364,19 @@ def test_unsupported_transposed_programs() -> None:
     r.readout(W @ (W.T @ netsor.tanh(r.gaussian(n))))
     with pytest.raises(netsor.UnsupportedError, match="not Gaussian"):
         netsor.limit(r).cov(r.outputs[0][1][0])
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, derandomize=True, database=None)
+@given(act=st.sampled_from(["tanh", "erf", "relu", "identity"]), depth=st.integers(1, 3),
+       sigma_w=st.floats(0.8, 1.6), sigma_b=st.floats(0.0, 0.4), q0=st.floats(0.5, 2.0))
+def test_random_jacobian_moment_programs_meet_free_probability(act, depth, sigma_w, sigma_b, q0):
+    """The Jacobian-moment program over random activations, depths, σ's and input variances: its limit
+    (the simulation at rtol 1e-2, or the engine where Ż is Gaussian: the linear network) holds the
+    moments m₁…m₄ that ``netsor.matrixlaws.jacobian_spectrum`` derives by free probability, within its
+    bounds."""
+    p = netsor.zoo.jacobian_moments(2, depth, act, sigma_w, sigma_b, q0=q0)
+    K, E = netsor.limit(p, rtol=1e-2).nngp(with_error=True)
+    m = netsor.matrixlaws.jacobian_spectrum(act, depth, sigma_w, sigma_b, q0=q0).moments(4)
+    hankel = np.array([[m[i + j - 1] if i + j else 1.0 for j in range(3)] for i in range(3)])
+    assert np.all(np.abs(K - hankel) <= E + 1e-10 * np.abs(hankel))
