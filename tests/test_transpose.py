@@ -366,8 +366,7 @@ def test_unsupported_transposed_programs() -> None:
         netsor.limit(r).cov(r.outputs[0][1][0])
 
 
-@pytest.mark.slow
-@settings(max_examples=6, deadline=None, derandomize=True, database=None)
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
 @given(act=st.sampled_from(["tanh", "erf", "relu", "identity"]), depth=st.integers(1, 3),
        sigma_w=st.floats(0.8, 1.6), sigma_b=st.floats(0.0, 0.4), q0=st.floats(0.5, 2.0))
 def test_random_jacobian_moment_programs_meet_free_probability(act, depth, sigma_w, sigma_b, q0):
