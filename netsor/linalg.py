@@ -30,10 +30,25 @@ def largest_ratio(num: Array, den: Array) -> float:
 
 
 def symmetrized_upper(block: Array) -> Array:
-    """A square block with its upper triangle copied onto the lower one (one pass): kernel tiles
+    """A square block with its upper triangle copied onto the lower one (a new array): kernel tiles
     on the diagonal compute (or trust) only their upper triangle."""
-    index = np.arange(block.shape[0])
-    return np.where(index[:, None] <= index[None, :], block, block.T)
+    return mirror_upper(np.array(block, dtype=float))
+
+
+def mirror_upper(A: Array, tile: int = 256) -> Array:
+    """Copy the upper triangle of the square array ``A`` onto its lower one, in place, and return
+    ``A``: tile by tile, so that each transposed read stays in cache (a whole-matrix ``A.T`` read
+    of a 1000² kernel strides across memory, ~3× slower)."""
+    n = A.shape[0]
+    for r in range(0, n, tile):
+        rows = slice(r, min(r + tile, n))
+        diagonal = A[rows, rows]
+        lower = np.tril_indices(diagonal.shape[0], -1)
+        diagonal[lower] = diagonal.T[lower]
+        for c in range(r + tile, n, tile):
+            cols = slice(c, min(c + tile, n))
+            A[cols, rows] = A[rows, cols].T
+    return A
 
 
 def psd_sqrt(cov: Array) -> Array:

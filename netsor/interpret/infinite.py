@@ -77,7 +77,7 @@ from netsor.ir.expr import (
     Var,
     expand,
 )
-from netsor.linalg import PSD_TOLERANCE, ensure_psd, largest_ratio, symmetrized_upper
+from netsor.linalg import PSD_TOLERANCE, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
 from netsor.validate import (
     check_choice,
     check_memory_budget,
@@ -1555,9 +1555,9 @@ class Limit:
             err, scale = err.array(), np.outer(*scale)
         assert isinstance(scale, np.ndarray)
         self.error = float(np.max(err, initial=0.0))
-        ratio = err / np.maximum(scale, 1e-300)
-        worst = float(np.max(np.where(err > 0, ratio, 0.0), initial=0.0))
+        worst = largest_ratio(err, np.maximum(scale, 1e-300))
         if worst > self.rtol:
+            ratio = err / np.maximum(scale, 1e-300)
             i, j = np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape)
             raise NumericalError(
                 f"{what}: the error bound reached {worst:.3g} relative to √(K_ii K_jj) at entry ({i}, {j}), "
@@ -1734,7 +1734,7 @@ class Limit:
                 S[:, r, :, s] = np.outer(scale_left, scale_right)
             K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
             if self.symmetric:  # blocks of different output pairs were computed separately
-                K, E = symmetrized_upper(K), symmetrized_upper(E)
+                K, E = mirror_upper(K), mirror_upper(E)
             K, E = self.checked(K, E, S, "nngp", True)
             relative = float(np.max(E / np.maximum(S, 1e-300)))
         K, E = self.psd_policy(K, E, relative, psd, "nngp")

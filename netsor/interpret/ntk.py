@@ -46,7 +46,7 @@ from netsor.interpret.infinite import (
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
-from netsor.linalg import largest_ratio, symmetrized_upper
+from netsor.linalg import largest_ratio, mirror_upper
 from netsor.validate import check_choice, check_real
 
 Array = np.ndarray
@@ -303,7 +303,7 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         K, E, S = out[name]
         K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
         if lim.symmetric:  # the sweep's diagonal blocks may lack their lower triangles
-            K, E, S = (symmetrized_upper(A) for A in (K, E, S))
+            K, E, S = (mirror_upper(A) for A in (K, E, S))
         K, E = lim.checked(K, E, S, name, True)
         relative = float(np.max(E / np.maximum(S, 1e-300)))
         result[name] = lim.psd_policy(K, E, relative, psd, name)
