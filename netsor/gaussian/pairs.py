@@ -535,13 +535,13 @@ def _horner(alpha: Array, beta: Array, x: Array, active: Array, top: int, out: A
 
 
 def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array, sb: Array,
-            c: Array, order: int, out: Array) -> Array:
+            c: Array, order: int, out: Array, largest: bool = False) -> tuple[Array, float]:
     """Series of order ``order`` for every pair, blockwise; returns the pairs it does not meet.
 
     ``ia, ib`` (int arrays broadcastable to ``out.shape``) are the table columns of each pair's
     variances; ``sa, sb, c`` its standard deviations and covariance (``ρ = c / (sa sb)``).
     Returns the flat indices (into ``out``) of the pairs whose tail bound exceeds the tolerance,
-    and the largest ``ρ²`` of the others.
+    and (``largest``: else 0) the largest ``ρ²`` of the others.
     """
     active = ta.active[:order + 1] & tb.active[:order + 1]
     # Highest active order of each parity: Σ_even α_k β_k ρ^k + ρ Σ_odd, each by Horner in ρ².
@@ -551,7 +551,7 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
     inner = int(np.prod(out.shape[1:]))
     rows = max(1, min(_BLOCK, _GATHER // (order + 1)) // max(inner, 1))
     rejected = []
-    largest = 0.0
+    top = 0.0
     for i in range(0, out.shape[0], rows):
         sl = slice(i, i + rows)
         blk = out[sl]
@@ -570,8 +570,9 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
                 np.add(blk, part, out=blk)
         bad = x > _rows(limit_a, sl) * _rows(limit_b, sl)
         rejected.append(np.flatnonzero(bad) + i * inner)
-        largest = max(largest, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
-    return np.concatenate(rejected), largest
+        if largest:
+            top = max(top, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
+    return np.concatenate(rejected), top
 
 
 def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho: Array, order: int) -> Array:
@@ -737,7 +738,7 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
     order = orders[int(np.argmin(costs))]
     tabs = tables[_table_for(order, tables)]
     out = np.empty(full)
-    rest, largest = _mehler(*tabs, ia, ib, sa, sb, c, order, out)
+    rest, largest = _mehler(*tabs, ia, ib, sa, sb, c, order, out, largest=envelope is not None)
     if envelope is None:  # per-point factors gathered per point (ia, ib are a column and a row on a tile)
         err = _full(_series_error(*tabs, ia, ib, c / (sa * sb), order), full)
     else:
