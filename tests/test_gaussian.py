@@ -389,3 +389,10 @@ def test_interpolated_hermite_coefficients_are_within_their_reported_error(name,
     assert np.all(qerr <= tol * np.sqrt(m2))
     assert np.all(np.abs(alpha - direct[0]) <= qerr + direct[2])
     assert np.all(np.abs(m2 - direct[1]) <= 2 * (qerr + direct[2]) * np.sqrt(m2))
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(errors="relative"), "envelope"), (dict(errors="x"), "errors must")])
+def test_pair_expectation_error_forms_are_validated(kwargs, match):
+    tanh = activation("tanh")
+    with pytest.raises(netsor.HyperParameterError, match=match):
+        g.pair_expectation(tanh, tanh, np.ones((2, 1)), np.ones((1, 2)), np.full((2, 2), 0.3), **kwargs)

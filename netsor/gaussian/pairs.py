@@ -29,6 +29,7 @@ import numpy as np
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
+from netsor.errors import HyperParameterError
 from netsor.gaussian.quadrature import (
     GL10_NODES,
     GL10_WEIGHTS,
@@ -228,8 +229,11 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
     phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
     zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
     relative = errors == "relative"
+    if errors not in (True, False, "relative"):
+        raise HyperParameterError(f"errors must be True, False or 'relative', got {errors!r}")
     if relative and envelope is None:
-        raise ValueError("errors='relative' needs envelope=(l, r)")
+        raise HyperParameterError("errors='relative' needs envelope=(l, r): a column and a row of positive "
+                                  "per-point factors (e.g. the square roots of E φ(u)² and E ψ(v)²)")
     if not (zero_a.any() or zero_b.any()):
         if errors is not True and _same_kernel(phi, psi):
             return _full(phi.kernel(a, b, c), shape), None
