@@ -592,11 +592,12 @@ class SourceCovarianceQuantity(Quantity):
         cov = run.an.source_cov(key[1], key[2])
         assert cov is not None
         if cov.moment is None:
-            value = np.full(run.shape, cov.scale)
             if run.diag:
-                return value, np.zeros(run.shape)
+                return np.full(run.shape, cov.scale), np.zeros(run.shape)
             root = np.sqrt(cov.scale)
-            return value, bounds.zero(np.full((run.shape[0], 1), root), np.full((1, run.shape[1]), root))
+            # a constant tile (a bias's variance): a read-only broadcast, no pass over the pairs
+            return (np.broadcast_to(np.float64(cov.scale), run.shape),
+                    bounds.zero(np.full((run.shape[0], 1), root), np.full((1, run.shape[1]), root)))
         value, err = run.get(("m", *cov.moment))
         if cov.scale == 1.0:  # exact: no pass over the pairs
             return value, err
@@ -862,9 +863,16 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
         return np.zeros(shape), bounds.zero(left, right)
     if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
         return parts[0][1]
-    value = np.zeros(shape)
-    for coef, (v, _) in parts:
-        value += coef * v
+    value, scratch = np.empty(shape), None
+    for i, (coef, (v, _)) in enumerate(parts):
+        if i == 0:
+            np.multiply(v, coef, out=value)
+        elif isinstance(v, np.ndarray) and v.size and not any(v.strides):  # a broadcast constant
+            value += coef * float(v.flat[0])
+        else:
+            scratch = np.empty(shape) if scratch is None else scratch
+            np.multiply(v, coef, out=scratch)
+            value += scratch
     # the terms are at most their envelopes: rounding relative to the largest ratio to the target
     size = max(abs(c) * largest_ratio(b.left, left) * largest_ratio(b.right, right) for c, (_, b) in parts)
     return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size)
