@@ -79,7 +79,7 @@ def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     if store is not None and all(isinstance(x, np.ndarray) and not x.flags.writeable for x in (a, b, c)):
         key = (id(a), id(b), id(c))
         if key in store:
-            return store[key][3:]
+            return store[key][3], store[key][4]
     S = _full(np.multiply(a, b), a, b, c)
     S -= np.multiply(c, c)
     np.maximum(S, 0.0, out=S)
@@ -95,10 +95,8 @@ def known_angle(a: Array, b: Array, c: Array) -> Array | None:
     """``θ = arccos(c/√(ab))`` of read-only ``(a, b, c)`` if the active store
     (:func:`remembered_angles`) holds it (read-only), else None."""
     store = _ANGLES.store
-    if store is None:
-        return None
-    entry = store.get((id(a), id(b), id(c)))
-    return None if entry is None or entry[0] is not a or entry[1] is not b or entry[2] is not c else entry[4]
+    entry = None if store is None else store.get((id(a), id(b), id(c)))
+    return None if entry is None else entry[4]
 
 
 def _owned(x: Array) -> Array:

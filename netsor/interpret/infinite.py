@@ -1288,19 +1288,24 @@ def _geometry_key(pl: Projection, pr: Projection) -> Hashable:
     return (pl.args, pl.coefs.tobytes(), pr.args, pr.coefs.tobytes())
 
 
-def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
-    """How many pair terms of a tile plan use each pair of linear forms (:meth:`Run.geometry`)."""
-    uses: dict[Hashable, int] = {}
+def _pair_terms(an: Analysis, plan: Plan) -> Iterator[tuple[Component, Projection | None, Projection | None]]:
+    """Each two-sided independent group of each pair term of a tile plan, with the projections of
+    its sides (None for a side that is not a function of one linear form)."""
     for k in plan.order:
         if k[0] != "t":
             continue
         for comp in an.components(k[1], k[2], False):
-            if comp.left is None or comp.right is None or an.batchnorm(comp.left) or an.batchnorm(comp.right):
-                continue
-            pl, pr = an.projection(comp.left), an.projection(comp.right)
-            if pl is not None and pr is not None:
-                key = _geometry_key(pl, pr)
-                uses[key] = uses.get(key, 0) + 1
+            if comp.left is not None and comp.right is not None:
+                yield comp, an.projection(comp.left), an.projection(comp.right)
+
+
+def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
+    """How many pair terms of a tile plan use each pair of linear forms (:meth:`Run.geometry`)."""
+    uses: dict[Hashable, int] = {}
+    for comp, pl, pr in _pair_terms(an, plan):
+        if pl is not None and pr is not None and not (an.batchnorm(comp.left) or an.batchnorm(comp.right)):
+            key = _geometry_key(pl, pr)
+            uses[key] = uses.get(key, 0) + 1
     return uses
 
 
@@ -1381,6 +1386,9 @@ class Limit:
     ----------
     error : float
         The largest absolute error bound over the entries of the last result (kernel units).
+    relative_error : float
+        The largest ratio of that result's bounds to the scale its tolerance applies to
+        (``√(K_ii K_jj)`` for kernels).
     stderr : float
         The largest standard error of Monte-Carlo parts in the last result (0 when every
         expectation was deterministic); those parts enter ``error`` as 5 standard errors.
@@ -1404,7 +1412,7 @@ class Limit:
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
         self.memory_budget = check_memory_budget(memory_budget)
         self.threads = check_threads(threads) or min(os.cpu_count() or 1, 8)
-        self.error = 0.0
+        self.error = self.relative_error = 0.0
         self.stderr = 0.0
         self._diag: dict[str, Side] = {}
         self._memo = CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
@@ -1474,18 +1482,11 @@ class Limit:
         """``"closed"`` when every pair expectation is a closed form (or Stein), ``"joint"`` when
         some is multi-dimensional, else ``"series"``."""
         kind = "closed"
-        an = self.analysis
-        for k in plan.order:
-            if k[0] != "t":
-                continue
-            for comp in an.components(k[1], k[2], False):
-                if comp.left is None or comp.right is None:
-                    continue
-                pl, pr = an.projection(comp.left), an.projection(comp.right)
-                if pl is None or pr is None:
-                    return "joint"
-                if not is_elementary(pl.act, pr.act):
-                    kind = "series"
+        for _, pl, pr in _pair_terms(self.analysis, plan):
+            if pl is None or pr is None:
+                return "joint"
+            if not is_elementary(pl.act, pr.act):
+                kind = "series"
         return kind
 
     def _sweep(self, pairs: list[tuple[Vector, Vector]],
@@ -1553,17 +1554,19 @@ class Limit:
     def checked(self, value: Array, err: Array | bounds.TiledBound, scale: Array | tuple[Array, Array],
                 what: str, with_error: bool) -> Any:
         """Refuse a result whose bound exceeds ``rtol`` relative to ``scale`` (an array, or the
-        per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error``."""
+        per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error`` and
+        its largest ratio to ``scale`` in ``self.relative_error``."""
         value = _finite_or_raise(value, what)
         if isinstance(err, bounds.TiledBound):
             assert isinstance(scale, tuple)
             self.error = err.max()
-            if err.max_ratio(*scale) <= self.rtol:
+            self.relative_error = err.max_ratio(*scale)
+            if self.relative_error <= self.rtol:
                 return (value, err.array()) if with_error else value
             err, scale = err.array(), np.outer(*scale)
         assert isinstance(scale, np.ndarray)
         self.error = float(np.max(err, initial=0.0))
-        worst = largest_ratio(err, np.maximum(scale, 1e-300))
+        worst = self.relative_error = largest_ratio(err, np.maximum(scale, 1e-300))
         if worst > self.rtol:
             ratio = err / np.maximum(scale, 1e-300)
             i, j = np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape)
@@ -1733,7 +1736,7 @@ class Limit:
             assert isinstance(bound, bounds.TiledBound)
             K = self.checked(K, bound, (scale_left, scale_right), "nngp", False)
             E: Any = bound
-            relative = bound.max_ratio(scale_left, scale_right)
+            relative = self.relative_error
         else:
             K, E, S = np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))
             for r, s in pairs:
@@ -1744,7 +1747,7 @@ class Limit:
             if self.symmetric:  # blocks of different output pairs were computed separately
                 K, E = mirror_upper(K), mirror_upper(E)
             K, E = self.checked(K, E, S, "nngp", True)
-            relative = float(np.max(E / np.maximum(S, 1e-300)))
+            relative = self.relative_error
         K, E = self.psd_policy(K, E, relative, psd, "nngp")
         if not with_error:
             return K

@@ -305,7 +305,7 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         if lim.symmetric:  # the sweep's diagonal blocks may lack their lower triangles
             K, E, S = (mirror_upper(A) for A in (K, E, S))
         K, E = lim.checked(K, E, S, name, True)
-        relative = float(np.max(E / np.maximum(S, 1e-300)))
+        relative = lim.relative_error
         result[name] = lim.psd_policy(K, E, relative, psd, name)
     largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
     nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
