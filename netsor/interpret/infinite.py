@@ -1668,7 +1668,9 @@ class Limit:
             return K, E
         lmax = max(float(np.max(np.abs(np.diag(K)))), 1e-300)
         norm = E.frobenius() if isinstance(E, bounds.TiledBound) else float(np.linalg.norm(E))
-        clipped = ensure_psd(K, clip=(psd == "clip"), tol=max(PSD_TOLERANCE, norm / lmax), what=what)
+        # the tiles are done: the factorisation may use every core
+        with _BLAS.limit(limits=self.threads, user_api="blas"):
+            clipped = ensure_psd(K, clip=(psd == "clip"), tol=max(PSD_TOLERANCE, norm / lmax), what=what)
         if clipped is not K:  # the clipping moved entries: that is part of their error
             E = (E.array() if isinstance(E, bounds.TiledBound) else E) + np.abs(clipped - K)
             self.error = float(np.max(E))
