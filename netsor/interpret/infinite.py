@@ -310,7 +310,8 @@ class Analysis:
             return 0.0, 0.0
         line = self.program.line_of(vector)
         assert isinstance(line, NonLinLine)
-        terms = [g for g in line.expr.args if source in self.sources[g]]
+        # a scalar is deterministic in the limit: no derivative flows through it
+        terms = [g for g in line.expr.args if g.kind != "scalar" and source in self.sources[g]]
         if not terms:
             return 0.0, 0.0
         if self.program.reads_data:
@@ -341,17 +342,23 @@ class Analysis:
     def _point_expectation(self, expr: Expr) -> tuple[float, float]:
         """``E[expr(Z)]`` at the one symbolic point of a program that reads no data (lines so far)."""
         poly = expand(expr)
-        monomials = [self.register(m.atoms) for _, m in poly.terms]
-        roots: list[Key] = [("mean", m.key) for m in monomials]
+        # NetsorK scalars are numbers at the point: each monomial is (scalar factors) · E[vector factors]
+        split = [_scalar_factors(m, f"E[{expr.describe()}]") for _, m in poly.terms]
+        means: list[Key | None] = [("mean", self.register(vectors).key) if vectors else None for _, vectors in split]
+        scalars: list[Key] = [("sc", s) for atoms, _ in split for a in atoms for s in a.args]
         run = Run(self, diag=True, term_rtol=DERIVATIVE_RTOL, memo=CoefficientMemo(), tables=joint.TableMemo(),
                   X=np.zeros((1, 1)))
         with np.errstate(all="ignore"):
-            run.run(make_plan(self, roots, diag=True))
+            run.run(make_plan(self, [k for k in means if k is not None] + scalars, diag=True))
         value, err = poly.const, 0.0
-        for (a, _), key in zip(poly.terms, roots, strict=True):
-            v, e = run.values[key]
-            value += a * float(v[0])
-            err += abs(a) * float(e[0])
+        for (a, _), (atoms, _), key in zip(poly.terms, split, means, strict=True):
+            v, e = (1.0, 0.0) if key is None else (float(run.values[key][0][0]), float(run.values[key][1][0]))
+            sv, se = (1.0, 0.0)
+            if atoms:
+                sv_, se_ = run.scalar_expression(Monomial(atoms).expr)
+                sv, se = float(sv_[0]), float(se_[0])
+            value += a * sv * v
+            err += abs(a) * (abs(sv) * e + se * (abs(v) + e))
         return value, err
 
     def poly(self, v: Vector) -> Polynomial:

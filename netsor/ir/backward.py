@@ -26,10 +26,15 @@ The rules, walking the lines backwards, are
   ``δh += W δg``; nothing flows into the data through an input matrix;
 * scalars (NetsorK: moments, LayerNorm's ``μ, σ``, attention weights) are held at their values:
   a LinComb ``g = Σ θᵢ gⁱ`` passes ``δgⁱ += θᵢ δg``, and no gradient flows into a scalar. In
-  the limit that gradient vanishes: it is ``(1/n) Σ_α δ_α ψ'(x_α)`` for a backward vector ``δ``,
-  which is linear in backward Gaussians independent of the forward pass and centred, so its
-  limit ``E[Z^δ ψ'(Z^x)]`` is 0. (At finite width it is an O(1/√n) correction: the gradient
-  program is for the limit, not for finite-width gradients.)
+  the limit that gradient vanishes, with gradient independence and with exact transposes alike:
+  scaled like the vectors' (``∂y/∂θ / √n``), it is ``(1/n) Σ_α δ_α ∂_θ u_α`` for the backward vector
+  ``δ`` of a vector ``u`` that reads ``θ``, and every backward vector is linear in the readout
+  vector ``v`` — independent of the forward pass and symmetric, so the law of the whole program is
+  invariant under ``v → −v``, which flips every ``δ`` and fixes every forward vector — hence its
+  limit ``E[Z^δ ∂_θ Z^u]`` is 0. (At finite width it is a centred O(1/√n) fluctuation, so the
+  gradients it sends back change the NTK by O(1/n): the gradient program is for the limit, not
+  for finite-width gradients; ``tests/test_empirical_ntk.py`` checks a transposed program with a
+  scalar against finite networks.)
 
 The gradient of an H-vector is a sum of G-vectors, and that of a G-vector a NonLin expression
 of forward and backward G-vectors; they become lines of the new program only where the NTK
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netsor.errors import ProgramError, UnsupportedError
+from netsor.errors import ProgramError
 from netsor.ir.differentiate import differentiate
 from netsor.ir.expr import Const, Expr, Var, linear, product
 from netsor.ir.lines import BiasLine, LinCombLine, MatMulLine, NonLinLine
@@ -112,9 +117,6 @@ def gradient_program(program: Program, backward: str = "auto") -> GradientProgra
         raise ProgramError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     has_transposes = any(isinstance(ln, MatMulLine) and ln.transposed for ln in program.lines)
     exact = has_transposes if backward == "auto" else backward == "exact"
-    if exact and any(ln.out.kind == "scalar" for ln in program.lines):
-        raise UnsupportedError("the NTK of programs with both transposed MatMuls and NetsorK scalars is not "
-                               "implemented (the scalars' gradients need not vanish there)")
     new, ren = clone(program, name=f"{program.name} + backward "
                      + ("(exact transposes)" if exact else "(gradient independence)"))
     tilde: dict[Matrix, Matrix] = {}
