@@ -157,7 +157,8 @@ class TransposeRecipe:
     """Two dims ``n`` and ``m`` (``m = ratio · n``), ``W1 : n × m`` and ``W2 : n × n``; a chain of
     operations on a current vector (started by a Gaussian vector in ``n``, or an input layer with
     data), each MatMul by a use of ``W1``, ``W1ᵀ``, ``W2`` or ``W2ᵀ`` that fits its dim — so uses of
-    one matrix both ways follow each other and ``Ż`` is common."""
+    one matrix both ways follow each other and ``Ż`` is common — and NetsorK steps (a vector scaled
+    by a moment, LayerNorm of a G-vector) among them."""
 
     ratio: float
     sigmas: tuple[float, float]
@@ -175,6 +176,8 @@ def transpose_recipes(draw, max_steps: int = 6) -> TransposeRecipe:
         st.tuples(st.just("act"), st.sampled_from(TRANSPOSE_ACTIVATIONS)),
         st.tuples(st.just("lincomb"), idx, st.sampled_from([-0.7, 0.5, 1.0])),
         st.tuples(st.just("gate"), idx),
+        st.tuples(st.just("moment-scale"), idx),
+        st.tuples(st.just("layernorm"),),
         st.tuples(st.just("readout"),),
     )
     return TransposeRecipe(draw(st.sampled_from([0.5, 1.0, 1.5])),
@@ -209,6 +212,11 @@ def build_transposed(recipe: TransposeRecipe) -> netsor.Program:
                 current = current + rest[1] * gs[rest[0] % len(gs)]
         elif op == "gate":  # a bounded factor: products of raw vectors make heavy-tailed polynomials
             current = current * netsor.tanh(seen[dim][rest[0] % len(seen[dim])])
+        elif op == "moment-scale":  # NetsorK: θ = (1/n) Σ tanh(x_α)² scales the current vector
+            current = netsor.moment(lambda x: np.tanh(x) ** 2, seen[dim][rest[0] % len(seen[dim])]) * current
+        elif op == "layernorm":
+            if current.kind == "G":
+                current = netsor.layernorm(current)
         else:
             p.readout(current, sigma=1.0)
         seen[current.dim].append(current)

@@ -117,6 +117,28 @@ def test_transposes_with_a_netsork_scalar() -> None:
     assert abs(theta.mean() - ntk) <= 4 * theta.std(ddof=1) / np.sqrt(len(theta))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.1])
+def test_a_linear_network_scaled_by_moments_has_three_equal_ntk_terms(scale: float) -> None:
+    """``y = vᵀ θ₃ W₀ᵀ (θ₂ θ₁ U x)/√m`` with moments ``θ = ⟨tanh² g⟩`` held: U, W₀ and v each
+    contribute the NNGP, so Θ = 3 K exactly — also when the moments make the kernels 1e-24 (scale
+    1) or 1e-77 (scale 0.1), where an absolute zero-variance threshold used to drop the U term and
+    a zero envelope made the bound NaN."""
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=0.5)
+    W = p.matrix(n, m, sigma=0.8)
+    g = p.input(n)
+    for _ in range(2):
+        g = netsor.moment(lambda x: np.tanh(x) ** 2, g) * g
+    g = W.T @ g
+    p.readout(netsor.moment(lambda x: np.tanh(x) ** 2, g) * g)
+    X = scale * np.random.default_rng(0).standard_normal((2, 3))
+    for backward in ("exact", "independent"):
+        k = netsor.kernel(p, X, backward=backward)
+        assert 0 < k.nngp.max() < 1e-20
+        np.testing.assert_allclose(k.ntk, 3 * k.nngp, rtol=1e-12)
+        assert np.all(k.ntk_error <= 1e-8 * np.abs(k.ntk).max())
+
+
 def test_transposes_with_layernorm_by_simulation() -> None:
     """``y = uᵀ Wᵀ tanh(LN(W g))/√n``: LayerNorm's per-input coefficients on a vector with Netsor⊤
     corrections are outside the expectation engine (a clear refusal); the simulation's NTK agrees with

@@ -180,6 +180,27 @@ def test_random_transposed_programs_simulated_limit_agrees_with_the_expectation_
     assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
 
 
+@settings(SIMULATION_SETTINGS, max_examples=80)
+@given(recipe=transpose_recipes(max_steps=6), seed=st.integers(0, 2**16))
+def test_random_transposed_programs_exact_ntk_simulated_agrees_with_the_expectation_engine(recipe, seed):
+    """The exact NTK (real transposes in the backward program; NetsorK scalars held, their gradients
+    vanishing in the limit) of random Netsor⊤ programs: the engine's NTK is symmetric and at least
+    its NNGP's share (the readout term) on the diagonal, and the simulation of the same gradient
+    program (one round of 16 × 2^12 copies) agrees with it within the sum of their bounds."""
+    p = build_transposed(recipe)
+    X = inputs(2, 3, seed) if recipe.data else None
+    try:
+        k = netsor.kernel(p, X, rtol=1e-6, method="expectations", backward="exact")
+    except (netsor.UnsupportedError, NumericalError):
+        assume(False)
+    assert np.all(np.isfinite(k.ntk)) and np.all(np.isfinite(k.ntk_error))
+    np.testing.assert_array_equal(k.ntk, k.ntk.T)
+    assert np.all(np.diag(k.ntk) >= np.diag(k.nngp) - np.diag(k.ntk_error) - np.diag(k.nngp_error))
+    sim = netsor.kernel(p, X, get="ntk", rtol=1.0, method="qmc", backward="exact", seed=seed)
+    scale = np.sqrt(np.outer(np.abs(np.diag(k.ntk)), np.abs(np.diag(k.ntk))))
+    assert np.all(np.abs(sim.ntk - k.ntk) <= k.ntk_error + sim.ntk_error + 1e-12 * scale)
+
+
 @settings(SIMULATION_SETTINGS, max_examples=30)
 @given(recipe=transpose_recipes(max_steps=6), seed=st.integers(0, 2**16))
 def test_random_transposed_programs_coupled_run_is_the_sampler_and_converges(recipe, seed):

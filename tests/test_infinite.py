@@ -223,6 +223,21 @@ def test_reused_memory_nests_across_threads_and_leaves_no_setting_behind():
         np.testing.assert_array_equal(k.ntk, want.ntk)
 
 
+@pytest.mark.parametrize("scale", [1e-8, 1e-30, 1e25])
+def test_kernels_of_homogeneous_networks_scale_exactly_with_the_inputs(scale):
+    """No absolute threshold: for positively homogeneous φ of degree k (relu 1, step 0) and no
+    biases, each layer's kernel scales by scale^{2k}, so the NNGP of ``scale · X`` is the NNGP of
+    ``X`` times scale² (relu, identity) or unchanged (step: every layer is degree 0); the NTK/NNGP
+    ratio does not change. Variances of 1e-16 or 1e50 are as valid as 1."""
+    X = np.random.default_rng(4).standard_normal((5, 4))
+    for act, power in (("relu", 2), ("identity", 2), ("leaky_relu", 2), ("step", 0)):
+        p = netsor.zoo.mlp(3, act, 1.3, 0.0)
+        k1, ks = netsor.kernel(p, X), netsor.kernel(p, scale * X)
+        want = k1.nngp * scale**power if act != "step" else k1.nngp
+        np.testing.assert_allclose(ks.nngp, want, rtol=1e-12, err_msg=act)
+        np.testing.assert_allclose(ks.ntk / ks.nngp, k1.ntk / k1.nngp, rtol=1e-12, err_msg=act)
+
+
 def test_psd_and_singular_inputs():
     X = inputs(2)
     K = netsor.nngp(netsor.zoo.mlp(3, "relu", 1.5, 0.0), np.vstack([X, X]))  # duplicated points

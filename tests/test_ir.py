@@ -119,6 +119,29 @@ def test_substitute_rewrites_a_degenerate_matmul_as_a_lincomb():
     assert np.all(np.abs(K - Kq) <= E + Eq)
 
 
+def test_lines_whose_dims_do_not_chain_are_refused_by_the_program() -> None:
+    """A program transform that builds lines directly (not through the builder) cannot append a
+    MatMul whose argument is not in the matrix's in-dim (out-dim for ``Wᵀ``), nor a LinComb or
+    NonLin mixing dims: the gradient-independent copy of a rectangular ``Wᵀ`` once was one."""
+    from netsor.errors import DimensionError
+    from netsor.ir import MatMulLine
+    from netsor.ir.expr import Var, product
+
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=0.5)
+    W = p.matrix(n, m)
+    g, h = p.gaussian(n), p.gaussian(m)
+    for bad in (MatMulLine(p.new_vector(n, "G"), W, g), MatMulLine(p.new_vector(m, "G"), W, h, True)):
+        with pytest.raises(DimensionError, match="do not chain"):
+            p.add_line(bad)
+    with pytest.raises(DimensionError, match="do not chain"):
+        p.add_line(LinCombLine(p.new_vector(n, "G"), (1.0, 1.0), (g, h)))
+    with pytest.raises(DimensionError, match="do not chain"):
+        p.add_line(NonLinLine(p.new_vector(n, "H"), product([Var(g), Var(h)])))
+    assert p.add_line(MatMulLine(p.new_vector(n, "G"), W, h)).dim is n  # W h: m → n
+    assert p.add_line(MatMulLine(p.new_vector(m, "G"), W, g, True)).dim is m  # Wᵀ g: n → m
+
+
 def test_prune_keeps_what_the_readouts_need():
     p = netsor.Program()
     n = p.dim("n")

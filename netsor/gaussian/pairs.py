@@ -48,8 +48,10 @@ from netsor.linalg import largest_ratio
 
 Array = np.ndarray
 
-#: Variances at or below this are treated as exactly zero (a constant coordinate).
-ZERO_VARIANCE = 1e-13
+#: Variances at or below this are treated as exactly zero (a constant coordinate). Only zero (or a
+#: negative rounding of it): any positive variance is a valid scale — an absolute threshold (it was
+#: 1e-13) zeroed the kernels of deep networks on inputs of size 1e-6 and dropped NTK terms of size 1e-24.
+ZERO_VARIANCE = 0.0
 #: Default relative tolerance of one pair expectation (relative to √(E φ(u)² E ψ(v)²)).
 PAIR_RTOL = 1e-10
 #: Rounding error of a closed form, in units of eps·(|value| + scale).

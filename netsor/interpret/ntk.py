@@ -137,6 +137,9 @@ class Moment:
         left, right = np.sqrt(np.abs(var_left)), np.sqrt(np.abs(var_right))
         if value.ndim == 2:
             left, right = left[:, None], right[None, :]
+        # a vector whose limit is 0 (a gradient that vanishes) has a zero envelope but a bound from
+        # rounding: the larger of the two envelopes keeps both |A| ≤ l r and |Â − A| ≤ η l r finite
+        left, right = np.maximum(left, bound.left), np.maximum(right, bound.right)
         eta = bound.relative(left, right)
         if bound.dense is not None:
             eta += largest_ratio(bound.dense, left * right)

@@ -119,7 +119,7 @@ def gradient_program(program: Program, backward: str = "auto") -> GradientProgra
     exact = has_transposes if backward == "auto" else backward == "exact"
     new, ren = clone(program, name=f"{program.name} + backward "
                      + ("(exact transposes)" if exact else "(gradient independence)"))
-    tilde: dict[Matrix, Matrix] = {}
+    tilde: dict[tuple[Matrix, bool], Matrix] = {}
     readout_vectors: dict[int, tuple[Vector, ...]] = {}
     outputs = []
     for readout, parts in program.outputs:
@@ -135,7 +135,7 @@ def gradient_program(program: Program, backward: str = "auto") -> GradientProgra
     return GradientProgram(new, ren, tuple(outputs))
 
 
-def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix, Matrix] | None,
+def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[tuple[Matrix, bool], Matrix] | None,
               seeds: tuple[tuple[Vector, Vector], ...]) -> tuple[tuple[MatrixUse, ...], tuple[BiasUse, ...]]:
     """Walk the lines backwards from ``δh = Σ v`` over the ``(h, v)`` in ``seeds``; returns the
     matrix uses and biases. ``tilde``: the independent copies of gradient independence (filled
@@ -161,10 +161,15 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[Matrix,
                 if tilde is None:  # exact: δh = Wᵀ δg for g = W h, W δg for g = Wᵀ h, times √(n_h/n_g)
                     back_matrix, back_transposed = ren.matrices[W], not line.transposed
                     scale = (line.arg.dim.ratio / line.out.dim.ratio) ** 0.5
-                else:
-                    if W not in tilde:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
-                        tilde[W] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
-                    back_matrix, back_transposed = tilde[W], False
+                elif not line.transposed:
+                    if (W, False) not in tilde:  # the independent copy of Wᵀ: in_dim × out_dim, same σ
+                        tilde[W, False] = new.matrix(ren.dims[W.in_dim], ren.dims[W.out_dim], W.sigma, f"{W.name}~")
+                    back_matrix, back_transposed = tilde[W, False], False
+                else:  # g = Wᵀ h: an independent copy of W itself (its shape and law), as the exact pass scales W
+                    if (W, True) not in tilde:
+                        tilde[W, True] = new.matrix(ren.dims[W.out_dim], ren.dims[W.in_dim], W.sigma, f"{W.name}~ᵀ")
+                    back_matrix, back_transposed = tilde[W, True], False
+                    scale = (line.arg.dim.ratio / line.out.dim.ratio) ** 0.5
                 back_dim = ren.dims[line.arg.dim]
                 back = new.add_line(MatMulLine(new.new_vector(back_dim, "G", f"d{line.arg.name}'"), back_matrix, dg,
                                                back_transposed))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netsor.errors import DimensionError, ProgramError
-from netsor.ir.lines import BiasLine, DataLine, Line
+from netsor.ir.lines import BiasLine, DataLine, LinCombLine, Line, MatMulLine, NonLinLine
 from netsor.ir.variables import Dim, Matrix, Vector
 from netsor.validate import check_real, check_sigma
 
@@ -267,6 +267,7 @@ class Program:
             raise ProgramError("a line's output must come from new_vector() just before add_line()")
         for v in line.inputs:
             self.check_own(v)
+        _check_dims(line)
         self._lines.append(line)
         self._line_of[out] = line
         return out
@@ -330,3 +331,19 @@ class Program:
             names = ", ".join(" ⊕ ".join(v.name for v in out) for out in r.parts)
             rows.append(f"  readout{'' if r.num_parts == 1 else '_concat'} σ={r.sigma:g} bias={r.bias:g}: {names}")
         return "\n".join(rows)
+
+
+def _check_dims(line: Line) -> None:
+    """The dims of a line chain (the builder says what to change; this catches program transforms)."""
+    out = line.out
+    if isinstance(line, MatMulLine):
+        W = line.matrix
+        in_dim, out_dim = (W.out_dim, W.in_dim) if line.transposed else (W.in_dim, W.out_dim)
+        ok = line.arg.dim is in_dim and out.dim is out_dim
+    elif isinstance(line, LinCombLine | NonLinLine):
+        ok = all(v.dim is out.dim or v.kind == "scalar" for v in line.inputs)
+    else:
+        ok = True
+    if not ok:
+        dims = ", ".join(f"{v.name} in {v.dim.name!r}" for v in line.inputs)
+        raise DimensionError(f"{out.name}: the dims of its line do not chain ({dims}, out in {out.dim.name!r})")
