@@ -238,6 +238,21 @@ def test_kernels_of_homogeneous_networks_scale_exactly_with_the_inputs(scale):
         np.testing.assert_allclose(ks.ntk / ks.nngp, k1.ntk / k1.nngp, rtol=1e-12, err_msg=act)
 
 
+@pytest.mark.parametrize("act", ["relu", "step", "tanh", "leaky_relu"])
+def test_a_zero_input_without_biases_has_an_exactly_zero_row(act):
+    """A zero input (padding) of a network without biases: every vector is 0 there, so its NNGP and
+    NTK rows are 0 (within their bounds: rounding) and the other entries are those of the kernel without it (a zero form
+    once made the per-point error ratios of its tile infinite: a NumericalError for relu and step)."""
+    X = np.random.default_rng(3).standard_normal((3, 4))
+    p = netsor.zoo.mlp(3, act, 1.2, 0.0)
+    k = netsor.kernel(p, np.vstack([X[:1], np.zeros(4), X[1:]]))
+    k0 = netsor.kernel(p, X)
+    assert np.all(np.abs(k.nngp[1]) <= k.nngp_error[1]) and np.all(np.abs(k.ntk[1]) <= k.ntk_error[1])
+    keep = np.ix_([0, 2, 3], [0, 2, 3])
+    for got, want, err in ((k.nngp, k0.nngp, k0.nngp_error), (k.ntk, k0.ntk, k0.ntk_error)):
+        assert np.all(np.abs(got[keep] - want) <= err + 1e-15 * np.abs(want).max())
+
+
 def test_psd_and_singular_inputs():
     X = inputs(2)
     K = netsor.nngp(netsor.zoo.mlp(3, "relu", 1.5, 0.0), np.vstack([X, X]))  # duplicated points

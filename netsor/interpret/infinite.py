@@ -1199,6 +1199,7 @@ class Run:
             a, da = (x[:, None] for x in _form_variance(pl, cov_x, d_x))
             b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
             c, c_bound = self.linear_form_cross(pl, pr)
+            c, c_bound = _exactly_zero_rows(a, da, b, db, c, c_bound)
             c = c.view()
             for x in (a, da, b, db, c):
                 x.flags.writeable = False
@@ -1258,6 +1259,9 @@ class Run:
                     # a diagonal tile: its diagonal entries take per-point values (Limit._pairs)
                     dense = dense.copy()
                     np.fill_diagonal(dense, 0.0)
+                exact = _exact_zero(a, da) | _exact_zero(b, db)
+                if exact.any():  # a point whose form is exactly 0: its pairs are exact (the modulus is NaN)
+                    dense = np.where(exact, 0.0, dense)
                 prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
             return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
         cov_x, d_x = self.block(left.args, "left")
@@ -1359,6 +1363,27 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(*args, **kwargs)
 
     return wrapped
+
+
+def _exact_zero(a: Array, da: Array) -> Array:
+    """Points whose linear form has variance exactly 0 with no error (e.g. a zero input without
+    bias): the form is the constant 0 there, so every pair with it is exact."""
+    return (a == 0.0) & (da == 0.0)
+
+
+def _exactly_zero_rows(a: Array, da: Array, b: Array, db: Array, c: Array, c_bound: bounds.Bound
+                       ) -> tuple[Array, bounds.Bound]:
+    """The cross-covariance of two linear forms on a tile with its rows (columns) at points where
+    the left (right) form is exactly 0 set to exact zeros — its bound there may sit on a wider
+    envelope (the arguments' variances), which per-point ratios to the forms' envelopes turn into
+    an infinite bound for the whole tile."""
+    zero_l, zero_r = _exact_zero(a, da), _exact_zero(b, db)
+    if not (zero_l.any() or zero_r.any()):
+        return c, c_bound
+    zero = zero_l | zero_r
+    dense = None if c_bound.dense is None else np.where(zero, 0.0, c_bound.dense)
+    return (np.where(zero, 0.0, c),
+            bounds.Bound(c_bound.eta, np.where(zero_l, 0.0, c_bound.left), np.where(zero_r, 0.0, c_bound.right), dense))
 
 
 def _tiles(n1: int, n2: int, size: int, symmetric: bool) -> Iterator[tuple[slice, slice]]:
