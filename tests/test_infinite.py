@@ -241,8 +241,9 @@ def test_kernels_of_homogeneous_networks_scale_exactly_with_the_inputs(scale):
 @pytest.mark.parametrize("act", ["relu", "step", "tanh", "leaky_relu"])
 def test_a_zero_input_without_biases_has_an_exactly_zero_row(act):
     """A zero input (padding) of a network without biases: every vector is 0 there, so its NNGP and
-    NTK rows are 0 (within their bounds: rounding) and the other entries are those of the kernel without it (a zero form
-    once made the per-point error ratios of its tile infinite: a NumericalError for relu and step)."""
+    NTK rows are 0 (within their bounds: rounding) and the other entries are those of the kernel
+    without it (a zero form once made the per-point error ratios of its tile infinite: a
+    NumericalError for relu and step)."""
     X = np.random.default_rng(3).standard_normal((3, 4))
     p = netsor.zoo.mlp(3, act, 1.2, 0.0)
     k = netsor.kernel(p, np.vstack([X[:1], np.zeros(4), X[1:]]))
