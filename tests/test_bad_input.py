@@ -114,6 +114,21 @@ def test_overflowing_inputs_are_reported_not_zero():
         netsor.sample(netsor.zoo.mlp(3, "gelu"), X * 1e160, width=8, samples=3)
 
 
+@pytest.mark.parametrize("act", ["tanh", "gelu", "erf", "relu", "step"])
+def test_inputs_of_extreme_or_mixed_scales_give_a_kernel_or_a_clear_error(act):
+    """Norms from 1e-8 to 1e8 in one batch, and norms of 1e150: a kernel whose bound meets rtol, or
+    a NumericalError (never a raw MemoryError from a quadrature grid of 1e8 panels, or a ValueError)."""
+    rng = np.random.default_rng(0)
+    mixed = rng.standard_normal((4, 3)) * np.array([[1e-8], [1.0], [1e8], [1e-1]])
+    for X_ in (mixed, rng.standard_normal((3, 3)) * 1e150):
+        try:
+            k = netsor.kernel(netsor.zoo.mlp(3, act, 1.2, 0.1), X_)
+        except NumericalError:
+            continue
+        assert np.all(np.isfinite(k.nngp)) and np.all(np.isfinite(k.ntk))
+        assert np.all(k.ntk_error <= 1e-8 * np.sqrt(np.outer(np.diag(k.ntk), np.diag(k.ntk))) + 1e-300)
+
+
 def boom_on_large(x):
     if x.size > 100:
         raise RuntimeError("boom")

@@ -281,6 +281,19 @@ def test_joint_pair_series_of_separable_functions_meets_products_of_closed_forms
     assert np.all(np.abs(value - want) <= err + 16 * EPS * scale)
 
 
+def test_closed_forms_are_stable_at_large_variances():
+    """At a point with itself of variance 1e16 the Gaussian-type kernels are their exact limits
+    (the product forms cancelled to 0 or a negative determinant, and sin/cos gave inf · 0)."""
+    from netsor.activations import kernels
+
+    a = np.array([1e16, 2.5])
+    gauss, erf_d = kernels.gaussian_kernel(a, a, a), kernels.erf_deriv_kernel(a, a, a)
+    np.testing.assert_allclose(gauss, 1 / np.sqrt(1 + 2 * a), rtol=1e-14)  # det(I + Σ) = 1 + 2a for c = a = b
+    np.testing.assert_allclose(erf_d, 4 / np.pi / np.sqrt(1 + 4 * a), rtol=1e-14)
+    np.testing.assert_allclose(kernels.sin_kernel(a, a, a), 0.5 * (1 - np.exp(-2 * a)), rtol=1e-14)
+    np.testing.assert_allclose(kernels.cos_kernel(a, a, a), 0.5 * (1 + np.exp(-2 * a)), rtol=1e-14)
+
+
 def test_step_kernel_modulus_bounds_its_change_over_the_interval():
     """``kernel_modulus`` of step bounds ``max |K(c') − K(c)|`` over ``|c' − c| ≤ δ``: checked on
     a dense sweep of c' (clipped to the admissible correlations) from ρ = 0 to colinear pairs,

@@ -238,14 +238,15 @@ def test_kernels_of_homogeneous_networks_scale_exactly_with_the_inputs(scale):
         np.testing.assert_allclose(ks.ntk / ks.nngp, k1.ntk / k1.nngp, rtol=1e-12, err_msg=act)
 
 
-@pytest.mark.parametrize("act", ["relu", "step", "tanh", "leaky_relu"])
-def test_a_zero_input_without_biases_has_an_exactly_zero_row(act):
+@pytest.mark.parametrize(("arch", "act"), [("mlp", "relu"), ("mlp", "step"), ("mlp", "tanh"), ("mlp", "leaky_relu"),
+                                           ("resnet", "relu")])
+def test_a_zero_input_without_biases_has_an_exactly_zero_row(arch, act):
     """A zero input (padding) of a network without biases: every vector is 0 there, so its NNGP and
     NTK rows are 0 (within their bounds: rounding) and the other entries are those of the kernel
     without it (a zero form once made the per-point error ratios of its tile infinite: a
-    NumericalError for relu and step)."""
+    NumericalError for relu and step; in a ResNet, step(u)² had the moment ½ at variance 0, as 0⁰ = 1)."""
     X = np.random.default_rng(3).standard_normal((3, 4))
-    p = netsor.zoo.mlp(3, act, 1.2, 0.0)
+    p = getattr(netsor.zoo, arch)(3, act, 1.2, 0.0)
     k = netsor.kernel(p, np.vstack([X[:1], np.zeros(4), X[1:]]))
     k0 = netsor.kernel(p, X)
     assert np.all(np.abs(k.nngp[1]) <= k.nngp_error[1]) and np.all(np.abs(k.ntk[1]) <= k.ntk_error[1])

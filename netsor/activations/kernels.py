@@ -175,21 +175,32 @@ def exp_kernel(a: Array, b: Array, c: Array) -> Array:
 
 
 def sin_kernel(a: Array, b: Array, c: Array) -> Array:
-    return np.exp(-0.5 * (a + b)) * np.sinh(c)
+    # e^{−(a+b)/2} sinh c with both exponents ≤ 0 (|c| ≤ (a+b)/2): no inf·0 at large variances
+    half = 0.5 * (np.asarray(a) + np.asarray(b))
+    return 0.5 * (np.exp(c - half) - np.exp(-c - half))
 
 
 def cos_kernel(a: Array, b: Array, c: Array) -> Array:
-    return np.exp(-0.5 * (a + b)) * np.cosh(c)
+    half = 0.5 * (np.asarray(a) + np.asarray(b))
+    return 0.5 * (np.exp(c - half) + np.exp(-c - half))
+
+
+def _det_plus_identity(a: Array, b: Array, c: Array, scale: float) -> Array:
+    """``det(I + scale·Σ) = 1 + scale (a + b) + scale² (ab − c²)`` with ``ab − c² ≥ 0`` formed on
+    its own: the product form ``(1 + sa)(1 + sb) − s²c²`` cancels catastrophically at large
+    variances (a point with itself at variance 1e16 gave 0 or a negative number)."""
+    a, b, c = (np.asarray(x, dtype=float) for x in (a, b, c))
+    return 1.0 + scale * (a + b) + scale * scale * np.maximum(a * b - c * c, 0.0)
 
 
 def gaussian_kernel(a: Array, b: Array, c: Array) -> Array:
     # E[exp(-u²/2) exp(-v²/2)] = det(I + Σ)^(-1/2).
-    return 1.0 / np.sqrt((1.0 + a) * (1.0 + b) - c * c)
+    return 1.0 / np.sqrt(_det_plus_identity(a, b, c, 1.0))
 
 
 def erf_deriv_kernel(a: Array, b: Array, c: Array) -> Array:
     # φ = erf' = (2/√π) exp(-x²): E[φ(u) φ(v)] = (4/π) det(I + 2Σ)^(-1/2).
-    return (4.0 / np.pi) / np.sqrt((1.0 + 2.0 * a) * (1.0 + 2.0 * b) - 4.0 * c * c)
+    return (4.0 / np.pi) / np.sqrt(_det_plus_identity(a, b, c, 2.0))
 
 
 def identity_kernel(a: Array, b: Array, c: Array) -> Array:

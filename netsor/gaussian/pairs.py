@@ -48,6 +48,8 @@ from netsor.linalg import largest_ratio
 
 Array = np.ndarray
 
+#: Uniform quadrature panels over [−Z_MAX, Z_MAX] at most (:func:`_uniform_grid`).
+MAX_UNIFORM_PANELS = 1024
 #: Variances at or below this are treated as exactly zero (a constant coordinate). Only zero (or a
 #: negative rounding of it): any positive variance is a valid scale — an absolute threshold (it was
 #: 1e-13) zeroed the kernels of deep networks on inputs of size 1e-6 and dropped NTK terms of size 1e-24.
@@ -145,8 +147,15 @@ def _merge_points(points: list[float], gap: float) -> list[float]:
 
 # ------------------------------------------------------------------ one-dimensional pieces
 def mean(act: Activation, variance: Array, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
-    """``(E φ(u), error bound)``, ``u ~ N(0, variance)`` (closed form when known)."""
+    """``(E φ(u), error bound)``, ``u ~ N(0, variance)`` (closed form when known; ``φ(0)`` exactly
+    at variance 0, where a closed form of a jump such as step's ½ does not hold)."""
     var = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    zero = var <= ZERO_VARIANCE
+    if zero.any() and not act.odd:
+        value, err = np.full(var.shape, float(np.asarray(act.fn(np.zeros(1)), dtype=float)[0])), np.zeros(var.shape)
+        if not zero.all():
+            value[~zero], err[~zero] = mean(act, var[~zero], rtol)
+        return value, err
     if act.odd:
         return np.zeros(var.shape), np.zeros(var.shape)
     if act.mean is not None:
@@ -388,8 +397,7 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
     # Panels narrow enough for the oscillation of He_K (frequency ≈ √(2K+1)) under 20 GL nodes,
     # and for oscillating φ (sin, cos: frequency √var in z) under the 10 nodes of the estimate.
     sd = np.sqrt(var)
-    width = min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0), 4.0 / max(float(np.max(sd, initial=0.0)), 1e-12))
-    edges = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+    edges = _uniform_grid(float(np.max(sd, initial=0.0)), min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0)))
     if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
         e = panel_edges(np.zeros(1), np.ones(1), (0.0,), extra_z=edges[None])
         fw, m2, qerr, z = _weighted_values(act, sd, e)
@@ -628,8 +636,7 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         sl = slice(i, i + _PAIR_CHUNK * 16)
         sa, sb, sg = np.sqrt(a[sl]), np.sqrt(b[sl]), sign[sl]
         # Uniform panels of width ≲ 4/√max(a, b) also resolve oscillating φ (sin, cos).
-        width = min(2.0, 4.0 / max(float(np.max(sa)), float(np.max(sb))))
-        grid = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+        grid = _uniform_grid(max(float(np.max(sa)), float(np.max(sb))))
         extra = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
         extra = np.concatenate([np.stack(extra, axis=1) if extra else np.empty((sa.size, 0)),
                                 np.broadcast_to(grid, (sa.size, grid.size))], axis=1)
@@ -686,10 +693,20 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     return vals[0], np.abs(vals[0] - vals[1])
 
 
-def _uniform_grid(spread: float) -> Array:
-    """Panel edges in z of width ≲ 4/spread (at most 2) over [−Z_MAX, Z_MAX]."""
-    width = min(2.0, 4.0 / max(spread, 1e-12))
-    return np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+def _uniform_grid(spread: float, widest: float = 2.0) -> Array:
+    """Panel edges in z for ``φ(spread · z)``: uniform of width ≲ 4/spread (at most ``widest``) over
+    [−Z_MAX, Z_MAX] — fine enough for oscillating φ (sin, cos) — with at most
+    ``MAX_UNIFORM_PANELS`` panels; beyond, panels graded geometrically towards z = 0 down to the
+    width 1/spread, where every feature x of φ at |x| ≲ 1 lands (a steep φ such as tanh at a huge
+    variance is resolved; a fast oscillation is not, and shows in the error estimates)."""
+    spread = max(spread, 1e-12)
+    width = max(min(widest, 4.0 / spread), 2.0 * Z_MAX / MAX_UNIFORM_PANELS)
+    grid = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
+    if width * spread <= 4.0:
+        return grid
+    levels = int(np.ceil(np.log(width * spread) / np.log(4.0))) + 1
+    graded = width * 4.0 ** -np.arange(1, levels + 1)
+    return np.sort(np.concatenate([grid, graded, -graded]))
 
 
 def _same_activation(phi: Activation, psi: Activation) -> bool:
@@ -851,7 +868,11 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
     if act.homogeneous is not None:  # φ(√a z) = a^{p/2} φ(z): the moments at variance 1, scaled
         unit = _unit_moments(act)
         p = act.homogeneous
-        out = {"m2": unit["m2"] * var**p, "m4": unit["m4"] * var ** (2 * p),
+        # at variance 0 the coordinate is the constant φ(0) (0⁰ = 1 would give step² the moment ½)
+        square0 = float(np.asarray(act.fn(np.zeros(1)), dtype=float)[0]) ** 2
+        scale = var**p
+        out = {"m2": np.where(var > 0, unit["m2"] * scale, square0),
+               "m4": np.where(var > 0, unit["m4"] * scale**2, square0**2),
                "grad2": unit["grad2"] * np.where(var > 0, var, 1.0) ** (p - 1), "euler": unit["euler"] * var**p}
         return {k: np.broadcast_to(v, var.shape).reshape(np.shape(variance)) for k, v in out.items()}
     sd_max = float(np.sqrt(np.max(var, initial=0.0)))

@@ -1602,6 +1602,12 @@ class Limit:
         if worst > self.rtol:
             ratio = err / np.maximum(scale, 1e-300)
             i, j = np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape)
+            if not np.isfinite(worst):  # no tolerance accepts it: say what to change instead
+                raise NumericalError(
+                    f"{what}: entry ({i}, {j}) has no finite error bound — an expectation of the limit could "
+                    "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
+                    f"variance of input {i} or {j}: inputs whose scales differ by many orders of magnitude); "
+                    "rescale the inputs, or compute those entries separately (X2)")
             raise NumericalError(
                 f"{what}: the error bound reached {worst:.3g} relative to √(K_ii K_jj) at entry ({i}, {j}), "
                 f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "

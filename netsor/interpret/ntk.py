@@ -184,8 +184,9 @@ class _Block:
         left, right = a.left * b.left, a.right * b.right
         self.scale_cols.append((coef, left, right))
         if a.dense is None and b.dense is None:
-            eta = a.eta * (1 + b.eta) + b.eta * (1 + a.eta) + a.eta * b.eta
-            self.error_cols.append((coef * eta, left, right))
+            ea, eb = float(a.eta), float(b.eta)  # Python floats: an infinite bound stays inf, no inf·0 warning
+            eta = ea * (1 + eb) + eb * (1 + ea) + ea * eb
+            self.error_cols.append((coef * eta if eta == eta else np.inf, left, right))
         else:
             ea, eb = a.error(), b.error()
             self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
