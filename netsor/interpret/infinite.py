@@ -1139,6 +1139,8 @@ class Run:
                 h = product_activation(pl.act, pr.act)  # than the partials in a, b, c
                 if h.homogeneous is not None:
                     return value, err + propagation.point_homogeneous(value, a, da, h.homogeneous)
+                if pl.act.key == pr.act.key:  # E φ(w)²: from φ's own moments, no quadrature of φ²
+                    return value, err + propagation.point_square(a, da, self.get(("pm", left.key))[0])
                 return value, err + propagation.point_1d(a, da, moments_1d(h, a))
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
