@@ -114,7 +114,7 @@ def gp(k_train_train: Any, k_test_train: Any, y_train: Any, *, noise: float = 0.
 
 
 def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *, learning_rate: float = 1.0,
-                         t: float | None = None, nngp_train_train: Any = None, nngp_test_train: Any = None,
+                         t: float | Any | None = None, nngp_train_train: Any = None, nngp_test_train: Any = None,
                          nngp_test_test: Any = None) -> Prediction:
     """Test outputs of the infinite-width network trained by gradient flow on the MSE loss.
 
@@ -137,8 +137,10 @@ def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *,
     k_test_train : array (t, m)
         NTK between test and training inputs.
     learning_rate : float, keyword-only
-    t : float or None, keyword-only
-        Training time (None: the end of training).
+    t : float, 1-D array of floats, or None, keyword-only
+        Training time (None: the end of training). An array of times (a training curve, as Neural
+        Tangents' ``predict_fn(t=ts)``) gives ``mean`` of shape (T, t[, k]) and ``covariance``
+        (T, t, t), one slice per time: the eigendecomposition is shared.
     nngp_train_train, nngp_test_train, nngp_test_test : arrays, optional
         NNGP kernels (m, m), (t, m), (t, t) for the covariance.
 
@@ -147,34 +149,45 @@ def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *,
     Prediction
     """
     eta = check_real(learning_rate, "learning_rate", minimum=0.0, strict=True)
-    time = None if t is None else check_real(t, "t", minimum=0.0)
+    curve = t is not None and np.ndim(t) == 1
+    if curve:
+        times: list[float | None] = [check_real(x, "each t", minimum=0.0) for x in np.asarray(t, dtype=object)]
+        if not times:
+            raise InputError("t is an empty array; pass at least one training time (or t=None)")
+    else:
+        times = [None if t is None else check_real(t, "t", minimum=0.0)]
     theta, theta_star, y, _ = _inputs(k_train_train, k_test_train, y_train, None)
     lam, V = np.linalg.eigh(theta)
     top = max(float(lam[-1]), np.finfo(float).tiny)
     if lam[0] < -1e-9 * top:
         raise NumericalError(f"k_train_train is not PSD (eigenvalue {lam[0]:.3g} vs largest {top:.3g}); pass an NTK")
     lam = np.maximum(lam, 0.0)
-    if time is None:
-        if lam[0] < RCOND_MIN * top:
-            raise NumericalError(f"the NTK on the training set is singular to working precision (λ_min/λ_max = "
-                                 f"{lam[0] / top:.1e}); pass a finite t, or remove repeated training inputs")
-        weights = 1.0 / lam
-    else:
-        rate = eta * time / y.size
-        # (1 − e^{−λ r}) / λ, with its limit r at λ = 0
-        weights = np.where(lam > 0, -np.expm1(-lam * rate) / np.where(lam > 0, lam, 1.0), rate)
-    A = theta_star @ (V * weights) @ V.T  # (t, m)
-    mean = A @ y
+    if None in times and lam[0] < RCOND_MIN * top:
+        raise NumericalError(f"the NTK on the training set is singular to working precision (λ_min/λ_max = "
+                             f"{lam[0] / top:.1e}); pass a finite t, or remove repeated training inputs")
     given = [a is not None for a in (nngp_train_train, nngp_test_train, nngp_test_test)]
-    if not any(given):
-        return Prediction(mean, None)
-    if not all(given):
+    if any(given) and not all(given):
         raise InputError("the covariance needs all three NNGP kernels: nngp_train_train, nngp_test_train and "
                          "nngp_test_test")
-    K, Ks, _, Kss = _inputs(nngp_train_train, nngp_test_train, y, nngp_test_test)
-    if Ks.shape[0] != theta_star.shape[0]:
-        raise InputError(f"nngp_test_train has {Ks.shape[0]} test rows, k_test_train {theta_star.shape[0]}")
-    assert Kss is not None
-    cross = A @ Ks.T
-    cov = Kss + A @ K @ A.T - cross - cross.T
-    return Prediction(mean, 0.5 * (cov + cov.T))
+    if all(given):
+        K, Ks, _, Kss = _inputs(nngp_train_train, nngp_test_train, y, nngp_test_test)
+        if Ks.shape[0] != theta_star.shape[0]:
+            raise InputError(f"nngp_test_train has {Ks.shape[0]} test rows, k_test_train {theta_star.shape[0]}")
+        assert Kss is not None
+    means, covs = [], []
+    for time in times:
+        if time is None:
+            weights = 1.0 / lam
+        else:
+            rate = eta * time / y.size
+            # (1 − e^{−λ r}) / λ, with its limit r at λ = 0
+            weights = np.where(lam > 0, -np.expm1(-lam * rate) / np.where(lam > 0, lam, 1.0), rate)
+        A = theta_star @ (V * weights) @ V.T  # (t, m)
+        means.append(A @ y)
+        if all(given):
+            cross = A @ Ks.T
+            cov = Kss + A @ K @ A.T - cross - cross.T
+            covs.append(0.5 * (cov + cov.T))
+    if not curve:
+        return Prediction(means[0], covs[0] if covs else None)
+    return Prediction(np.stack(means), np.stack(covs) if covs else None)

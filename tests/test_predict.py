@@ -30,6 +30,23 @@ def test_gradient_descent_mse_equals_neural_tangents(i):
     assert np.allclose(ens.covariance, NT[f"ens_cov_{i}"], rtol=1e-9, atol=1e-11)
 
 
+def test_a_training_curve_is_the_stack_of_its_times():
+    """``t`` an array of the finite reference times: every slice equals Neural Tangents' prediction at
+    that time (mean and ensemble covariance); an empty array, a negative or NaN time is refused."""
+    times = np.array([t for t in T if t is not None])
+    ens = predict.gradient_descent_mse(NT["ntk_tt"], NT["y"], NT["ntk_st"], learning_rate=0.5, t=times,
+                                       nngp_train_train=NT["nngp_tt"], nngp_test_train=NT["nngp_st"],
+                                       nngp_test_test=NT["nngp_ss"])
+    finite = [i for i, t in enumerate(T) if t is not None]
+    assert ens.mean.shape[0] == ens.covariance.shape[0] == len(finite)
+    for k, i in enumerate(finite):
+        assert np.allclose(ens.mean[k], NT[f"ens_mean_{i}"], rtol=1e-9, atol=1e-11)
+        assert np.allclose(ens.covariance[k], NT[f"ens_cov_{i}"], rtol=1e-9, atol=1e-11)
+    for bad in (np.array([]), np.array([1.0, -1.0]), np.array([np.nan])):
+        with pytest.raises(netsor.NetsorError, match="t"):
+            predict.gradient_descent_mse(NT["ntk_tt"], NT["y"], NT["ntk_st"], t=bad)
+
+
 def test_exact_identities_on_the_training_set():
     """Noiseless GP and fully trained networks interpolate the training targets with zero variance."""
     X = np.random.default_rng(8).standard_normal((6, 3))
