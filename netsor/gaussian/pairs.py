@@ -881,9 +881,10 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         # smooth and not steep or oscillating on the scale of the nodes: a 64-node Gauss–Hermite
         # rule gives these moments (factors of error bounds, not results) to many digits
         x, w = np.sqrt(var)[:, None] * _MOMENT_GH_Z, _MOMENT_GH_W[None, :]
-    elif all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
-        z, w = gaussian_rule(np.zeros(1), np.ones(1), (0.0,))
-        x = np.sqrt(var)[:, None] * z
+    elif all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance (graded for the largest)
+        top = max(sd_max, 1.0)
+        x1, w = gaussian_rule(np.zeros(1), np.full(1, top), (0.0,))
+        x = np.sqrt(var)[:, None] * (x1 / top)
     else:
         x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
     with np.errstate(all="ignore"):

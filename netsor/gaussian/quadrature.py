@@ -50,8 +50,13 @@ def panel_edges(loc: Array, scale: Array, features: tuple[float, ...] = (0.0,),
     scale = np.asarray(scale, dtype=float).reshape(-1)
     safe = np.where(scale > 0, scale, 1.0)
     cuts = [np.broadcast_to(PANEL_EDGES, (loc.size, PANEL_EDGES.size))]
+    # beyond scale 64 the grading continues geometrically down to 1/scale (f varies on the scale 1/scale
+    # in z: tanh'(σz) at σ = 1e6 is a spike of width 1e-6 that the fixed grading steps over)
+    top = min(float(np.nan_to_num(np.max(safe, initial=1.0), nan=1.0)), 1e40)  # (inf: overflow, reported later)
+    deeper = 4.0 ** -np.arange(4, int(np.ceil(np.log(top) / np.log(4.0))) + 2) if top > 64.0 else np.empty(0)
+    grading = np.concatenate([GRADING, deeper, -deeper])
     for x in features:
-        cuts.append(np.where(scale > 0, (x - loc) / safe, Z_MAX)[:, None] + GRADING)
+        cuts.append(np.where(scale > 0, (x - loc) / safe, Z_MAX)[:, None] + grading)
     if extra_z is not None:
         cuts.append(np.nan_to_num(extra_z, nan=Z_MAX, posinf=Z_MAX, neginf=-Z_MAX))
     return np.sort(np.clip(np.concatenate(cuts, axis=1), -Z_MAX, Z_MAX), axis=1)
