@@ -352,11 +352,8 @@ class Analysis:
             run.run(make_plan(self, [k for k in means if k is not None] + scalars, diag=True))
         value, err = poly.const, 0.0
         for (a, _), (atoms, _), key in zip(poly.terms, split, means, strict=True):
-            v, e = (1.0, 0.0) if key is None else (float(run.values[key][0][0]), float(run.values[key][1][0]))
-            sv, se = (1.0, 0.0)
-            if atoms:
-                sv_, se_ = run.scalar_expression(Monomial(atoms).expr)
-                sv, se = float(sv_[0]), float(se_[0])
+            v, e = (1.0, 0.0) if key is None else (float(x[0]) for x in run.values[key])
+            sv, se = (1.0, 0.0) if not atoms else (float(x[0]) for x in run.scalar_expression(Monomial(atoms).expr))
             value += a * sv * v
             err += abs(a) * (abs(sv) * e + se * (abs(v) + e))
         return value, err
@@ -1261,9 +1258,9 @@ class Run:
                     # a diagonal tile: its diagonal entries take per-point values (Limit._pairs)
                     dense = dense.copy()
                     np.fill_diagonal(dense, 0.0)
-                exact = _exact_zero(a, da) | _exact_zero(b, db)
-                if exact.any():  # a point whose form is exactly 0: its pairs are exact (the modulus is NaN)
-                    dense = np.where(exact, 0.0, dense)
+                zero_l, zero_r = _exact_zero(a, da), _exact_zero(b, db)
+                if zero_l.any() or zero_r.any():  # a form exactly 0 at a point: its pairs are exact (modulus NaN)
+                    dense = np.where(zero_l | zero_r, 0.0, dense)
                 prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
             return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
         cov_x, d_x = self.block(left.args, "left")
