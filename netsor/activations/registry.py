@@ -116,6 +116,12 @@ class Activation:
     cache_key: tuple[Any, ...] | None = None
 
     @property
+    def at_zero(self) -> float:
+        """``φ(0)``: the constant a coordinate of variance 0 takes (NaN if φ is undefined there)."""
+        with np.errstate(all="ignore"):
+            return float(np.asarray(self.fn(np.zeros(1)), dtype=float)[0])
+
+    @property
     def key(self) -> tuple[Any, ...]:
         """Identity for caching: registry name and parameters, or the object for custom φ."""
         if self.registered:

@@ -152,7 +152,7 @@ def mean(act: Activation, variance: Array, rtol: float = PAIR_RTOL) -> tuple[Arr
     var = np.maximum(np.asarray(variance, dtype=float), 0.0)
     zero = var <= ZERO_VARIANCE
     if zero.any() and not act.odd:
-        value, err = np.full(var.shape, float(np.asarray(act.fn(np.zeros(1)), dtype=float)[0])), np.zeros(var.shape)
+        value, err = np.full(var.shape, act.at_zero), np.zeros(var.shape)
         if not zero.all():
             value[~zero], err[~zero] = mean(act, var[~zero], rtol)
         return value, err
@@ -263,7 +263,7 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
     if regular.any():
         value[regular], err[regular] = _regular_pair(phi, psi, a[regular], b[regular], c[regular], memo, rtol)
     # A zero-variance coordinate is the constant 0: E[φ(0) ψ(v)] = φ(0) E ψ(v).
-    phi0, psi0 = float(phi.fn(np.zeros(1))[0]), float(psi.fn(np.zeros(1))[0])
+    phi0, psi0 = phi.at_zero, psi.at_zero
     for only, const, act, var in ((zero_a & ~zero_b, phi0, psi, b), (zero_b & ~zero_a, psi0, phi, a)):
         if only.any():
             m, e = mean(act, var[only], rtol)
@@ -397,16 +397,18 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
     # Panels narrow enough for the oscillation of He_K (frequency ≈ √(2K+1)) under 20 GL nodes,
     # and for oscillating φ (sin, cos: frequency √var in z) under the 10 nodes of the estimate.
     sd = np.sqrt(var)
-    edges = _uniform_grid(float(np.max(sd, initial=0.0)), min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0)))
-    if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance
-        e = panel_edges(np.zeros(1), np.ones(1), (0.0,), extra_z=edges[None])
+    top = max(float(np.max(sd, initial=0.0)), 1.0)
+    edges = _uniform_grid(top, min(2.0, 12.0 / np.sqrt(2.0 * order + 1.0)))
+    if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance (graded for the largest)
+        e = panel_edges(np.zeros(1), np.full(1, top), (0.0,), extra_z=edges[None])
         fw, m2, qerr, z = _weighted_values(act, sd, e)
         return hermite_functions(z[0], order) @ fw.T, m2, qerr
     alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
     step = max(1, _GATHER // ((order + 1) * 20 * edges.size))
     for i in range(0, var.size, step):
         s = sd[i:i + step]
-        e = panel_edges(np.zeros(s.size), s, act.kinks, extra_z=np.broadcast_to(edges, (s.size, edges.size)))
+        e = panel_edges(np.zeros(s.size), s, tuple(dict.fromkeys((*act.kinks, 0.0))),
+                        extra_z=np.broadcast_to(edges, (s.size, edges.size)))
         fw, m2[i:i + step], qerr[i:i + step], z = _weighted_values(act, s, e)
         alpha[:, i:i + step] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
     return alpha, m2, qerr
@@ -640,7 +642,7 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         extra = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
         extra = np.concatenate([np.stack(extra, axis=1) if extra else np.empty((sa.size, 0)),
                                 np.broadcast_to(grid, (sa.size, grid.size))], axis=1)
-        edges = panel_edges(np.zeros(sa.size), np.ones(sa.size), (0.0,), extra_z=extra)
+        edges = panel_edges(np.zeros(sa.size), np.maximum(sa, sb), (0.0,), extra_z=extra)
         vals = []
         for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
             z, w = rule_on_panels(edges, nodes, weights)
@@ -673,7 +675,7 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
                      + [k / sa for k in phi.kinks], axis=1)
     # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes
     outer_grid = _uniform_grid(max(float(np.max(sa)), float(np.max(np.abs(slope)))))
-    outer_edges = panel_edges(np.zeros(a.size), np.ones(a.size), (0.0,),
+    outer_edges = panel_edges(np.zeros(a.size), np.maximum(sa, np.abs(slope)), (0.0,),
                               extra_z=np.concatenate([extra, np.broadcast_to(outer_grid, (a.size, outer_grid.size))],
                                                      axis=1))
     inner_grid = _uniform_grid(float(np.max(sb * s)))
@@ -696,17 +698,11 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
 def _uniform_grid(spread: float, widest: float = 2.0) -> Array:
     """Panel edges in z for ``φ(spread · z)``: uniform of width ≲ 4/spread (at most ``widest``) over
     [−Z_MAX, Z_MAX] — fine enough for oscillating φ (sin, cos) — with at most
-    ``MAX_UNIFORM_PANELS`` panels; beyond, panels graded geometrically towards z = 0 down to the
-    width 1/spread, where every feature x of φ at |x| ≲ 1 lands (a steep φ such as tanh at a huge
-    variance is resolved; a fast oscillation is not, and shows in the error estimates)."""
-    spread = max(spread, 1e-12)
-    width = max(min(widest, 4.0 / spread), 2.0 * Z_MAX / MAX_UNIFORM_PANELS)
-    grid = np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
-    if width * spread <= 4.0:
-        return grid
-    levels = int(np.ceil(np.log(width * spread) / np.log(4.0))) + 1
-    graded = width * 4.0 ** -np.arange(1, levels + 1)
-    return np.sort(np.concatenate([grid, graded, -graded]))
+    ``MAX_UNIFORM_PANELS`` panels. Beyond, a steep φ (tanh at a huge variance) is resolved by
+    :func:`panel_edges`' grading towards z = 0 at the scale ``spread`` (pass it as the scale of the
+    feature 0); a fast oscillation is not, and shows in the error estimates."""
+    width = max(min(widest, 4.0 / max(spread, 1e-12)), 2.0 * Z_MAX / MAX_UNIFORM_PANELS)
+    return np.linspace(-Z_MAX, Z_MAX, int(np.ceil(2.0 * Z_MAX / width)) + 1)
 
 
 def _same_activation(phi: Activation, psi: Activation) -> bool:
@@ -869,7 +865,7 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         unit = _unit_moments(act)
         p = act.homogeneous
         # at variance 0 the coordinate is the constant φ(0) (0⁰ = 1 would give step² the moment ½)
-        square0 = float(np.asarray(act.fn(np.zeros(1)), dtype=float)[0]) ** 2
+        square0 = act.at_zero**2
         scale = var**p
         out = {"m2": np.where(var > 0, unit["m2"] * scale, square0),
                "m4": np.where(var > 0, unit["m4"] * scale**2, square0**2),

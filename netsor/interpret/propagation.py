@@ -179,12 +179,10 @@ def point_square(a: Array, da: Array, stats: dict[str, Array]) -> Array:
     """Propagated error of ``E φ(u)²``, ``u ~ N(0, a)`` (``stats``: :func:`moments_1d` of φ at ``a``):
     ``d/da E φ² = E[φ φ' u]/a`` and ``|E[φ φ' u]| ≤ √(E φ² · E φ'² u²)``, so the change over ``δa``
     is at most ``(δa/a) √(m2 · euler)`` — φ's moments, which the engine has, instead of a
-    quadrature of ``(φ²)'``; for discontinuous φ, :func:`point_1d`'s bound on ``√(E φ⁴)``."""
-    scale = np.sqrt(stats["m4"])
-    eps = _ratio(da, a)
-    if np.all(np.isfinite(stats["grad2"])):
-        return _cap(eps * np.sqrt(stats["m2"] * stats["euler"]), scale)
-    return _cap(scale * eps / _SQRT2, scale)
+    quadrature of ``(φ²)'``: :func:`point_1d` of h = φ², with ``E h² = E φ⁴`` and ``E h'²u²``
+    replaced by its bound ``4 E φ² E φ'²u²``."""
+    square = {"m2": stats["m4"], "grad2": stats["grad2"], "euler": 4.0 * stats["m2"] * stats["euler"]}
+    return point_1d(a, da, square)
 
 
 def _spectrum(cov: Array) -> tuple[Array, Array]:

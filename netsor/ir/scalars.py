@@ -8,8 +8,6 @@ G-vector: the offset is there at finite width and exactly zero in the limit.
 
 from __future__ import annotations
 
-import numpy as np
-
 from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var, expand
 from netsor.ir.lines import MomentLine, NonLinLine
 from netsor.ir.program import Program
@@ -46,7 +44,5 @@ def _vanishes(e: Expr, zero: set[Vector]) -> bool:
     if isinstance(e, Sum):
         return e.const == 0.0 and all(_vanishes(t, zero) for _, t in e.terms)
     if isinstance(e, Apply):
-        with np.errstate(all="ignore"):
-            at_zero = float(np.asarray(e.act.fn(np.zeros(1)), dtype=float)[0])
-        return at_zero == 0.0 and e.act.continuous and _vanishes(e.child, zero)
+        return e.act.at_zero == 0.0 and e.act.continuous and _vanishes(e.child, zero)
     return False

@@ -160,7 +160,7 @@ def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 
                 k = int(above[0])
                 j = int(np.flatnonzero(g[:k] < 0)[-1])
                 return _root(gap, qs[k], qs[j])
-            v0 = sigma_b**2 + sigma_w**2 * float(act.fn(np.zeros(1))[0]) ** 2
+            v0 = sigma_b**2 + sigma_w**2 * act.at_zero**2
             return 0.0 if v0 == 0.0 else _root(gap, 0.0, float(qs[-1]))
         qs = start * np.logspace(0.0, np.log10(Q_MAX / start), 97) if start < Q_MAX else np.array([start])
         g = gap(qs)
