@@ -90,3 +90,85 @@ def ensure_psd(K: Array, clip: bool = True, tol: float = PSD_TOLERANCE, what: st
         return K
     K = (vecs * np.maximum(vals, 0.0)) @ vecs.T
     return 0.5 * (K + K.T)
+
+
+def colinear_rows(A: Array, B: Array) -> tuple[Array, Array, Array]:
+    """Pairs of rows that are exactly positive multiples: ``B[j] = s·A[i]`` in real arithmetic for
+    a real ``s > 0`` (rows flattened; zero rows and byte-identical rows excluded).
+
+    Returns index arrays ``i, j`` and ``s`` (the correctly rounded ratio). Candidates share their
+    rounded direction ``fl(row / row[k₀])`` (``k₀`` the first non-zero coordinate: equal for
+    exactly colinear rows, as both are the rounding of one real number); each is then confirmed
+    exactly by ``B[j]_m A[i]_k₀ = A[i]_m B[j]_k₀`` with error-free products. O(B·d) plus the
+    candidates (none for generic data).
+    """
+    a, b = _flat(A), _flat(B)
+    keys, valid = _direction_keys(a if B is A else np.vstack([a, b]))
+    if B is A:  # one set of keys serves both sides
+        keys, valid = np.vstack([keys, keys]), np.concatenate([valid, valid])
+    # rows of equal keys have equal hashes; a collision only costs an exact check
+    powers = np.cumprod(np.full(keys.shape[1], 0x9E3779B97F4A7C15, dtype=np.uint64))
+    hashes = (keys.view(np.uint64) * powers).sum(axis=1, dtype=np.uint64)
+    _, group, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    shared = valid & (counts[group] > 1)
+    members: dict[int, list[int]] = {}
+    for j in np.flatnonzero(shared[len(a):]):
+        members.setdefault(int(group[len(a) + j]), []).append(int(j))
+    found: list[tuple[int, int, float]] = []
+    for i in np.flatnonzero(shared[:len(a)]):
+        for j in members.get(int(group[i]), ()):
+            if a[i].tobytes() != b[j].tobytes() and _exactly_proportional(a[i], b[j]):
+                k0 = int(np.flatnonzero(a[i])[0])
+                found.append((int(i), j, float(b[j, k0] / a[i, k0])))
+    if not found:
+        return np.empty(0, dtype=int), np.empty(0, dtype=int), np.empty(0)
+    ii, jj, s = zip(*found, strict=True)
+    return np.array(ii), np.array(jj), np.array(s)
+
+
+def _flat(A: Array) -> Array:
+    A = np.asarray(A, dtype=float)
+    return A.reshape(A.shape[0], -1)
+
+
+def _direction_keys(rows: Array) -> tuple[Array, Array]:
+    """Per row the key ``[k₀, sign of row[k₀], fl(row / row[k₀])]`` (``+ 0.0`` makes −0 and +0 one
+    key), and whether the row has one (not zero, all finite)."""
+    nonzero = rows != 0.0
+    k0 = np.argmax(nonzero, axis=1)
+    pivot = rows[np.arange(rows.shape[0]), k0]
+    keys = np.empty((rows.shape[0], rows.shape[1] + 2))
+    keys[:, 0], keys[:, 1] = k0, np.sign(pivot)
+    with np.errstate(all="ignore"):
+        np.divide(rows, np.where(pivot == 0.0, 1.0, pivot)[:, None], out=keys[:, 2:])
+    keys[:, 2:] += 0.0
+    return keys, nonzero.any(axis=1) & np.isfinite(rows).all(axis=1)
+
+
+def _exactly_proportional(x: Array, y: Array) -> bool:
+    """``y_m x_k = x_m y_k`` exactly for all m (``k`` the first non-zero of ``x``), by Dekker's
+    error-free products; False where a product could over- or underflow (not decided)."""
+    k = int(np.flatnonzero(x)[0])
+    left, right = _two_product(y, np.full_like(y, x[k])), _two_product(x, np.full_like(x, y[k]))
+    if left is None or right is None:
+        return False
+    return bool(np.array_equal(left[0], right[0]) and np.array_equal(left[1], right[1]))
+
+
+_SPLIT = 134217729.0  # 2^27 + 1: Veltkamp's split of a double into two 26-bit halves
+#: Factors within [2^-450, 2^450] keep every partial product of the split normal (exact).
+_SAFE_RANGE = (2.0 ** -450, 2.0 ** 450)
+
+
+def _two_product(a: Array, b: Array) -> tuple[Array, Array] | None:
+    """``a·b = p + e`` exactly (``p = fl(a·b)``), or None when a non-zero factor is outside
+    the range where the split is exact."""
+    magnitudes = np.abs(np.concatenate([a, b]))
+    nonzero = magnitudes[magnitudes > 0]
+    if nonzero.size and (nonzero.min() < _SAFE_RANGE[0] or nonzero.max() > _SAFE_RANGE[1]):
+        return None
+    p = a * b
+    a_hi = _SPLIT * a - (_SPLIT * a - a)
+    b_hi = _SPLIT * b - (_SPLIT * b - b)
+    a_lo, b_lo = a - a_hi, b - b_hi
+    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo

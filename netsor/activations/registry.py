@@ -274,9 +274,9 @@ _UFUNCS: dict[Any, Activation] = {
     special.expit: sigmoid,
     np.log: Activation("log", fn=np.log, deriv=lambda x: 1.0 / x, smooth=False, kinks=(0.0,), continuous=False),
     np.sqrt: Activation("sqrt", fn=np.sqrt, deriv=lambda x: 0.5 / np.sqrt(x), smooth=False, kinks=(0.0,),
-                        continuous=False),
+                        continuous=False, homogeneous=0.5),
     np.reciprocal: Activation("reciprocal", fn=lambda x: 1.0 / x, deriv=_recip_deriv, smooth=False,
-                              kinks=(0.0,), continuous=False),
+                              kinks=(0.0,), continuous=False, homogeneous=-1.0),
     np.expm1: Activation("expm1", fn=np.expm1, deriv=np.exp),
     np.log1p: Activation("log1p", fn=np.log1p, deriv=lambda x: 1.0 / (1.0 + x), smooth=False, kinks=(-1.0,),
                          continuous=False),
@@ -285,7 +285,7 @@ _UFUNCS: dict[Any, Activation] = {
     np.sinh: Activation("sinh", fn=np.sinh, deriv=np.cosh, odd=True),
     np.cosh: Activation("cosh", fn=np.cosh, deriv=np.sinh),
     np.sign: Activation("sign", fn=np.sign, deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
-                        continuous=False),
+                        continuous=False, homogeneous=0.0),
     special.ndtr: Activation("ndtr", fn=special.ndtr, deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),
 }
 

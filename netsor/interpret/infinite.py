@@ -77,7 +77,8 @@ from netsor.ir.expr import (
     Var,
     expand,
 )
-from netsor.linalg import PSD_TOLERANCE, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
+from netsor.ir.homogeneity import input_degrees
+from netsor.linalg import PSD_TOLERANCE, colinear_rows, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
 from netsor.validate import (
     check_choice,
     check_memory_budget,
@@ -537,6 +538,7 @@ def analysis_of(program: Program) -> Analysis:
 # moment of any vectors; ("d", t1, t2) data inner products; ("t", k1, k2) expectation of a
 # monomial pair; per point only: ("mean", k) of a monomial, ("pm", k) moments for error bounds.
 _SYMMETRIC = {"g", "s", "m", "d", "t"}
+_NO_PAIRS = (np.empty(0, dtype=int), np.empty(0, dtype=int), np.empty(0))
 
 
 def _order(x: Any) -> tuple[int, Any]:
@@ -1546,9 +1548,22 @@ class Limit:
         needed = roots + ([mirror[r] for r in roots] if symmetric else [])
         self._grid(list(dict.fromkeys(needed)), fill, symmetric)
         ii, jj = self._identical_pairs()
-        if ii.size:
+        homogeneous = self._homogeneous([v for r in roots for v in r[1:]])
+        si, sj, s = self._colinear_pairs if homogeneous else _NO_PAIRS
+        if ii.size or si.size:
             side = self._side("left", {canonical(r) for r in roots})
-            on_identical(ii, jj, [side.values[canonical(r)] for r in roots])
+            degrees = input_degrees(self.program)
+            per_point = []
+            for r in roots:
+                value, error = side.values[canonical(r)]
+                # E[Z^u(x) Z^v(s·x)] = s^{deg v} E[Z^u(x) Z^v(x)]: exact, up to the rounding of s
+                degree = degrees[r[2]] if si.size else 0.0
+                factor = s ** degree
+                scaled = value[si] * factor
+                per_point.append((np.concatenate([value[ii], scaled]),
+                                  np.concatenate([error[ii], error[si] * factor
+                                                  + np.abs(scaled) * (abs(degree) + 1.0) * _EPS])))
+            on_identical(np.concatenate([ii, si]), np.concatenate([jj, sj]), per_point)
 
     def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
         """Second moments of vector pairs on the pair grid: values (B1, B2) and their bounds (a
@@ -1564,11 +1579,21 @@ class Limit:
 
         def on_identical(ii: Array, jj: Array, per_point: list[Value]) -> None:
             for (out, err), (v, e) in zip(outs, per_point, strict=True):
-                out[ii, jj] = v[ii]
-                err.override(ii, jj, e[ii])
+                out[ii, jj] = v
+                err.override(ii, jj, e)
 
         self._sweep(pairs, on_block, on_identical)
         return outs
+
+    @functools.cached_property
+    def _colinear_pairs(self) -> tuple[Array, Array, Array]:
+        """``(i, j, s)`` of the inputs with ``X2[j] = s·X[i]`` exactly, ``s > 0``, not identical."""
+        return colinear_rows(self.X, self.X2)
+
+    def _homogeneous(self, vectors: list[Vector]) -> bool:
+        """Whether all ``vectors`` are positively homogeneous in the data (:mod:`netsor.ir.homogeneity`)."""
+        degrees = input_degrees(self.program)
+        return all(degrees[v] is not None for v in vectors)
 
     def _identical_pairs(self) -> tuple[Array, Array]:
         """Index arrays (i, j) of all pairs with ``X[i] == X2[j]`` exactly (the diagonal of a
@@ -1689,7 +1714,7 @@ class Limit:
             same = []
             for (v, e), (var_l, var_r) in zip(per_point, variances, strict=True):
                 envelope_l, envelope_r = np.sqrt(np.abs(var_l[ii])), np.sqrt(np.abs(var_r[jj]))
-                same.append((v[ii], bounds.Bound(0.0, envelope_l, envelope_r, e[ii]), var_l[ii], var_r[jj]))
+                same.append((v, bounds.Bound(0.0, envelope_l, envelope_r, e), var_l[ii], var_r[jj]))
             consume(ii, jj, same)
 
         self._sweep(pairs, on_block, on_identical)
