@@ -232,3 +232,18 @@ def test_batchnorm_ntk_by_simulation_agrees_with_finite_networks() -> None:
     emp = netsor.empirical_ntk(p, X, width=1024, samples=30, seed=18)
     se = emp.std(axis=0, ddof=1) / np.sqrt(emp.shape[0])
     assert np.all(np.abs(emp.mean(axis=0) - k.ntk) <= 4 * se + k.ntk_error)
+
+
+@pytest.mark.parametrize("batch", [2, 3, 4, 5])
+def test_batchnorm_ntk_of_small_batches_is_refused(batch: int) -> None:
+    """A gradient through BatchNorm carries 1/s, s = r · (a bounded function of the batch's
+    direction), r ~ χ_{B−1} independent of it: E[1/r²] = ∞ for B ≤ 3 (the limit NTK is infinite;
+    the simulation used to return e.g. 4.47 ± 3.3 for B = 3), and E[1/r⁴] = ∞ for B ≤ 5 (no
+    sampled estimate has a finite variance, so replicate spreads bound nothing). The NNGP is fine."""
+    p = netsor.zoo.batchnorm_mlp(1, "relu", batch=batch)
+    X = _inputs((1, batch, 10), 3)
+    match = "infinite in the limit" if batch <= 3 else "no sampled estimate"
+    for method in ("qmc", "auto", "expectations"):
+        with pytest.raises(UnsupportedError, match=match):
+            netsor.kernel(p, X, rtol=0.5, method=method)
+    assert np.all(np.isfinite(netsor.nngp(p, X)))

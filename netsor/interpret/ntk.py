@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from netsor.allocator import reused_memory
-from netsor.errors import ProgramError
+from netsor.errors import ProgramError, UnsupportedError
 from netsor.interpret.bounds import Bound
 from netsor.interpret.infinite import (
     DEFAULT_MEMORY_BUDGET,
@@ -44,6 +44,8 @@ from netsor.interpret.infinite import (
     limit_method,
 )
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
+from netsor.ir.expr import BatchNormPartial, Expr
+from netsor.ir.lines import MomentLine, NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.linalg import largest_ratio, mirror_upper
@@ -87,6 +89,43 @@ class Kernels:
 
 def _gradients(program: Program, backward: str) -> GradientProgram:
     return program.derived(f"gradient_program[{backward}]", lambda p: gradient_program(p, backward))
+
+
+def _check_batchnorm_backward(program: Program) -> None:
+    """Refuse the NTK of a program whose backward pass divides by the standard deviation ``s`` of a
+    batch too small for the limit to be estimated.
+
+    ``s`` is ``r`` times a bounded function of the direction of the centred batch, where ``r ~ χ_k``
+    (``k = B − 1``, the rank of the centred covariance of B distinct examples) is independent of
+    that direction and of every other layer. A gradient through BatchNorm carries ``1/s``, so
+    the NTK needs ``E[1/r²] = 1/(k − 2) < ∞`` (B ≥ 4) and any estimator of it from samples a
+    finite variance, ``E[1/r⁴] < ∞`` (B ≥ 6): with B ≤ 3 the limit is infinite (finite-width
+    NTKs grow without bound with the width), with B = 4, 5 replicate spreads do not bound the error.
+    """
+    batches = [len(node.operands) for line in program.lines if isinstance(line, (NonLinLine, MomentLine))
+               for node in _nodes(line.expr) if isinstance(node, BatchNormPartial)]
+    if not batches or min(batches) >= 6:
+        return
+    B = min(batches)
+    if B <= 3:
+        raise UnsupportedError(
+            f"the NTK of this BatchNorm network is infinite in the limit: its backward pass divides by the "
+            f"batch standard deviation s, and E[1/s²] = ∞ for a batch of B = {B} (a centred covariance of rank "
+            f"{B - 1} ≤ 2); finite-width NTKs grow with the width. Use batches of at least 6 examples (4 for a "
+            "finite but heavy-tailed limit)")
+    raise UnsupportedError(
+        f"the NTK of this BatchNorm network with a batch of B = {B} is finite, but its backward pass divides "
+        f"by the batch standard deviation s and E[1/s⁴] = ∞ (a centred covariance of rank {B - 1} ≤ 4): no "
+        "sampled estimate of it has a finite variance, so no error bound could be honest. Use batches of "
+        "at least 6 examples")
+
+
+def _nodes(e: Expr) -> list[Expr]:
+    """Every node of an expression tree."""
+    out = [e]
+    for child in e.children():
+        out.extend(_nodes(child))
+    return out
 
 
 def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
@@ -267,6 +306,8 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     # the NTK's expectations are those of the gradient program (BatchNorm's backward pass has
     # B-dimensional ones even where its forward pass has exact rules)
     grads = _gradients(program, backward) if "ntk" in wanted else None
+    if grads is not None:
+        _check_batchnorm_backward(grads.program)
     chosen = limit_method(program if grads is None else grads.program, rtol, method)
     if grads is None:
         lim = limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads, method=chosen,
