@@ -35,6 +35,8 @@ import numpy as np
 import netsor
 from netsor import Program
 from netsor.errors import HyperParameterError, InputError, NetsorError
+from netsor.interpret.infinite import DEFAULT_RTOL, LIMIT_METHODS, SIMULATION_REACH
+from netsor.interpret.ntk import kernel_rtol
 from netsor.interpret.rules.matmul import DEGENERACY_TOLERANCE
 from netsor.matrixlaws.cli import laws_command, spectrum_command
 from netsor.stats.convergence import CELL_FORMAT, CSV_COLUMNS, METRICS
@@ -61,16 +63,18 @@ CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resn
 
 
 def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w: float, sigma_b: float,
-                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int = 8) -> Program:
+                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int = 8, batch: int = 4) -> Program:
     """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps;
-    ``length`` = positions of the cnn's input sequences); each architecture gets the
+    ``length`` = positions of the cnn's input sequences, ``batch`` = examples per batch of the
+    batchnorm_mlp); each architecture gets the
     hyper-parameters it takes (``activation=None``: its default)."""
     check_choice(arch, "architecture", tuple(ARCHITECTURES))
     builder = ARCHITECTURES[arch]
     # checked for every architecture, although not all read them: a bad value is a mistake anyway
     given: dict[str, Any] = {"sigma_w": check_sigma(sigma_w, "--sigma-w"), "sigma_b": check_sigma(sigma_b, "--sigma-b"),
                              "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v"),
-                             "length": check_count(length, "--length", maximum=MAX_DEPTH)}
+                             "length": check_count(length, "--length", maximum=MAX_DEPTH),
+                             "batch": check_count(batch, "--batch", minimum=2, maximum=MAX_DEPTH)}
     takes = inspect.signature(builder).parameters
     if activation is not None:
         if "activation" not in takes:
@@ -149,6 +153,9 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
         click.option("--length", default=8, show_default=True, type=int,
                      help="cnn: positions L of the input sequences (inputs (B, L, d))."),
+        click.option("--batch", default=4, show_default=True, type=int,
+                     help="batchnorm_mlp: examples per batch (inputs (B, batch, d): B batches); its NTK needs "
+                          "at least 6."),
         click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
                      help="Inputs as .npy, shape (B, d), or (B, T, d) for rnn, cnn and transformer."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
@@ -160,10 +167,39 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def rtol_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--rtol`` of the limit's kernels; default: the engine's 1e-8, or the simulation's reach where
+    the limit needs the simulation (:func:`choose_rtol`)."""
+    return click.option(
+        "--rtol", default=None, type=float,
+        help=f"Relative tolerance of every limit-kernel entry (met, or an error says what was reached). "
+             f"Default: what the limit is built to meet — {DEFAULT_RTOL:g}; 1e-6 for functions of three "
+             f"correlated Gaussians without an exact rule (a 2-step gru); {SIMULATION_REACH:g} by the joint "
+             "QMC simulation where the expectations are higher-dimensional (longer gru, BatchNorm across "
+             "batches or in the NTK; the latter may need 5e-2).")(f)
+
+
+def limit_method_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--method`` of the limit (:func:`netsor.limit`)."""
+    return click.option(
+        "--method", "limit_method", type=click.Choice(list(LIMIT_METHODS)), default="auto", show_default=True,
+        help="expectations: closed forms, quadrature and series (to 1e-8); qmc: joint randomised QMC "
+             "simulation (~1e-3 to 1e-5, for long recurrences such as gru); auto: qmc for programs with "
+             "high-dimensional expectations when --rtol >= 1e-3.")(f)
+
+
+def choose_rtol(rtol: float | None, program: Program, method: str, *, ntk: bool = False) -> float:
+    """``--rtol`` checked, or its default: what the limit of ``program`` (of its gradient program
+    for an NTK) is built to meet (:func:`netsor.interpret.ntk.kernel_rtol`)."""
+    if rtol is not None:
+        return check_real(rtol, "--rtol", minimum=1e-15, maximum=1.0)
+    return kernel_rtol(program, method, ntk=ntk)
+
+
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
-             sigma_u: float, sigma_v: float, length: int) -> Program:
+             sigma_u: float, sigma_v: float, length: int, batch: int) -> Program:
     return build_architecture(arch, depth, activation=activation, sigma_w=sigma_w, sigma_b=sigma_b,
-                              sigma_u=sigma_u, sigma_v=sigma_v, length=length)
+                              sigma_u=sigma_u, sigma_v=sigma_v, length=length, batch=batch)
 
 
 def _seed(seed: int) -> int:
@@ -194,25 +230,20 @@ def cli() -> None:
               help="Working memory in GiB (at least 1 MiB = 0.0009765625).")
 @click.option("--ntk", "neural_tangent", is_flag=True,
               help="The neural tangent kernel (every weight, bias and readout trained) instead of the NNGP.")
-@click.option("--rtol", default=1e-8, show_default=True, type=float,
-              help="Relative tolerance of every kernel entry (met, or an error says what was reached).")
-@click.option("--method", "limit_method", type=click.Choice(["auto", "expectations", "qmc"]), default="auto",
-              show_default=True,
-              help="expectations: closed forms, quadrature and series (to 1e-8); qmc: joint randomised QMC "
-                   "simulation (~1e-3 to 1e-5, for long recurrences such as gru); auto: qmc for programs with "
-                   "high-dimensional expectations when --rtol >= 1e-3.")
+@rtol_option
+@limit_method_option
 @click.option("--explain", is_flag=True,
               help="First print the program listing and its degenerate MatMul lines (linear combinations of "
                    "earlier uses of their matrix in the limit); those with constant coefficients are "
                    "rewritten as LinComb lines and the kernel is computed on the rewritten program.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, out: str | None,
-           memory_budget: float, neural_tangent: bool, rtol: float, limit_method: str, explain: bool) -> None:
+           sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, out: str | None,
+           memory_budget: float, neural_tangent: bool, rtol: float | None, limit_method: str, explain: bool) -> None:
     """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
     out_path = output_path(out, "--out") if out else None
     if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
         _check_kernel_size(random_shape(random, program)[0], program)
@@ -224,7 +255,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
         click.echo(listing)
         click.echo(degeneracy_report(found))
     start = time.perf_counter()
-    rtol = check_real(rtol, "--rtol", minimum=1e-15, maximum=1.0)
+    rtol = choose_rtol(rtol, program, limit_method, ntk=neural_tangent)
     kernels = netsor.kernel(program, X, get="ntk" if neural_tangent else "nngp", rtol=rtol, memory_budget=budget,
                             method=limit_method, seed=seed)
     K = kernels.ntk if neural_tangent else kernels.nngp
@@ -234,8 +265,8 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
-    method = "joint randomised QMC simulation" if kernels.method == "qmc" else "expectation engine"
-    click.echo(f"largest error bound: {kernels.error:.3g} ({method})")
+    click.echo(f"largest error bound: {kernels.error:.3g} (rtol {rtol:g} relative to √(K_ii K_jj); "
+               f"{_method_name(kernels.method)})")
     if eig is not None:
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")
     with np.printoptions(precision=6, suppress=False, linewidth=120):
@@ -243,6 +274,10 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     if out_path is not None:
         save_array(out_path, K, "--out")
         click.echo(f"saved {out_path}")
+
+
+def _method_name(method: str) -> str:
+    return "joint randomised QMC simulation" if method == "qmc" else "expectation engine"
 
 
 def degeneracy_report(found: list[netsor.Degeneracy]) -> str:
@@ -283,14 +318,15 @@ def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
 @click.option("--method", type=click.Choice(["auto", "dense", "matrix-free"]), default="auto", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Save the outputs (S, B·R) as .npy (missing directories are created).")
+@rtol_option
 def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, width: int, samples: int,
-           method: str, out: str | None) -> None:
+           sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, width: int,
+           samples: int, method: str, out: str | None, rtol: float | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
     seed = _seed(seed)
     width = check_count(width, "--width")
     samples = check_count(samples, "--samples")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
     X = load_inputs(inputs, random, program, seed=seed)
     out_path = output_path(out, "--out") if out else None
     _check_network_size(width, X, f"--width {width}")
@@ -300,7 +336,7 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     start = time.perf_counter()
     Y = netsor.sample(program, X, width=width, samples=samples, seed=seed, method=method)
     elapsed = time.perf_counter() - start
-    K = netsor.nngp(program, X)
+    K = netsor.nngp(program, X, rtol=choose_rtol(rtol, program, "auto"))
     click.echo(program.name)
     click.echo(f"{samples} networks of width {width} on {X.shape[0]} inputs in {elapsed:.3f} s -> outputs {Y.shape}")
     click.echo(covariance_check(Y, K))
@@ -332,9 +368,12 @@ def parse_widths(text: str) -> list[int]:
 @click.option("--directions", default=64, show_default=True, type=int, help="Slicing directions (sliced metrics).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default="converge.json", show_default=True,
               help="Results as JSON; a CSV, a log-log PNG and the resumable cell store go beside it.")
+@rtol_option
+@limit_method_option
 def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-             sigma_v: float, length: int, inputs: str | None, random: str | None, seed: int, widths: str, samples: int,
-             replicates: int, metric: str, directions: int, json_out: str) -> None:
+             sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, widths: str,
+             samples: int, replicates: int, metric: str, directions: int, json_out: str, rtol: float | None,
+             limit_method: str) -> None:
     """Distance between finite-width ARCH networks and their GP limit versus width, with floor and slope.
 
     Interrupted runs resume: finished cells are kept in JSON lines beside --json.
@@ -346,20 +385,22 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     replicates = check_count(replicates, "--replicates", minimum=2)
     directions = check_count(directions, "--directions")
     width_list = parse_widths(widths)
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
     X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed=seed)
     out = output_path(json_out, "--json")
     _check_network_size(width_list[-1], X, f"--widths {width_list[-1]}")
     D = X.shape[0] * program.num_outputs
     check_fits_in_memory(samples * D * D, f"the conditional kernels of {samples} networks")
     check_fits_in_memory(directions * D, f"{directions} directions")
+    rtol = choose_rtol(rtol, program, limit_method, ntk=metric == "ntk")
     study = Study(program, X, metric=CLI_METRICS[metric], samples=samples, replicates=replicates, seed=seed,
-                  directions=directions, name=arch)
+                  directions=directions, name=arch, rtol=rtol, method=limit_method)
     # The cell store is tied to everything a cell depends on (widths and replicates may grow).
-    key = repr((CELL_FORMAT, program.name, samples, seed, directions)).encode() + X.tobytes()
+    key = repr((CELL_FORMAT, program.name, samples, seed, directions, rtol, study.limit_method)).encode() + X.tobytes()
     fingerprint = hashlib.sha1(key).hexdigest()[:10]
     summary = study.run(width_list, out.with_name(f"{out.stem}-cells-{fingerprint}.jsonl"))
     click.echo(summary.table())
+    click.echo(f"limit kernels: largest error bound {study.limit_error:.3g} ({_method_name(study.limit_method)})")
     payload = summary.to_json()
     try:
         out.write_text(json.dumps(payload, indent=2))

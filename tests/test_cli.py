@@ -236,3 +236,32 @@ def test_cnn_kernel_on_the_command_line(tmp_path, capsys):
     K = netsor.nngp(netsor.zoo.cnn(2, 5, "relu", 1.0, 0.1), X)
     assert np.array_equal(np.load(tmp_path / "k.npy"), K)
     assert "--length" in run_error(["kernel", "cnn", "--length", "0", "--random", "3,2"], capsys)
+
+
+def test_default_rtol_is_what_the_limit_is_built_to_meet(tmp_path, capsys) -> None:
+    """Without --rtol every architecture's kernel runs: 1e-8 where pair integrals are at most
+    4-dimensional, 1e-6 for functions of three correlated Gaussians (a GRU of 2 steps, refused at
+    1e-8 before), and the simulation's 2e-2 where expectations are higher-dimensional (GRU of 4
+    steps). converge and sample take the same default (converge gru failed with "pass a larger
+    rtol" and had no --rtol)."""
+    assert "rtol 1e-08" in run_ok(["kernel", "mlp", "--random", "2,3"], capsys)
+    out = tmp_path / "k.npy"
+    text = run_ok(["kernel", "gru", "--depth", "2", "--random", "2,2", "--out", str(out)], capsys)
+    assert "rtol 1e-06" in text and "expectation engine" in text
+    X = np.random.default_rng(0).standard_normal((2, 2, 2))
+    assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.gru(2), X, rtol=1e-6))
+    text = run_ok(["kernel", "gru", "--depth", "4", "--random", "2,2"], capsys)
+    assert "rtol 0.02" in text and "joint randomised QMC simulation" in text
+    text = run_ok(["converge", "gru", "--depth", "2", "--random", "2,2", "--widths", "16,32", "-S", "20", "-R", "2",
+                   "--json", str(tmp_path / "c.json")], capsys)
+    assert "limit kernels: largest error bound" in text and "expectation engine" in text
+    assert "max z-score" in run_ok(["sample", "gru", "--depth", "2", "--random", "2,2", "-n", "32", "-S", "50"], capsys)
+
+
+def test_batchnorm_batch_size_on_the_command_line(capsys) -> None:
+    """--batch sets the examples per batch of batchnorm_mlp; its NTK needs at least 6 (see
+    test_simulation.py), and the refusal says so."""
+    text = run_ok(["kernel", "batchnorm_mlp", "--batch", "6", "--random", "1,5"], capsys)
+    assert "NNGP kernel (6, 6)" in text
+    assert "at least 6" in run_error(["kernel", "batchnorm_mlp", "--random", "1,5", "--ntk"], capsys)
+    assert "--batch" in run_error(["kernel", "batchnorm_mlp", "--batch", "1", "--random", "1,5"], capsys)

@@ -40,6 +40,7 @@ from netsor.interpret.infinite import (
     DEFAULT_RTOL,
     PSD_POLICIES,
     Limit,
+    default_rtol,
     limit,
     limit_method,
 )
@@ -89,6 +90,20 @@ class Kernels:
 
 def _gradients(program: Program, backward: str) -> GradientProgram:
     return program.derived(f"gradient_program[{backward}]", lambda p: gradient_program(p, backward))
+
+
+def kernel_method(program: Program, rtol: float, method: str = "auto", *, ntk: bool = False,
+                  backward: str = "auto") -> str:
+    """The method :func:`kernel` uses (:func:`~netsor.interpret.infinite.limit_method` of the
+    program, or of its gradient program when the NTK is asked for: BatchNorm's backward pass has
+    B-dimensional expectations even where its forward pass has exact rules)."""
+    return limit_method(_gradients(program, backward).program if ntk else program, rtol, method)
+
+
+def kernel_rtol(program: Program, method: str = "auto", *, ntk: bool = False, backward: str = "auto") -> float:
+    """A tolerance :func:`kernel` is built to meet on ``program``
+    (:func:`~netsor.interpret.infinite.default_rtol` of it, or of its gradient program for the NTK)."""
+    return default_rtol(_gradients(program, backward).program if ntk else program, method)
 
 
 def _check_batchnorm_backward(program: Program) -> None:
@@ -303,12 +318,10 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     if not program.outputs:
         raise ProgramError("the program has no outputs, so it has no kernel; add p.readout(h, sigma=...) first")
     rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
-    # the NTK's expectations are those of the gradient program (BatchNorm's backward pass has
-    # B-dimensional ones even where its forward pass has exact rules)
     grads = _gradients(program, backward) if "ntk" in wanted else None
     if grads is not None:
         _check_batchnorm_backward(grads.program)
-    chosen = limit_method(program if grads is None else grads.program, rtol, method)
+    chosen = kernel_method(program, rtol, method, ntk=grads is not None, backward=backward)
     if grads is None:
         lim = limit(program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads, method=chosen,
                     seed=seed)

@@ -54,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from netsor import Program, coupled, empirical_ntk, nngp, ntk, run_finite
+from netsor import Program, coupled, empirical_ntk, kernel, run_finite
 from netsor.errors import HyperParameterError, InputError
+from netsor.interpret.infinite import DEFAULT_RTOL
 from netsor.stats import distances as dist
 from netsor.stats.rates import (
     LogLogFit,
@@ -104,6 +105,9 @@ class Study:
         Number of slicing directions.
     name : str
         Label used in cell keys and reports.
+    rtol, method : float, str
+        Accuracy and method of the limit's kernels (:func:`netsor.kernel`); the largest error bound
+        of the kernels a study compares with is ``limit_error``.
     """
 
     program: Program
@@ -115,7 +119,11 @@ class Study:
     seed: Seed = 0
     directions: int = 64
     name: str = ""
+    rtol: float = DEFAULT_RTOL
+    method: str = "auto"
     K: Array = field(init=False, repr=False)
+    limit_error: float = field(init=False, default=0.0)
+    limit_method: str = field(init=False, default="expectations")
     ntk: Array | None = field(init=False, repr=False, default=None)
     thetas: Array = field(init=False, repr=False)
     root_seed: np.random.SeedSequence = field(init=False, repr=False)
@@ -128,9 +136,9 @@ class Study:
         self.root_seed = seed_sequence(self.seed)
         self.X = check_inputs(self.program, self.X)
         self.name = self.name or self.program.name
-        self.K = nngp(self.program, self.X)
-        if self.metric == "ntk":
-            self.ntk = ntk(self.program, self.X)
+        limit = kernel(self.program, self.X, get=("nngp", "ntk") if self.metric == "ntk" else "nngp",
+                       rtol=self.rtol, method=self.method)
+        self.K, self.ntk, self.limit_error, self.limit_method = limit.nngp, limit.ntk, limit.error, limit.method
         self.thetas = dist.random_directions(self.K.shape[0], self.directions,
                                              seed=cell_seed(("directions",), seed=self.root_seed))
 
@@ -149,7 +157,7 @@ class Study:
         if metric == "coupling":
             # An int seed drawn from the cell's sequence (valid under the seed policy).
             seed = int(net_seed.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-            run = coupled(self.program, self.X, width=width, samples=self.samples, seed=seed)
+            run = coupled(self.program, self.X, width=width, samples=self.samples, seed=seed, rtol=self.rtol)
             return _root_mean_with_stderr(run.output_costs_expected.mean(axis=1))
         fin = run_finite(self.program, self.X, width=width, samples=self.samples, seed=net_seed,
                          return_kernels=metric != "sw1")
