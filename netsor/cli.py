@@ -155,7 +155,7 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="cnn: positions L of the input sequences (inputs (B, L, d))."),
         click.option("--batch", default=4, show_default=True, type=int,
                      help="batchnorm_mlp: examples per batch (inputs (B, batch, d): B batches); its NTK needs "
-                          "at least 6."),
+                          "at least 4 (and inputs of dimension at least 3)."),
         click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
                      help="Inputs as .npy, shape (B, d), or (B, T, d) for rnn, cnn and transformer."),
         click.option("--random", help="Random Gaussian inputs B,d instead of --inputs."),
@@ -176,7 +176,7 @@ def rtol_option(f: Callable[..., Any]) -> Callable[..., Any]:
              f"Default: what the limit is built to meet — {DEFAULT_RTOL:g}; 1e-6 for functions of three "
              f"correlated Gaussians without an exact rule (a 2-step gru); {SIMULATION_REACH:g} by the joint "
              "QMC simulation where the expectations are higher-dimensional (longer gru, BatchNorm across "
-             "batches or in the NTK; the latter may need 5e-2).")(f)
+             "batches or in the NTK).")(f)
 
 
 def limit_method_option(f: Callable[..., Any]) -> Callable[..., Any]:

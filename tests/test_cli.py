@@ -259,9 +259,11 @@ def test_default_rtol_is_what_the_limit_is_built_to_meet(tmp_path, capsys) -> No
 
 
 def test_batchnorm_batch_size_on_the_command_line(capsys) -> None:
-    """--batch sets the examples per batch of batchnorm_mlp; its NTK needs at least 6 (see
-    test_simulation.py), and the refusal says so."""
+    """--batch sets the examples per batch of batchnorm_mlp; its NTK is infinite for batches of 3 or
+    fewer (see test_simulation.py), and the refusal says so."""
     text = run_ok(["kernel", "batchnorm_mlp", "--batch", "6", "--random", "1,5"], capsys)
     assert "NNGP kernel (6, 6)" in text
-    assert "at least 6" in run_error(["kernel", "batchnorm_mlp", "--random", "1,5", "--ntk"], capsys)
+    text = run_ok(["kernel", "batchnorm_mlp", "--depth", "1", "--random", "1,5", "--ntk"], capsys)
+    assert "NTK (4, 4)" in text and "joint randomised QMC simulation" in text
+    assert "at least 4" in run_error(["kernel", "batchnorm_mlp", "--batch", "3", "--random", "1,5", "--ntk"], capsys)
     assert "--batch" in run_error(["kernel", "batchnorm_mlp", "--batch", "1", "--random", "1,5"], capsys)

@@ -234,16 +234,85 @@ def test_batchnorm_ntk_by_simulation_agrees_with_finite_networks() -> None:
     assert np.all(np.abs(emp.mean(axis=0) - k.ntk) <= 4 * se + k.ntk_error)
 
 
-@pytest.mark.parametrize("batch", [2, 3, 4, 5])
-def test_batchnorm_ntk_of_small_batches_is_refused(batch: int) -> None:
+@pytest.mark.parametrize("batch", [2, 3])
+def test_batchnorm_ntk_of_batches_of_rank_two_or_less_is_refused(batch: int) -> None:
     """A gradient through BatchNorm carries 1/s, s = r · (a bounded function of the batch's
-    direction), r ~ χ_{B−1} independent of it: E[1/r²] = ∞ for B ≤ 3 (the limit NTK is infinite;
-    the simulation used to return e.g. 4.47 ± 3.3 for B = 3), and E[1/r⁴] = ∞ for B ≤ 5 (no
-    sampled estimate has a finite variance, so replicate spreads bound nothing). The NNGP is fine."""
+    direction), r ~ χ_k (k the centred batch's rank ≤ B − 1) independent of it: E[1/r²] = ∞ for
+    k ≤ 2, so the limit NTK is infinite (the simulation used to return 4.47 ± 3.3 for B = 3). The
+    same for a batch of 8 in 2 input dimensions (first-layer rank 2). The NNGP is fine."""
     p = netsor.zoo.batchnorm_mlp(1, "relu", batch=batch)
     X = _inputs((1, batch, 10), 3)
-    match = "infinite in the limit" if batch <= 3 else "no sampled estimate"
     for method in ("qmc", "auto", "expectations"):
-        with pytest.raises(UnsupportedError, match=match):
+        with pytest.raises(UnsupportedError, match="infinite in the limit"):
             netsor.kernel(p, X, rtol=0.5, method=method)
     assert np.all(np.isfinite(netsor.nngp(p, X)))
+    with pytest.raises(UnsupportedError, match="rank 2"):
+        netsor.kernel(netsor.zoo.batchnorm_mlp(1, "relu", batch=8), _inputs((1, 8, 2), 3), rtol=0.5, method="qmc")
+
+
+@pytest.mark.parametrize("batch", [4, 5])
+def test_batchnorm_ntk_of_small_batches_equals_a_sphere_integral(batch: int) -> None:
+    """B = 4, 5: E[1/r⁴] = ∞, so neither sampling the batch radius nor finite networks (whose NTK
+    averages a heavy-tailed 1/s_α² over coordinates) give honest error bars. Reference written
+    from the formula, with directions sampled uniformly on the sphere (no radius at all): for the
+    depth-1 BatchNorm MLP (no biases, readout σ = 1, U shared by the batch: g_i = U x_i),
+    Θ_bc = K_bc + σ_u² E[r⁻²] E_ω[B/|C^½ω|² step(u_b) step(u_c) (J Σ Jᵀ)_bc] with
+    Σ_ij = ⟨x_i, x_j⟩/d, J_bi = δ_bi − 1/B − u_b u_i/B (∂u_b/∂g_i = J_bi/s), u = √B C^½ω/|C^½ω|,
+    E[r⁻²] = 1/(k − 2), k = B − 1; 4·10⁵ directions, bound 5 standard errors."""
+    p = netsor.zoo.batchnorm_mlp(1, "relu", batch=batch)
+    X = _inputs((1, batch, 10), 17)
+    k = netsor.kernel(p, X, rtol=2e-2)
+    assert k.method == "qmc"
+    x = X[0]
+    sigma = x @ x.T / x.shape[1]
+    P = np.eye(batch) - 1.0 / batch
+    w, V = np.linalg.eigh(P @ sigma @ P)
+    root = V[:, 1:] * np.sqrt(w[1:])  # C^½ on its rank-(B−1) range
+    omega = np.random.default_rng(6).standard_normal((400_000, batch - 1))
+    omega /= np.linalg.norm(omega, axis=1, keepdims=True)
+    z = omega @ root.T  # C^½ω, (S, B)
+    norm2 = np.sum(z * z, axis=1)
+    u = np.sqrt(batch) * z / np.sqrt(norm2)[:, None]
+    J = np.eye(batch)[None, :, :] - 1.0 / batch - u[:, :, None] * u[:, None, :] / batch  # J[s, b, i]
+    on = (u > 0) * np.sqrt(batch / norm2)[:, None]
+    samples = np.einsum("sb,sc,sbi,ij,scj->sbc", on, on, J, sigma, J) / (batch - 3)
+    se = samples.std(axis=0, ddof=1) / np.sqrt(len(samples))
+    theta = k.nngp + samples.mean(axis=0)
+    assert np.all(np.abs(k.ntk - theta) <= k.ntk_error + 5 * se)
+
+
+def test_integrated_radius_agrees_with_sampled_radius() -> None:
+    """Depth 2, a batch of 8 in 10 input dimensions (rank 7: the sampled radius has finite variance):
+    the two simulations estimate the same NTK, within their bounds; a 5-dimensional input (first-
+    layer rank 5: E[1/r²] = 1/3, not 1/5) must use the batch's own rank (it once used B − 1: 40 %
+    off at depth 3)."""
+    from netsor.interpret import ntk as ntk_module
+
+    for d in (10, 5):
+        p = netsor.zoo.batchnorm_mlp(2, "relu", batch=8)
+        X = _inputs((1, 8, d), 4)
+        integrated = netsor.kernel(p, X, rtol=3e-2, method="qmc")
+        original = ntk_module.radial_program
+        ntk_module.radial_program = lambda program, pairs: None  # the sampled radius
+        try:
+            sampled = netsor.kernel(p, X, rtol=3e-2, method="qmc")
+        finally:
+            ntk_module.radial_program = original
+        assert np.all(np.abs(integrated.ntk - sampled.ntk) <= integrated.ntk_error + sampled.ntk_error)
+
+
+def test_radius_is_not_integrated_where_it_would_be_wrong() -> None:
+    """A batch vector used outside its BatchNorm (a residual g + relu(BN(g))) carries the radius with
+    the batch mean: the transform refuses (None) and a batch of 4 is refused with the reason."""
+    from netsor.interpret.ntk import _gradients, _structure
+    from netsor.interpret.radial import radial_program
+
+    p = netsor.Program()
+    n = p.dim("n")
+    gs = [p.input(n, step=b) for b in range(4)]
+    us = netsor.batchnorm(gs)
+    p.readout(*[g + netsor.relu(u) for g, u in zip(gs, us, strict=True)])
+    grads = _gradients(p, "auto")
+    assert radial_program(grads.program, _structure(grads, ("ntk",))[2]) is None
+    with pytest.raises(UnsupportedError, match="cannot be integrated out"):
+        netsor.kernel(p, _inputs((1, 4, 10), 5), rtol=0.5, method="qmc")

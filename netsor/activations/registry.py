@@ -31,7 +31,7 @@ from netsor.activations.kernels import (
     leaky_relu_kernel,
     sin_kernel,
 )
-from netsor.errors import HyperParameterError, ProgramError
+from netsor.errors import HyperParameterError, NetsorError, ProgramError
 
 Array = np.ndarray
 MeanRule = Callable[[Array], Array]
@@ -46,6 +46,8 @@ def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: 
     shape = np.broadcast_shapes(*(np.shape(v) for v in values))
     try:
         out = np.asarray(fn(*values), dtype=float)
+    except NetsorError:  # already says what to change (netsor's own functions inside a program)
+        raise
     except Exception as exc:  # noqa: BLE001 - user code: report whatever it raised
         raise ProgramError(f"the custom nonlinearity {name!r} failed on arrays of shape {shape}: {exc!r}; "
                            "it must be vectorised (numpy operations, no Python branching)") from None

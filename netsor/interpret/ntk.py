@@ -44,9 +44,8 @@ from netsor.interpret.infinite import (
     limit,
     limit_method,
 )
+from netsor.interpret.radial import radial_program, smallest_batch
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
-from netsor.ir.expr import BatchNormPartial, Expr
-from netsor.ir.lines import MomentLine, NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.linalg import largest_ratio, mirror_upper
@@ -108,39 +107,35 @@ def kernel_rtol(program: Program, method: str = "auto", *, ntk: bool = False, ba
 
 def _check_batchnorm_backward(program: Program) -> None:
     """Refuse the NTK of a program whose backward pass divides by the standard deviation ``s`` of a
-    batch too small for the limit to be estimated.
-
-    ``s`` is ``r`` times a bounded function of the direction of the centred batch, where ``r ~ χ_k``
-    (``k = B − 1``, the rank of the centred covariance of B distinct examples) is independent of
-    that direction and of every other layer. A gradient through BatchNorm carries ``1/s``, so
-    the NTK needs ``E[1/r²] = 1/(k − 2) < ∞`` (B ≥ 4) and any estimator of it from samples a
-    finite variance, ``E[1/r⁴] < ∞`` (B ≥ 6): with B ≤ 3 the limit is infinite (finite-width
-    NTKs grow without bound with the width), with B = 4, 5 replicate spreads do not bound the error.
-    """
-    batches = [len(node.operands) for line in program.lines if isinstance(line, (NonLinLine, MomentLine))
-               for node in _nodes(line.expr) if isinstance(node, BatchNormPartial)]
-    if not batches or min(batches) >= 6:
-        return
-    B = min(batches)
-    if B <= 3:
+    batch of B ≤ 3: ``s`` is ``r ~ χ_{B−1}`` times a bounded function of the batch's direction
+    (:mod:`netsor.interpret.radial`), so the NTK holds ``E[1/r²] = ∞`` (finite-width NTKs grow
+    without bound with the width)."""
+    B = smallest_batch(program)
+    if B is not None and B <= 3:
         raise UnsupportedError(
             f"the NTK of this BatchNorm network is infinite in the limit: its backward pass divides by the "
             f"batch standard deviation s, and E[1/s²] = ∞ for a batch of B = {B} (a centred covariance of rank "
-            f"{B - 1} ≤ 2); finite-width NTKs grow with the width. Use batches of at least 6 examples (4 for a "
-            "finite but heavy-tailed limit)")
-    raise UnsupportedError(
-        f"the NTK of this BatchNorm network with a batch of B = {B} is finite, but its backward pass divides "
-        f"by the batch standard deviation s and E[1/s⁴] = ∞ (a centred covariance of rank {B - 1} ≤ 4): no "
-        "sampled estimate of it has a finite variance, so no error bound could be honest. Use batches of "
-        "at least 6 examples")
+            f"{B - 1} ≤ 2); finite-width NTKs grow with the width. Use batches of at least 4 examples")
 
 
-def _nodes(e: Expr) -> list[Expr]:
-    """Every node of an expression tree."""
-    out = [e]
-    for child in e.children():
-        out.extend(_nodes(child))
-    return out
+def _radius_integrated(program: Program, pairs: list[Pair]) -> tuple[Program, Any]:
+    """The program the simulation runs for the second moments of ``pairs``, and the map of their
+    vectors into it: BatchNorm radii integrated exactly where that is exact
+    (:func:`~netsor.interpret.radial.radial_program`); else ``program`` itself, refused for
+    batches of B ≤ 5, where 1/s has no finite second moment (E[1/r⁴] = ∞): no sampled estimate
+    would have a finite variance, so no error bound could be honest."""
+    radial = radial_program(program, pairs)
+    if radial is not None:
+        return radial[0], radial[1].__getitem__
+    B = smallest_batch(program)
+    if B is not None and B <= 5:
+        raise UnsupportedError(
+            f"the NTK of this BatchNorm network with a batch of B = {B} is finite, but its backward pass divides "
+            f"by the batch standard deviation s, E[1/s⁴] = ∞ (a centred covariance of rank {B - 1} ≤ 4), and the "
+            "batch radius cannot be integrated out exactly here (a batch vector is used outside its BatchNorm, "
+            "or a moment has another power of 1/s): no sampled estimate has a finite variance, so no error "
+            "bound could be honest. Use batches of at least 6 examples")
+    return program, lambda v: v
 
 
 def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
@@ -387,13 +382,16 @@ def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...],
     from that replicate's second moments; bounds from the spread of the replicates."""
     from netsor.interpret.simulation import SimulatedLimit, diagonal_scale
 
-    lim = SimulatedLimit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
     outs = grads.outputs
     R = len(outs)
     blocks, terms, pairs = _structure(grads, wanted)
+    program, image = _radius_integrated(grads.program, pairs)
+    lim = SimulatedLimit(program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
     N = lim.X.shape[0] + (0 if lim.symmetric else lim.X2.shape[0])
+    simulated = {pair: (image(pair[0]), image(pair[1])) for pair in pairs}
 
-    def assemble(moments: dict[Pair, Array]) -> Array:
+    def assemble(found: dict[Pair, Array]) -> Array:
+        moments = {pair: found[simulated[pair]] for pair in pairs}
         kernels = []
         for name in wanted:
             K = np.zeros((N, R, N, R))
@@ -407,7 +405,7 @@ def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...],
     def scale(stack: Array) -> Array:
         return np.stack([diagonal_scale(K) for K in stack])
 
-    value, err = lim.second_moment_combination(pairs, assemble, scale, "+".join(wanted))
+    value, err = lim.second_moment_combination(simulated.values(), assemble, scale, "+".join(wanted))
     result = {name: lim.kernel_result(value[i], err[i], psd, name) for i, name in enumerate(wanted)}
     nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
     return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1],
