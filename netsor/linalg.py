@@ -92,9 +92,10 @@ def ensure_psd(K: Array, clip: bool = True, tol: float = PSD_TOLERANCE, what: st
     return 0.5 * (K + K.T)
 
 
-def colinear_rows(A: Array, B: Array) -> tuple[Array, Array, Array]:
+def colinear_rows(A: Array, B: Array, *, negative: bool = False) -> tuple[Array, Array, Array]:
     """Pairs of rows that are exactly positive multiples: ``B[j] = s·A[i]`` in real arithmetic for
-    a real ``s > 0`` (rows flattened; zero rows and byte-identical rows excluded).
+    a real ``s > 0`` (any real ``s ≠ 0`` with ``negative``; rows flattened; zero rows and
+    byte-identical rows excluded).
 
     Returns index arrays ``i, j`` and ``s`` (the correctly rounded ratio). Candidates share their
     rounded direction ``fl(row / row[k₀])`` (``k₀`` the first non-zero coordinate: equal for
@@ -103,7 +104,7 @@ def colinear_rows(A: Array, B: Array) -> tuple[Array, Array, Array]:
     candidates (none for generic data).
     """
     a, b = _flat(A), _flat(B)
-    keys, valid = _direction_keys(a if B is A else np.vstack([a, b]))
+    keys, valid = _direction_keys(a if B is A else np.vstack([a, b]), signed=not negative)
     if B is A:  # one set of keys serves both sides
         keys, valid = np.vstack([keys, keys]), np.concatenate([valid, valid])
     # rows of equal keys have equal hashes; a collision only costs an exact check
@@ -131,14 +132,14 @@ def _flat(A: Array) -> Array:
     return A.reshape(A.shape[0], -1)
 
 
-def _direction_keys(rows: Array) -> tuple[Array, Array]:
-    """Per row the key ``[k₀, sign of row[k₀], fl(row / row[k₀])]`` (``+ 0.0`` makes −0 and +0 one
-    key), and whether the row has one (not zero, all finite)."""
+def _direction_keys(rows: Array, signed: bool = True) -> tuple[Array, Array]:
+    """Per row the key ``[k₀, sign of row[k₀] (1 unless signed), fl(row / row[k₀])]`` (``+ 0.0``
+    makes −0 and +0 one key), and whether the row has one (not zero, all finite)."""
     nonzero = rows != 0.0
     k0 = np.argmax(nonzero, axis=1)
     pivot = rows[np.arange(rows.shape[0]), k0]
     keys = np.empty((rows.shape[0], rows.shape[1] + 2))
-    keys[:, 0], keys[:, 1] = k0, np.sign(pivot)
+    keys[:, 0], keys[:, 1] = k0, np.sign(pivot) if signed else 1.0
     with np.errstate(all="ignore"):
         np.divide(rows, np.where(pivot == 0.0, 1.0, pivot)[:, None], out=keys[:, 2:])
     keys[:, 2:] += 0.0

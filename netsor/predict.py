@@ -57,7 +57,10 @@ def _inputs(k_train_train: Any, k_test_train: Any, y_train: Any, k_test_test: An
     if not np.all(np.isfinite(y)):
         raise InputError("y_train contains NaN or Inf")
     m = y.shape[0]
-    ktt = _matrix(k_train_train, "k_train_train", (m, m))
+    ktt = _matrix(k_train_train, "k_train_train", (None, None))
+    if ktt.shape != (m, m):
+        raise InputError(f"k_train_train has shape {ktt.shape} but y_train has {m} rows: pass the kernel of the "
+                         f"training inputs of y_train ({m} × {m})")
     if not np.allclose(ktt, ktt.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(ktt), initial=0.0)):
         raise InputError("k_train_train must be symmetric (a kernel of one input set)")
     kst = _matrix(k_test_train, "k_test_train", (None, m))
@@ -113,6 +116,13 @@ def gp(k_train_train: Any, k_test_train: Any, y_train: Any, *, noise: float = 0.
     return Prediction(mean, 0.5 * (cov + cov.T))
 
 
+def _time(t: Any, what: str) -> float | None:
+    """A training time ``>= 0``; None and ``+inf`` are the end of training (None)."""
+    if t is None or (isinstance(t, (float, np.floating)) and t == np.inf):
+        return None
+    return check_real(t, what, minimum=0.0)
+
+
 def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *, learning_rate: float = 1.0,
                          t: float | Any | None = None, nngp_train_train: Any = None, nngp_test_train: Any = None,
                          nngp_test_test: Any = None) -> Prediction:
@@ -138,7 +148,7 @@ def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *,
         NTK between test and training inputs.
     learning_rate : float, keyword-only
     t : float, 1-D array of floats, or None, keyword-only
-        Training time (None: the end of training). An array of times (a training curve, as Neural
+        Training time (None or ``inf``: the end of training). An array of times (a training curve, as Neural
         Tangents' ``predict_fn(t=ts)``) gives ``mean`` of shape (T, t[, k]) and ``covariance``
         (T, t, t), one slice per time: the eigendecomposition is shared.
     nngp_train_train, nngp_test_train, nngp_test_test : arrays, optional
@@ -151,11 +161,11 @@ def gradient_descent_mse(k_train_train: Any, y_train: Any, k_test_train: Any, *,
     eta = check_real(learning_rate, "learning_rate", minimum=0.0, strict=True)
     curve = t is not None and np.ndim(t) == 1
     if curve:
-        times: list[float | None] = [check_real(x, "each t", minimum=0.0) for x in np.asarray(t, dtype=object)]
+        times: list[float | None] = [_time(x, "each t") for x in np.asarray(t, dtype=object)]
         if not times:
             raise InputError("t is an empty array; pass at least one training time (or t=None)")
     else:
-        times = [None if t is None else check_real(t, "t", minimum=0.0)]
+        times = [_time(t, "t")]
     theta, theta_star, y, _ = _inputs(k_train_train, k_test_train, y_train, None)
     lam, V = np.linalg.eigh(theta)
     top = max(float(lam[-1]), np.finfo(float).tiny)

@@ -10,11 +10,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from references import pairwise, relu_kernel
+from references import abs_kernel, pairwise, relu_kernel, step_kernel
 
 import netsor
 from netsor.interpret.finite import run_finite
-from netsor.ir.homogeneity import input_degrees
+from netsor.ir.homogeneity import input_degrees, input_parities, input_scaling
 from netsor.linalg import colinear_rows
 
 
@@ -66,27 +66,35 @@ PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_input_degrees_hold_draw_by_draw_at_finite_width(name):
+def test_input_degrees_and_parities_hold_draw_by_draw_at_finite_width(name):
     """Every vector the analysis gives a degree k satisfies v(s·X) = s^k v(X) for the same weights
-    (dense sampler, same seed); in a program with biases some vector has no degree, and indeed
-    is not homogeneous (the analysis is not vacuous)."""
+    (dense sampler, same seed), and with a parity π also v(−s·X) = (−1)^π s^k v(X); in a program
+    with biases some vector has no degree, and indeed is not homogeneous (the analysis is not
+    vacuous); abs and tanh networks have parities, relu networks beyond the first layer none."""
     p = PROGRAMS[name]()
-    degrees = input_degrees(p)
+    degrees, parities = input_degrees(p), input_parities(p)
     vectors = [ln.out for ln in p.lines if ln.out.kind in ("G", "H")]
     rng = np.random.default_rng(1)
     shape = (2, p.steps, 3) if p.steps else (2, 3, 3) if name == "cnn" else (2, 4)
     X = rng.standard_normal(shape)
     s = 2.5
     at = [run_finite(p, scale * X, width=16, samples=2, seed=7, method="dense", vectors=vectors).vectors
-          for scale in (1.0, s)]
+          for scale in (1.0, s, -s)]
     for v in vectors:
-        if degrees[v] is not None:
-            np.testing.assert_allclose(at[1][v], s ** degrees[v] * at[0][v], rtol=1e-12, atol=1e-300, err_msg=v.name)
+        lam = input_scaling(p, v, np.array([s, -s]))
+        for k, got in enumerate(at[1:]):
+            if np.isfinite(lam[k]):
+                np.testing.assert_allclose(got[v], lam[k] * at[0][v], rtol=1e-12, atol=1e-300, err_msg=v.name)
     none = [v for v in vectors if degrees[v] is None]
     if name in ("mlp relu, biases", "rnn tanh"):
         assert none and not any(np.allclose(at[1][v], s * at[0][v]) for v in none)
     else:
         assert not none
+    with_parity = {v.name for v in vectors if parities[v] is not None}
+    if name in ("mlp abs", "rnn tanh"):
+        assert with_parity == {v.name for v in vectors}
+    if name == "mlp relu":
+        assert with_parity == {vectors[0].name}  # U x only
 
 
 C_PHI = {"relu": 0.5, "leaky_relu": (1 + 0.01 ** 2) / 2, "abs": 1.0, "step": 0.5}  # E φ(√q z)² / q^deg
@@ -135,3 +143,40 @@ def test_colinear_inputs_of_a_network_with_biases_are_not_rescaled():
         ref = sigma_w ** 2 * relu_kernel(*pairwise(ref)) + sigma_b ** 2
     np.testing.assert_allclose(K, ref, rtol=1e-12)
     assert abs(K[0, 1] - 2 * K[0, 0]) > 1e-2 * K[0, 0]
+
+
+def _textbook_nngp_ntk(X, depth, sigma_w, kernel, derivative):
+    """NNGP and NTK of a bias-free MLP by the textbook recursion (readout σ_w): Θ¹ = K¹ = σ²XXᵀ/d,
+    Kˡ⁺¹ = σ² k(Kˡ), Θˡ⁺¹ = Kˡ⁺¹ + σ² k'(Kˡ) Θˡ."""
+    K = sigma_w ** 2 * X @ X.T / X.shape[1]
+    theta = K.copy()
+    for _ in range(depth):
+        K, theta = sigma_w ** 2 * kernel(*pairwise(K)), sigma_w ** 2 * kernel(*pairwise(K)) \
+            + sigma_w ** 2 * derivative(*pairwise(K)) * theta
+    return K, theta
+
+
+@pytest.mark.parametrize("act", ["relu", "step", "abs"])
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_anti_colinear_inputs_meet_the_default_rtol(act, depth):
+    """x and −x: the first layer's forms sit at correlation exactly −1, where the step kernel (the
+    NNGP of step, relu's NTK) is only ½-Hölder: bounds of 2e-8 to 0.18 relative were refused at
+    rtol 1e-8. The forms' correlation is now known exactly (the first layer is odd in the data),
+    and abs networks are even beyond it (K(x, −x) = K(x, x)). Against the textbook recursion
+    (exact at ρ = −1: the angle is atan2(√(ab − c²), c) with c = −a bitwise)."""
+    rng = np.random.default_rng(8)
+    x, z = rng.standard_normal((2, 4))
+    X = np.stack([x, -x, z])
+    sigma_w = 1.3
+    k = netsor.kernel(netsor.zoo.mlp(depth, act, sigma_w), X)
+    kernel = {"relu": relu_kernel, "step": step_kernel, "abs": abs_kernel}[act]
+    derivative = {"relu": step_kernel, "step": lambda a, b, c: 0.0 * c,
+                  "abs": lambda a, b, c: 1.0 - 2.0 * np.arccos(c / np.sqrt(a * b)) / np.pi}[act]
+    K, theta = _textbook_nngp_ntk(X, depth, sigma_w, kernel, derivative)
+    scale = np.sqrt(np.outer(np.diag(K), np.diag(K)))
+    assert np.all(np.abs(k.nngp - K) <= k.nngp_error + 1e-13 * scale)
+    scale_ntk = np.sqrt(np.outer(np.diag(theta), np.diag(theta)))
+    assert np.all(np.abs(k.ntk - theta) <= k.ntk_error + 1e-13 * scale_ntk)
+    assert k.ntk_error[0, 1] <= 1e-8 * scale_ntk[0, 1]
+    if act == "abs":
+        assert k.nngp[0, 1] == pytest.approx(k.nngp[0, 0], rel=1e-14)

@@ -56,22 +56,21 @@ def test_layernorm_mlp_equals_neural_tangents(key: str) -> None:
     assert np.abs(netsor.nngp(p, X) - NT[f"{key}/nngp"]).max() <= 1e-10 * scale
     assert np.abs(netsor.nngp(p, X, X2) - NT[f"{key}/nngp_cross"]).max() <= 1e-10 * scale
     # The NTK: scalars held at their limits in the backward pass (their gradients vanish).
-    # X has colinear pairs (X[1] = 2 X[0], X[3] = 2 X[2]), where relu' = step has a kernel that is
-    # only ½-Hölder in the correlation (see test_ntk.py): computed from the pair's covariances
-    # neither netsor nor NT can certify them beyond ~1e-8, and NT is off there by ~2e-9 (its arccos
-    # at ρ ≈ 1). Without biases the network is positively homogeneous of degree 0 in the data, and
-    # netsor takes those entries from the exact invariant Θ(x, 2x) = Θ(x, x) (test_homogeneity.py);
-    # with biases the pairs are not colinear after the first layer. ReLU still takes rtol = 1e-4
-    # for the anti-colinear pair X[5] = −X[4] (correlation −1 after LayerNorm: no such invariant
-    # for relu, so its bound is the honest ½-Hölder one, 6.6e-8).
-    rtol = 1e-4 if act == "relu" else 1e-8
-    k = netsor.kernel(p, X, get="ntk", rtol=rtol)
+    # X has colinear pairs (X[1] = 2 X[0], X[3] = 2 X[2]) and an anti-colinear one (X[5] = −X[4]),
+    # where relu' = step has a kernel that is only ½-Hölder in the correlation: computed from the
+    # pair's covariances neither netsor nor NT could certify them beyond ~1e-8, and NT is off there
+    # by ~2e-9 (its arccos at ρ ≈ ±1). netsor knows them exactly (test_homogeneity.py): without
+    # biases LayerNorm's output is odd and of degree 0 in the data, so Θ(x, 2x) = Θ(x, x), and the
+    # step kernel's form sits at correlation exactly −1 on (x, −x); the default rtol is met (it
+    # took rtol = 1e-4 before). With biases the pairs are not colinear after the first layer.
+    k = netsor.kernel(p, X, get="ntk")
     ref = NT[f"{key}/ntk"]
     colinear = np.zeros(ref.shape, dtype=bool)
-    colinear[[0, 1, 2, 3], [1, 0, 3, 2]] = True
+    colinear[[0, 1, 2, 3, 4, 5], [1, 0, 3, 2, 5, 4]] = True
     away = ~colinear if act == "relu" else np.ones(ref.shape, dtype=bool)
     assert np.abs(k.ntk - ref)[away].max() <= 1e-10 * np.abs(ref).max()
     assert np.all((np.abs(k.ntk - ref) <= k.ntk_error + 1e-11 * np.abs(ref).max())[away])  # NT's eps = 1e-12
+    assert np.abs(k.ntk - ref).max() <= 1e-8 * np.abs(ref).max()  # NT's arccos near ρ = ±1
     if float(b[1:]) == 0.0:
         assert np.allclose(k.ntk[[0, 2], [1, 3]], k.ntk[[0, 2], [0, 2]], rtol=1e-14, atol=0)
 

@@ -82,3 +82,17 @@ def test_bad_input_says_what_to_change():
         predict.gradient_descent_mse(K, np.arange(3.0), K)
     with pytest.raises(netsor.InputError, match="all three"):
         predict.gradient_descent_mse(np.eye(2), np.ones(2), np.eye(2), nngp_train_train=np.eye(2))
+
+
+def test_infinite_time_is_the_end_of_training_and_mismatched_targets_are_named() -> None:
+    """``t=np.inf`` (alone or in a training curve) is ``t=None``; y_train of the wrong length is
+    reported as such (the message used to ask for a kernel of y_train's size, blaming the kernel)."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((5, 5))
+    K, y, Kt = A @ A.T + np.eye(5), rng.standard_normal(5), rng.standard_normal((3, 5))
+    end = netsor.predict.gradient_descent_mse(K, y, Kt).mean
+    assert np.array_equal(netsor.predict.gradient_descent_mse(K, y, Kt, t=np.inf).mean, end)
+    curve = netsor.predict.gradient_descent_mse(K, y, Kt, t=np.array([0.0, np.inf])).mean
+    assert np.array_equal(curve[1], end) and np.all(curve[0] == 0.0)
+    with pytest.raises(netsor.InputError, match="y_train has 4 rows"):
+        netsor.predict.gp(K, Kt, y[:4])

@@ -79,6 +79,8 @@ class Activation:
         True when φ is analytic (quadrature and Hermite series converge fast).
     odd : bool
         True when φ(−x) = −φ(x) (so E φ(u) = 0).
+    even : bool
+        True when φ(−x) = φ(x).
     kinks : tuple of float
         Points where φ or φ' jumps; quadrature splits its panels there.
     kinks_known : bool
@@ -109,6 +111,7 @@ class Activation:
     kernel_modulus: Callable[[Array, Array, Array, Array], Array] | None = None
     smooth: bool = True
     odd: bool = False
+    even: bool = False
     kinks: tuple[float, ...] = ()
     kinks_known: bool = True
     continuous: bool = True
@@ -220,7 +223,7 @@ _FIXED: dict[str, Activation] = {
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
-                   mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a)))),
+                   mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True),
         Activation("tanh", fn=np.tanh, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
         Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0),
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
@@ -230,14 +233,15 @@ _FIXED: dict[str, Activation] = {
         Activation("silu", fn=lambda x: x * special.expit(x), deriv=_silu_deriv),
         Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), deriv=special.expit),
         Activation("abs", fn=np.abs, deriv=np.sign, kernel=abs_kernel,
-                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0),
+                   mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
+                   even=True),
         Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel,
-                   mean=lambda a: np.exp(-0.5 * np.asarray(a))),
+                   mean=lambda a: np.exp(-0.5 * np.asarray(a)), even=True),
         Activation("exp", fn=np.exp, deriv=np.exp, kernel=exp_kernel,
                    mean=lambda a: np.exp(0.5 * np.asarray(a))),
         Activation("gaussian", fn=lambda x: np.exp(-0.5 * x * x), deriv=lambda x: -x * np.exp(-0.5 * x * x),
-                   kernel=gaussian_kernel, mean=lambda a: 1.0 / np.sqrt(1.0 + np.asarray(a))),
+                   kernel=gaussian_kernel, mean=lambda a: 1.0 / np.sqrt(1.0 + np.asarray(a)), even=True),
     ]
 }
 _PARAMETRIC: dict[str, Callable[..., Activation]] = {"leaky_relu": _make_leaky_relu, "elu": _make_elu}
@@ -285,7 +289,7 @@ _UFUNCS: dict[Any, Activation] = {
     np.arctan: Activation("arctan", fn=np.arctan, deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
     np.arcsinh: Activation("arcsinh", fn=np.arcsinh, deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x), odd=True),
     np.sinh: Activation("sinh", fn=np.sinh, deriv=np.cosh, odd=True),
-    np.cosh: Activation("cosh", fn=np.cosh, deriv=np.sinh),
+    np.cosh: Activation("cosh", fn=np.cosh, deriv=np.sinh, even=True),
     np.sign: Activation("sign", fn=np.sign, deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
                         continuous=False, homogeneous=0.0),
     special.ndtr: Activation("ndtr", fn=special.ndtr, deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),

@@ -77,7 +77,7 @@ from netsor.ir.expr import (
     Var,
     expand,
 )
-from netsor.ir.homogeneity import input_degrees
+from netsor.ir.homogeneity import input_scaling
 from netsor.linalg import PSD_TOLERANCE, colinear_rows, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
 from netsor.validate import (
     check_choice,
@@ -538,7 +538,6 @@ def analysis_of(program: Program) -> Analysis:
 # moment of any vectors; ("d", t1, t2) data inner products; ("t", k1, k2) expectation of a
 # monomial pair; per point only: ("mean", k) of a monomial, ("pm", k) moments for error bounds.
 _SYMMETRIC = {"g", "s", "m", "d", "t"}
-_NO_PAIRS = (np.empty(0, dtype=int), np.empty(0, dtype=int), np.empty(0))
 
 
 def _order(x: Any) -> tuple[int, Any]:
@@ -960,7 +959,7 @@ class Run:
         #: pair geometries (Run.geometry) still to be used, and those computed; arc-cosine angles
         #: of geometries used more than once (kept until the last use)
         self.geometry_uses = dict(geometry_uses or {})
-        self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound]] = {}
+        self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound, Any]] = {}
         self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}
         self.stderr = 0.0
         if diag:
@@ -1182,10 +1181,29 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.zeros(self.shape), bounds.zero(env_l, env_r)
 
+    @functools.cached_property
+    def proportional(self) -> tuple[Array, Array, Array]:
+        """``(i, j, s)`` of the tile's inputs with ``X_right[j] = s·X_left[i]`` exactly, any ``s ≠ 0``."""
+        return colinear_rows(self.X_left, self.X_right, negative=True)
+
+    def exactly_colinear(self, pl: Projection, pr: Projection) -> tuple[Array, Array, Array] | None:
+        """``(i, j, ±1)`` of the tile's entries where one linear form ``w`` sits at exactly proportional
+        inputs ``x`` and ``s·x`` and ``w(s·x) = λ w(x)`` draw by draw (all its arguments scale alike,
+        :func:`netsor.ir.homogeneity.input_scaling`): correlation exactly ``sign λ``; or None."""
+        if self.diag or pl.args != pr.args or not np.array_equal(pl.coefs, pr.coefs):
+            return None
+        ii, jj, s = self.proportional
+        if not ii.size:
+            return None
+        factors = [input_scaling(self.an.program, v, s) for v in pl.args]
+        same = np.isfinite(factors[0]) & np.all([f == factors[0] for f in factors], axis=0)
+        return (ii[same], jj[same], np.sign(factors[0][same])) if same.any() else None
+
     def geometry(self, pl: Projection, pr: Projection
-                 ) -> tuple[tuple[Array, Array, Array, Array, Array, bounds.Bound], dict[Any, Any] | None]:
+                 ) -> tuple[tuple[Array, Array, Array, Array, Array, bounds.Bound, Any], dict[Any, Any] | None]:
         """``a, δa`` (column), ``b, δb`` (row) — the variances of two linear forms at the tile's
-        points and their bounds — and their cross-covariance ``c`` with its bound, read-only; and
+        points and their bounds — and their cross-covariance ``c`` with its bound, read-only, and
+        the entries ``(i, j)`` where ``c = ±√(ab)`` exactly (:meth:`exactly_colinear`, or None); and
         the store of arc-cosine angles to evaluate kernels with (None for a geometry used once).
 
         A geometry used by several pair terms (the relu kernel of the forward pass and the step
@@ -1201,10 +1219,16 @@ class Run:
             b, db = (x[None, :] for x in _form_variance(pr, cov_y, d_y))
             c, c_bound = self.linear_form_cross(pl, pr)
             c, c_bound = _exactly_zero_rows(a, da, b, db, c, c_bound)
+            exact = self.exactly_colinear(pl, pr)
+            if exact is not None:  # ρ = ±1 exactly (its rounding-level bound would be ½-Hölder)
+                ii, jj, sign = exact
+                c = np.array(c, dtype=float)
+                c[ii, jj] = sign * np.sqrt(a[ii, 0] * b[0, jj])
+                exact = (ii, jj)
             c = c.view()
             for x in (a, da, b, db, c):
                 x.flags.writeable = False
-            self.geometries[key] = (a, da, b, db, c, c_bound)
+            self.geometries[key] = (a, da, b, db, c, c_bound, exact)
         geo = self.geometries[key]
         left = self.geometry_uses.get(key, 1) - 1
         self.geometry_uses[key] = left
@@ -1227,7 +1251,7 @@ class Run:
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
         pl, pr = an.projection(left), an.projection(right)
         if pl is not None and pr is not None:
-            (a, da, b, db, c, c_bound), angles = self.geometry(pl, pr)
+            (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
             phi, psi = pl.act, pr.act
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
@@ -1256,6 +1280,8 @@ class Run:
                                            np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
                 else:
                     dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+                if exact is not None and phi.homogeneous is not None and psi.homogeneous is not None:
+                    dense = _colinear_change(dense, value, exact, a, da, b, db, phi.homogeneous, psi.homogeneous)
                 if diagonal:
                     # a diagonal tile: its diagonal entries take per-point values (Limit._pairs)
                     dense = dense.copy()
@@ -1385,6 +1411,20 @@ def _exactly_zero_rows(a: Array, da: Array, b: Array, db: Array, c: Array, c_bou
     dense = None if c_bound.dense is None else np.where(zero, 0.0, c_bound.dense)
     return (np.where(zero, 0.0, c),
             bounds.Bound(c_bound.eta, np.where(zero_l, 0.0, c_bound.left), np.where(zero_r, 0.0, c_bound.right), dense))
+
+
+def _colinear_change(dense: Array, value: Array, exact: tuple[Array, Array], a: Array, da: Array, b: Array,
+                     db: Array, p: float, q: float) -> Array:
+    """``dense`` with the bound of each exactly colinear entry ``(i, j)`` replaced by the change of
+    ``E[φ(u)ψ(±u')] = a^{p/2} b^{q/2} E[φ(z)ψ(±z)]`` (φ, ψ homogeneous of degrees p, q) over the
+    variances' intervals: ``|value| (|p| δa/a + |q| δb/b)`` — twice the first order, which covers
+    the rest while ``δa/a, δb/b ≤ 1/4`` (elsewhere the bound is kept)."""
+    ii, jj = exact
+    ra, rb = da[ii, 0] / np.maximum(a[ii, 0], 1e-300), db[0, jj] / np.maximum(b[0, jj], 1e-300)
+    ok = (ra <= 0.25) & (rb <= 0.25)
+    out = np.array(dense, dtype=float)
+    out[ii[ok], jj[ok]] = np.abs(value[ii[ok], jj[ok]]) * (abs(p) * ra[ok] + abs(q) * rb[ok])
+    return out
 
 
 def _tiles(n1: int, n2: int, size: int, symmetric: bool) -> Iterator[tuple[slice, slice]]:
@@ -1548,21 +1588,21 @@ class Limit:
         needed = roots + ([mirror[r] for r in roots] if symmetric else [])
         self._grid(list(dict.fromkeys(needed)), fill, symmetric)
         ii, jj = self._identical_pairs()
-        homogeneous = self._homogeneous([v for r in roots for v in r[1:]])
-        si, sj, s = self._colinear_pairs if homogeneous else _NO_PAIRS
+        si, sj, s = self._proportional_pairs
+        # E[Z^u(x) Z^v(s·x)] = λ_v(s) E[Z^u(x) Z^v(x)] where every vector of the pairs scales
+        # (netsor.ir.homogeneity): exact, up to the rounding of s
+        factors = [input_scaling(self.program, r[2], s) for r in roots]
+        known = np.all([np.isfinite(input_scaling(self.program, v, s)) for r in roots for v in r[1:]], axis=0)
+        si, sj, s, factors = si[known], sj[known], s[known], [f[known] for f in factors]
         if ii.size or si.size:
             side = self._side("left", {canonical(r) for r in roots})
-            degrees = input_degrees(self.program)
             per_point = []
-            for r in roots:
+            for r, factor in zip(roots, factors, strict=True):
                 value, error = side.values[canonical(r)]
-                # E[Z^u(x) Z^v(s·x)] = s^{deg v} E[Z^u(x) Z^v(x)]: exact, up to the rounding of s
-                degree = degrees[r[2]] if si.size else 0.0
-                factor = s ** degree
                 scaled = value[si] * factor
+                rounding = np.abs(scaled) * (np.abs(np.log2(np.abs(s))) + 2.0) * _EPS
                 per_point.append((np.concatenate([value[ii], scaled]),
-                                  np.concatenate([error[ii], error[si] * factor
-                                                  + np.abs(scaled) * (abs(degree) + 1.0) * _EPS])))
+                                  np.concatenate([error[ii], error[si] * np.abs(factor) + rounding])))
             on_identical(np.concatenate([ii, si]), np.concatenate([jj, sj]), per_point)
 
     def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
@@ -1586,14 +1626,9 @@ class Limit:
         return outs
 
     @functools.cached_property
-    def _colinear_pairs(self) -> tuple[Array, Array, Array]:
-        """``(i, j, s)`` of the inputs with ``X2[j] = s·X[i]`` exactly, ``s > 0``, not identical."""
-        return colinear_rows(self.X, self.X2)
-
-    def _homogeneous(self, vectors: list[Vector]) -> bool:
-        """Whether all ``vectors`` are positively homogeneous in the data (:mod:`netsor.ir.homogeneity`)."""
-        degrees = input_degrees(self.program)
-        return all(degrees[v] is not None for v in vectors)
+    def _proportional_pairs(self) -> tuple[Array, Array, Array]:
+        """``(i, j, s)`` of the inputs with ``X2[j] = s·X[i]`` exactly, ``s ≠ 0``, not identical."""
+        return colinear_rows(self.X, self.X2, negative=True)
 
     def _identical_pairs(self) -> tuple[Array, Array]:
         """Index arrays (i, j) of all pairs with ``X[i] == X2[j]`` exactly (the diagonal of a
