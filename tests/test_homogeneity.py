@@ -180,3 +180,15 @@ def test_anti_colinear_inputs_meet_the_default_rtol(act, depth):
     assert k.ntk_error[0, 1] <= 1e-8 * scale_ntk[0, 1]
     if act == "abs":
         assert k.nngp[0, 1] == pytest.approx(k.nngp[0, 0], rel=1e-14)
+
+
+def test_nearly_parallel_inputs_are_refused_with_the_reason():
+    """3·x is rounded, so x and 3·x are not exactly proportional: the true kernel of a depth-3 step
+    MLP there differs from the colinear one by up to ~1e-3 (each step layer takes the square root
+    of the angle), and the honest bound is refused at the default rtol, saying why."""
+    x = np.random.default_rng(3).standard_normal((3, 4))
+    assert colinear_rows(x[1:2], 3 * x[1:2], negative=True)[0].size == 0
+    with pytest.raises(netsor.NumericalError, match="inputs 1 and 3 are nearly but not exactly"):
+        netsor.nngp(netsor.zoo.mlp(3, "step", 1.2), np.vstack([x, 3 * x[1:2]]))
+    with pytest.raises(netsor.NumericalError, match=r"X\[1\] and X2\[0\] are nearly"):
+        netsor.ntk(netsor.zoo.mlp(3, "relu", 1.2), x, 3 * x[1:2])

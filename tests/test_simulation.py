@@ -282,14 +282,13 @@ def test_batchnorm_ntk_of_small_batches_equals_a_sphere_integral(batch: int) -> 
 
 
 def test_integrated_radius_agrees_with_sampled_radius() -> None:
-    """Depth 2, a batch of 8 in 10 input dimensions (rank 7: the sampled radius has finite variance):
-    the two simulations estimate the same NTK, within their bounds; a 5-dimensional input (first-
-    layer rank 5: E[1/r²] = 1/3, not 1/5) must use the batch's own rank (it once used B − 1: 40 %
-    off at depth 3)."""
+    """A batch of 8 in 10 input dimensions (rank 7: the sampled radius has finite variance): the two
+    simulations estimate the same NTK, within their bounds; a 5-dimensional input (first-layer
+    rank 5: E[1/r²] = 1/3, not 1/5) must use the batch's own rank (it once used B − 1: 40 % off)."""
     from netsor.interpret import ntk as ntk_module
 
     for d in (10, 5):
-        p = netsor.zoo.batchnorm_mlp(2, "relu", batch=8)
+        p = netsor.zoo.batchnorm_mlp(1, "relu", batch=8)
         X = _inputs((1, 8, d), 4)
         integrated = netsor.kernel(p, X, rtol=3e-2, method="qmc")
         original = ntk_module.radial_program

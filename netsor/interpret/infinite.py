@@ -538,6 +538,7 @@ def analysis_of(program: Program) -> Analysis:
 # moment of any vectors; ("d", t1, t2) data inner products; ("t", k1, k2) expectation of a
 # monomial pair; per point only: ("mean", k) of a monomial, ("pm", k) moments for error bounds.
 _SYMMETRIC = {"g", "s", "m", "d", "t"}
+_NONE_PROPORTIONAL = (np.empty(0, dtype=int), np.empty(0, dtype=int), np.empty(0))
 
 
 def _order(x: Any) -> tuple[int, Any]:
@@ -953,7 +954,8 @@ class Run:
     def __init__(self, an: Analysis, *, diag: bool, term_rtol: float, memo: CoefficientMemo,
                  tables: joint.TableMemo, X: Array | None = None, left: Side | None = None,
                  right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None),
-                 geometry_uses: dict[Hashable, int] | None = None) -> None:
+                 geometry_uses: dict[Hashable, int] | None = None,
+                 proportional: tuple[Array, Array, Array] | None = None) -> None:
         self.an, self.diag, self.term_rtol, self.memo, self.tables = an, diag, term_rtol, memo, tables
         self.values: dict[Key, Value] = {}
         #: pair geometries (Run.geometry) still to be used, and those computed; arc-cosine angles
@@ -962,6 +964,7 @@ class Run:
         self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound, Any]] = {}
         self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}
         self.stderr = 0.0
+        self._all_proportional = proportional
         if diag:
             assert X is not None
             self.X_left = self.X_right = X
@@ -1183,8 +1186,14 @@ class Run:
 
     @functools.cached_property
     def proportional(self) -> tuple[Array, Array, Array]:
-        """``(i, j, s)`` of the tile's inputs with ``X_right[j] = s·X_left[i]`` exactly, any ``s ≠ 0``."""
-        return colinear_rows(self.X_left, self.X_right, negative=True)
+        """``(i, j, s)`` of the tile's inputs with ``X_right[j] = s·X_left[i]`` exactly, any ``s ≠ 0``
+        (the limit's pairs, :attr:`Limit._proportional_pairs`, that fall on the tile)."""
+        if self._all_proportional is None:
+            return _NONE_PROPORTIONAL
+        ii, jj, s = self._all_proportional
+        (r0, r1, _), (c0, c1, _) = self.rows.indices(len(self.left.X)), self.cols.indices(len(self.right.X))
+        keep = (ii >= r0) & (ii < r1) & (jj >= c0) & (jj < c1)
+        return ii[keep] - r0, jj[keep] - c0, s[keep]
 
     def exactly_colinear(self, pl: Projection, pr: Projection) -> tuple[Array, Array, Array] | None:
         """``(i, j, ±1)`` of the tile's entries where one linear form ``w`` sits at exactly proportional
@@ -1537,7 +1546,8 @@ class Limit:
 
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
-            run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols, geometry_uses=uses)
+            run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols, geometry_uses=uses,
+                                proportional=self._proportional_pairs)
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})
@@ -1670,8 +1680,23 @@ class Limit:
             raise NumericalError(
                 f"{what}: the error bound reached {worst:.3g} relative to √(K_ii K_jj) at entry ({i}, {j}), "
                 f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
-                f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})")
+                f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
+                f"{self._parallel_hint(int(i), int(j), value.shape)}")
         return (value, err) if with_error else value
+
+    def _parallel_hint(self, i: int, j: int, shape: tuple[int, ...]) -> str:
+        """A hint for a refused entry of two nearly (anti-)parallel inputs: step-like kernels are only
+        ½-Hölder at correlation ±1, and exactly proportional inputs are recognised as such."""
+        per = shape[0] // self.X.shape[0]  # outputs per input
+        x, y = self.X[i // per].ravel(), self.X2[j // per].ravel()
+        norms = float(np.linalg.norm(x) * np.linalg.norm(y))
+        if norms == 0.0 or abs(1.0 - abs(float(x @ y)) / norms) > 1e-9:
+            return ""
+        pair = f"inputs {i // per} and {j // per}" if self.symmetric else f"X[{i // per}] and X2[{j // per}]"
+        return (f". The {pair} are nearly but not exactly (anti-)parallel, where kernels of "
+                "step-like functions are only ½-Hölder in the correlation and the network amplifies a "
+                "rounding-level angle; exactly proportional inputs (e.g. x and 2x or −x, a power-of-two "
+                "factor: 3·x is rounded) are recognised and computed exactly")
 
     def _variances(self, u: Vector, v: Vector) -> tuple[Array, Array]:
         """``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,)."""
