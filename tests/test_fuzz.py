@@ -238,3 +238,33 @@ def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_e
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
     assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
 
+
+
+@settings(SIMULATION_SETTINGS, max_examples=25)
+@given(recipe=recipes(max_steps=4, opaque=True), seed=st.integers(0, 2**16))
+def test_random_programs_on_exactly_proportional_inputs(recipe, seed):
+    """Inputs x, z, 2x, −x, z/2 — exactly proportional pairs, which the engine takes from per-point
+    values or exact ±1 correlations where the program says how its vectors scale
+    (netsor/ir/homogeneity.py). Draw by draw at finite width (dense sampler, same seed) every vector
+    with a known scaling λ satisfies v(s·X) = λ v(X); and the engine's kernel agrees with the joint
+    QMC simulation within the sum of their bounds."""
+    from netsor.interpret.finite import run_finite
+    from netsor.ir.homogeneity import input_scaling
+
+    p = build(recipe)
+    x, z = np.random.default_rng(seed).standard_normal((2, 3))
+    X = np.stack([x, z, 2 * x, -x, 0.5 * z])
+    vectors = [ln.out for ln in p.lines if ln.out.kind in ("G", "H")]
+    base = run_finite(p, X[:2], width=8, samples=1, seed=seed, method="dense", vectors=vectors).vectors
+    for s in (2.0, -1.0):
+        scaled = run_finite(p, s * X[:2], width=8, samples=1, seed=seed, method="dense", vectors=vectors).vectors
+        for v in vectors:
+            lam = float(input_scaling(p, v, np.array([s]))[0])
+            if np.isfinite(lam):
+                np.testing.assert_allclose(scaled[v], lam * base[v], rtol=1e-10, atol=1e-12, err_msg=v.name)
+    result = kernel(p, X)
+    assume(result is not None)
+    K, E, _ = result
+    K_sim, E_sim = SimulatedLimit(p, X, rtol=1.0, seed=seed).nngp(psd="skip", with_error=True)
+    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
+    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
