@@ -249,3 +249,13 @@ def test_a_seed_sequence_used_twice_gives_the_same_networks():
 def test_every_error_is_a_netsor_error():
     for err in (HyperParameterError, InputError, NumericalError, ProgramError):
         assert issubclass(err, NetsorError)
+
+
+def test_a_per_input_quantity_beyond_rtol_is_a_clear_error():
+    """``Limit.var`` (and ``scalar``) refusing their tolerance raised a raw ValueError (the message
+    unpacked a kernel entry (i, j) from a 1-D array); now the NumericalError names the input."""
+    p = netsor.zoo.mlp(4, "tanh", 1.5, 0.3)
+    X = np.random.default_rng(0).standard_normal((2, 3)) * 30
+    h = [ln.out for ln in p.lines if ln.out.kind == "H"][-1]
+    with pytest.raises(netsor.NumericalError, match="relative to its value at input"):
+        netsor.limit(p, X, rtol=1e-15).var(h)

@@ -1670,18 +1670,20 @@ class Limit:
         worst = self.relative_error = largest_ratio(err, np.maximum(scale, 1e-300))
         if worst > self.rtol:
             ratio = err / np.maximum(scale, 1e-300)
-            i, j = np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape)
+            at = tuple(int(k) for k in np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape))
+            # a kernel's entry (i, j), or a per-input quantity's input i (var, scalar)
+            where, relative = (f"entry {at}", "√(K_ii K_jj)") if len(at) == 2 else (f"input {at[0]}", "its value")
             if not np.isfinite(worst):  # no tolerance accepts it: say what to change instead
                 raise NumericalError(
-                    f"{what}: entry ({i}, {j}) has no finite error bound — an expectation of the limit could "
+                    f"{what}: {where} has no finite error bound — an expectation of the limit could "
                     "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
-                    f"variance of input {i} or {j}: inputs whose scales differ by many orders of magnitude); "
+                    "variance of an input: inputs whose scales differ by many orders of magnitude); "
                     "rescale the inputs, or compute those entries separately (X2)")
             raise NumericalError(
-                f"{what}: the error bound reached {worst:.3g} relative to √(K_ii K_jj) at entry ({i}, {j}), "
+                f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
                 f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
                 f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
-                f"{self._parallel_hint(int(i), int(j), value.shape)}")
+                f"{self._parallel_hint(*at, value.shape) if len(at) == 2 else ''}")
         return (value, err) if with_error else value
 
     def _parallel_hint(self, i: int, j: int, shape: tuple[int, ...]) -> str:
