@@ -21,7 +21,7 @@ from netsor.activations import Activation, identity
 from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, Vector
-from netsor.ir.expr import Const, Expr, Opaque, Var, apply, linear, product
+from netsor.ir.expr import Const, Expr, Opaque, Var, apply, constant, linear, product
 from netsor.ir.trace import trace
 
 
@@ -287,6 +287,8 @@ def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | Non
         raise ProgramError(f"custom {kind} {label!r} must be vectorised and elementwise")
     operands = [expression_of(v) for v in vectors]
     expr = trace(fn, operands)
+    if expr is None and all(isinstance(e, Const) for e in operands):  # a function of constants is one
+        expr = constant(float(call_user_function(fn, tuple(np.array([e.value]) for e in operands), label)[0]))
     if expr is None:
         expr = Opaque(fn, tuple(operands), label)
     return first, expr

@@ -51,6 +51,19 @@ def kernel(p, X, X2=None):
     return None
 
 
+def assert_engine_agrees_with_simulation(p, X, seed):
+    """The expectation engine's kernel (skipped where out of its reach) and the QMC simulation's
+    (one round of 16 × 2^12 copies) agree within the sum of their bounds; returns the simulation."""
+    result = kernel(p, X)
+    assume(result is not None)
+    K, E, _ = result
+    lim = SimulatedLimit(p, X, rtol=1.0, seed=seed)
+    K_sim, E_sim = lim.nngp(psd="skip", with_error=True)
+    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
+    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+    return lim
+
+
 KERNEL_PROGRAMS = dict(recipe=recipes(max_steps=5, opaque=True), B=st.integers(2, 4), d=st.integers(3, 6),
                        seed=st.integers(0, 2**16), duplicate=st.booleans())
 
@@ -147,14 +160,7 @@ def test_random_programs_simulated_limit_agrees_with_the_expectation_engine(reci
     simulation (one round of 16 × 2^12 copies) agree within the sum of their bounds."""
     p = build(recipe)
     X = inputs(B, 3, seed)
-    result = kernel(p, X)
-    assume(result is not None)
-    K, E, _ = result
-    lim = SimulatedLimit(p, X, rtol=1.0, seed=seed)
-    K_sim, E_sim = lim.nngp(psd="skip", with_error=True)
-    assert lim.points == 2**12
-    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
-    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+    assert assert_engine_agrees_with_simulation(p, X, seed).points == 2**12
 
 
 @settings(SIMULATION_SETTINGS, max_examples=150)
@@ -231,12 +237,7 @@ def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_e
     homogeneous activations, by joint quadrature/QMC otherwise): the two interpreters agree."""
     p = build(recipe)
     X = inputs(1, 3, seed)
-    result = kernel(p, X)
-    assume(result is not None)
-    K, E, _ = result
-    K_sim, E_sim = SimulatedLimit(p, X, rtol=1.0, seed=seed).nngp(psd="skip", with_error=True)
-    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
-    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+    assert_engine_agrees_with_simulation(p, X, seed)
 
 
 
@@ -262,9 +263,4 @@ def test_random_programs_on_exactly_proportional_inputs(recipe, seed):
             lam = float(input_scaling(p, v, np.array([s]))[0])
             if np.isfinite(lam):
                 np.testing.assert_allclose(scaled[v], lam * base[v], rtol=1e-10, atol=1e-12, err_msg=v.name)
-    result = kernel(p, X)
-    assume(result is not None)
-    K, E, _ = result
-    K_sim, E_sim = SimulatedLimit(p, X, rtol=1.0, seed=seed).nngp(psd="skip", with_error=True)
-    scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
-    assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
+    assert_engine_agrees_with_simulation(p, X, seed)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -93,6 +94,11 @@ def features(act: Activation) -> tuple[float, ...]:
 
 # ------------------------------------------------------------------ kinks nobody declared
 _LOCATED: dict[tuple[Any, float], Activation] = {}
+_GRID_OFFSET = (3.0 - np.sqrt(5.0)) / 2.0  # 0.382: far from every simple fraction
+#: Located kinks are panels narrower than this fraction of the range (2⁻⁴⁹ ≈ 1.8e-15).
+LOCATE_TO = 2.0 ** -49
+#: Panels narrower than this fraction of the range fail the locator's test only at a kink.
+_NARROW = 1e-6
 _LOCATED_LOCK = threading.Lock()
 
 
@@ -101,8 +107,9 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
 
     For activations whose kinks are unknown (custom callables, compositions through opaque
     functions): panels of ``∫ φ(x) dx`` whose 20- and 10-node integrals differ are bisected
-    until they agree to 1e-13 relative; panels that had to shrink below 1e-9 of the range hold
-    a kink or a jump. Returns ``act`` itself when its kinks are known.
+    until they agree to 1e-13 relative; panels that had to shrink below ``LOCATE_TO`` of the range
+    hold a kink or a jump (a jump is then placed to rounding). Returns ``act`` itself when its
+    kinks are known.
     """
     if act.kinks_known or max_sd <= 0:
         return act
@@ -112,9 +119,13 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     with _LOCATED_LOCK:
         if key in _LOCATED:
             return _LOCATED[key]
-    lo, hi = np.linspace(-bucket, bucket, 65)[:-1], np.linspace(-bucket, bucket, 65)[1:]
+    # 64 panels over the range, offset by an irrational fraction of a panel: kinks at round numbers
+    # (0, ±1/2, …) would sit on the edges of an aligned grid, where no panel sees them
+    edges = -bucket + (np.arange(66) - _GRID_OFFSET) * (2.0 * bucket / 64)
+    lo, hi = edges[:-1], edges[1:]
     scale = max(float(np.max(np.abs(np.asarray(act.fn(np.linspace(-bucket, bucket, 257)))))), 1e-300)
     found: list[float] = []
+    parents = np.empty((2, 0))  # (lo, hi) of the last level's narrow bad panels, whose halves are tested now
     for _ in range(MAX_BISECTIONS):
         half, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
         vals = []
@@ -124,17 +135,47 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
             fx = np.where(np.isfinite(fx), fx, 1e300)
             vals.append(np.sum(fx * weights, axis=1) * half)
         bad = np.abs(vals[0] - vals[1]) > 1e-13 * scale * (2 * half)
-        tiny = (hi - lo) < 1e-9 * bucket
+        # a jump must be placed to rounding: misplaced by δ it moves E φ by |jump|·δ·density, which no
+        # bound accounts for (located to 1e-9 of the range, step(relu(g) − 1/2)·g was 4e-11 off)
+        tiny = (hi - lo) < LOCATE_TO * bucket
         found.extend(mid[bad & tiny].tolist())
+        # a narrow panel (no smooth function fails the test there) whose halves both pass holds its
+        # kink within a node spacing of an edge (at a round number the rounded edges reached): place
+        # it by bisecting the function's values
+        if parents.size:
+            pair = bad.reshape(2, -1)
+            lost = ~(pair[0] | pair[1]) & np.isfinite(parents[0])
+            found.extend(_jump_position(act.fn, a, b) for a, b in zip(*parents[:, lost], strict=True))
         bad &= ~tiny
         if not bad.any():
             break
+        narrow = (hi - lo)[bad] < _NARROW * bucket
+        parents = np.where(narrow, np.stack([lo[bad], hi[bad]]), np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
-    kinks = _merge_points(found, 1e-8 * bucket)
+    gap = 64 * LOCATE_TO * bucket
+    # with the kinks already known (exact, where a found one is only located to the gap)
+    kinks = sorted(list(act.kinks) + [k for k in _merge_points(found, gap)
+                                      if all(abs(k - known) > gap for known in act.kinks)])
     located = replace(act, kinks=tuple(kinks), kinks_known=True)
     with _LOCATED_LOCK:
         _LOCATED.setdefault(key, located)
     return located
+
+
+def _jump_position(fn: Callable[[Array], Array], lo: float, hi: float) -> float:
+    """Where ``fn`` changes most in ``[lo, hi]``, by bisecting towards the half whose end values
+    differ more, down to adjacent floating-point numbers (a jump's position; a kink's to rounding)."""
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        with np.errstate(all="ignore"):
+            f_lo, f_mid, f_hi = np.asarray(fn(np.array([lo, mid, hi])), dtype=float)
+        if abs(f_mid - f_lo) >= abs(f_hi - f_mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _merge_points(points: list[float], gap: float) -> list[float]:

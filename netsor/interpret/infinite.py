@@ -1692,7 +1692,7 @@ class Limit:
         per = shape[0] // self.X.shape[0]  # outputs per input
         x, y = self.X[i // per].ravel(), self.X2[j // per].ravel()
         norms = float(np.linalg.norm(x) * np.linalg.norm(y))
-        if norms == 0.0 or abs(1.0 - abs(float(x @ y)) / norms) > 1e-9:
+        if norms == 0.0 or x.tobytes() == y.tobytes() or abs(1.0 - abs(float(x @ y)) / norms) > 1e-9:
             return ""
         pair = f"inputs {i // per} and {j // per}" if self.symmetric else f"X[{i // per}] and X2[{j // per}]"
         return (f". The {pair} are nearly but not exactly (anti-)parallel, where kernels of "
