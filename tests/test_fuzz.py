@@ -241,7 +241,7 @@ def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_e
 
 
 
-@settings(SIMULATION_SETTINGS, max_examples=25)
+@settings(SIMULATION_SETTINGS, max_examples=15)
 @given(recipe=recipes(max_steps=4, opaque=True), seed=st.integers(0, 2**16))
 def test_random_programs_on_exactly_proportional_inputs(recipe, seed):
     """Inputs x, z, 2x, −x, z/2 — exactly proportional pairs, which the engine takes from per-point

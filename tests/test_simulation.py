@@ -281,6 +281,7 @@ def test_batchnorm_ntk_of_small_batches_equals_a_sphere_integral(batch: int) -> 
     assert np.all(np.abs(k.ntk - theta) <= k.ntk_error + 5 * se)
 
 
+@pytest.mark.slow
 def test_integrated_radius_agrees_with_sampled_radius() -> None:
     """A batch of 8 in 10 input dimensions (rank 7: the sampled radius has finite variance): the two
     simulations estimate the same NTK, within their bounds; a 5-dimensional input (first-layer
