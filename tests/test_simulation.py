@@ -316,3 +316,23 @@ def test_radius_is_not_integrated_where_it_would_be_wrong() -> None:
     assert radial_program(grads.program, _structure(grads, ("ntk",))[2]) is None
     with pytest.raises(UnsupportedError, match="cannot be integrated out"):
         netsor.kernel(p, _inputs((1, 4, 10), 5), rtol=0.5, method="qmc")
+
+
+def test_radial_degrees_are_per_copy() -> None:
+    """In the limit a MatMul output is a fresh Gaussian per copy, independent of every copy's batch
+    radius (its covariance is a moment, integrated exactly): in the gradient program of a depth-2
+    BatchNorm MLP the backward MatMul outputs have radial degree 0 and a first-layer gradient carries
+    its own batch's radius only (propagating degrees through MatMuls once let pairs through whose
+    radii the transform would have mis-weighted)."""
+    from netsor.interpret.ntk import _gradients
+    from netsor.interpret.radial import _partial_batches, _radial_degrees
+    from netsor.ir.lines import MatMulLine
+
+    program = _gradients(netsor.zoo.batchnorm_mlp(2, "relu", batch=4), "auto").program
+    batches = _partial_batches(program)
+    degrees = _radial_degrees(program, batches)
+    assert degrees is not None and len(batches) == 2
+    backward = [ln.out for ln in program.lines if isinstance(ln, MatMulLine) and ln.arg.name.startswith("dg")]
+    assert backward and all(degrees[v] == {} for v in backward)
+    gradients = [ln.out for ln in program.lines if ln.out.name.startswith("dg")]
+    assert all(len(degrees[v]) == 1 and set(degrees[v].values()) == {-1} for v in gradients)

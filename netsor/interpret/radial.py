@@ -22,6 +22,7 @@ batch vectors are used only inside their BatchNorm (the radial degrees below); e
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def radial_program(program: Program, pairs: Iterable[tuple[Vector, Vector]]
     degrees = _radial_degrees(program, batches)
     if degrees is None:
         return None
-    if any(d not in (0, -2) for u, v in pairs for d in _sum(degrees[u], degrees[v]).values()):
+    if not all(_exact_moment(degrees[u], degrees[v]) for u, v in pairs):
         return None
     radius: dict[Hashable, Vector] = {}
 
@@ -158,18 +159,23 @@ def _replace_partials(e: Expr, scaled, renaming: Renaming) -> Expr:  # noqa: ANN
 
 
 def _radial_degrees(program: Program, batches: set[Hashable]) -> dict[Vector, Degrees] | None:
-    """Each vector's degree in each batch radius, or None when a batch vector is used outside its
-    BatchNorm or a radius enters non-linearly (then the radius cannot be integrated out)."""
-    members: dict[Hashable, Hashable] = {}
-    for key in batches:
-        for op_key in key:
-            members[op_key] = key
+    """Each vector's degree in each batch radius, copy by copy of the limit, or None when a batch
+    vector is used outside its BatchNorm or a radius enters non-linearly (then the radius cannot be
+    integrated out). A MatMul output is a fresh Gaussian per copy, independent of the copy's radii:
+    degree 0, provided the moments of its matrix's arguments that give its covariance have degree
+    0 or −2 in each radius (transposes, whose Netsor⊤ corrections are linear in other vectors copy by
+    copy, are not taken)."""
+    members = {op_key for key in batches for op_key in key}
     deg: dict[Vector, Degrees] = {}
+    args_of: dict[Any, list[Vector]] = {}
     for line in program.lines:
         if isinstance(line, (DataLine, BiasLine)):
             found: Degrees | None = {}
         elif isinstance(line, MatMulLine):
-            found = deg[line.arg]
+            if line.transposed:
+                return None
+            args_of.setdefault(line.matrix, []).append(line.arg)
+            found = {}
         elif isinstance(line, LinCombLine):
             terms = [_sum(deg[c] if isinstance(c, Vector) else {}, deg[a])
                      for c, a in zip(line.coeffs, line.args, strict=True)]
@@ -181,7 +187,15 @@ def _radial_degrees(program: Program, batches: set[Hashable]) -> dict[Vector, De
         if found is None:
             return None
         deg[line.out] = found
+    if not all(_exact_moment(deg[a], deg[b]) for args in args_of.values() for a in args for b in args):
+        return None
     return deg
+
+
+def _exact_moment(a: Degrees, b: Degrees) -> bool:
+    """Whether the radius-integrated simulation keeps the second moment of vectors of degrees a, b:
+    each radius enters it as r⁰ or r⁻² (then ``E[r⁻²] = 1/(k − 2)`` is what the transform puts in)."""
+    return all(d in (0, -2) for d in _sum(a, b).values())
 
 
 def _sum(a: Degrees, b: Degrees) -> Degrees:
@@ -196,9 +210,9 @@ def _equal(degrees: list[Degrees | None]) -> Degrees | None:
     return first if all(d == first for d in degrees) else None
 
 
-def _expression_degrees(e: Expr, deg: dict[Vector, Degrees], members: dict[Hashable, Hashable]) -> Degrees | None:
+def _expression_degrees(e: Expr, deg: dict[Vector, Degrees], members: set[Hashable]) -> Degrees | None:
     if isinstance(e, BatchNormalized | BatchNormPartial):
-        inner = [_expression_degrees(c, deg, {}) for c in e.operands]  # the batch inside its BatchNorm
+        inner = [_expression_degrees(c, deg, set()) for c in e.operands]  # the batch inside its BatchNorm
         if any(d != {} for d in inner):
             return None
         return {tuple(c.key for c in e.operands): -1} if isinstance(e, BatchNormPartial) else {}
