@@ -239,3 +239,15 @@ def one_factor_orthant(lam):
     k = lam / np.sqrt(1 - lam * lam)
     f = lambda z: np.exp(-0.5 * z * z) / SQRT2PI * np.prod(special.ndtr(k * z))  # noqa: E731
     return integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=400)[0]
+
+
+def two_factor_orthant(L):
+    """P(x > 0) for x ~ N(0, R) with R_ij = ⟨L_i, L_j⟩ (i ≠ j), rows of L (4, 2) of norm < 1:
+    x_i = L_i·z + √(1 − |L_i|²) e_i, so P = E_z Π Φ(L_i·z / √(1 − |L_i|²)) (2-D adaptive quadrature)."""
+    L = np.asarray(L, float)
+    d = np.sqrt(1 - np.sum(L * L, axis=1))
+
+    def f(y, x):
+        return np.exp(-0.5 * (x * x + y * y)) / (2 * np.pi) * np.prod(special.ndtr((L[:, 0] * x + L[:, 1] * y) / d))
+
+    return integrate.dblquad(f, -9.0, 9.0, -9.0, 9.0, epsabs=1e-15, epsrel=1e-13)[0]

@@ -155,6 +155,19 @@ def test_coupled_run_with_transposes_converges(case):
     assert d[256] / d[4096] >= 3.0, d
 
 
+def test_program_without_data_takes_no_inputs():
+    """A program that reads no data runs coupled with ``X=None`` (one symbolic point), as the limit and
+    the sampler take it (it raised "X must hold real numbers, got a object array"): draw for draw
+    the run of an explicit one-point X; a program that reads data still says to pass X."""
+    program = transposed_programs()[0][0]
+    run = netsor.coupled(program, None, width=64, samples=4, seed=1)
+    same = netsor.coupled(program, np.ones((1, 1)), width=64, samples=4, seed=1)
+    np.testing.assert_array_equal(run.outputs_finite, same.outputs_finite)
+    np.testing.assert_array_equal(run.outputs_limit, same.outputs_limit)
+    with pytest.raises(netsor.InputError, match="reads the data point"):
+        netsor.coupled(transposed_programs()[1][0], None, width=64, samples=4)
+
+
 def test_repeated_matmul_is_degenerate():
     """``b = W h`` after ``a = W h``: b lies in the span of the past, so the limit executes it
     as the LinComb b = a (reported), the finite side gives b = a up to rounding, and the

@@ -212,8 +212,8 @@ def test_random_transposed_programs_exact_ntk_simulated_agrees_with_the_expectat
 def test_random_transposed_programs_coupled_run_is_the_sampler_and_converges(recipe, seed):
     """Netsor⊤ in the coupled run, on programs whose limit has corrections Ż (others skipped): its
     finite side is the matrix-free sampler draw for draw, and the coupling distance of every vector
-    with a correction falls by at least 2.5 from width 64 to 1024 (theory: 4, n^{-1/2}; a limit
-    world whose Ż is 10 % off leaves a floor and fails this)."""
+    with a correction falls by at least 2.5 from width 64 to 1024 within 3 standard errors (theory: 4,
+    n^{-1/2}; a limit world whose Ż is 10 % off leaves a floor and fails this)."""
     p = build_transposed(recipe)
     X = inputs(2, 3, seed) if recipe.data else np.ones((1, 1))
     try:
@@ -226,18 +226,33 @@ def test_random_transposed_programs_coupled_run_is_the_sampler_and_converges(rec
     finite = netsor.sample(p, X, width=64, samples=30, seed=seed, method="matrix-free")
     np.testing.assert_array_equal(runs[64].outputs_finite, finite)
     for name in corrected:
-        d = {w: run.distance(name) for w, run in runs.items()}
-        assert np.isfinite(d[64]) and d[64] / d[1024] >= 2.5, (name, d)
+        costs = {w: np.asarray(run.line_costs[name], dtype=float).ravel() for w, run in runs.items()}
+        assert np.all(np.isfinite(costs[64])) and np.all(np.isfinite(costs[1024])), name
+        # the mean costs (squared distances) fall 16× in theory; ≥ 2.5² within 3 standard errors of
+        # their ratio (delta method: each mean of 30 heavy-tailed costs is ~20 % uncertain)
+        mean = {w: c.mean() for w, c in costs.items()}
+        rel = [c.std(ddof=1) / np.sqrt(c.size) / mean[w] for w, c in costs.items()]
+        ratio = mean[64] / mean[1024]
+        assert ratio + 3 * ratio * np.hypot(*rel) >= 2.5**2, (name, mean, rel)
 
 
-@settings(SIMULATION_SETTINGS, max_examples=60)
-@given(recipe=recipes(max_steps=4, opaque=True, batchnorm=True), seed=st.integers(0, 2**16))
+BATCHNORM_PROGRAMS = dict(recipe=recipes(max_steps=4, opaque=True, batchnorm=True), seed=st.integers(0, 2**16))
+
+
+@settings(SIMULATION_SETTINGS, max_examples=25)
+@given(**BATCHNORM_PROGRAMS)
 def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed):
     """BatchNorm across random G-vectors (one input: the engine takes a batch at one point, exactly for
     homogeneous activations, by joint quadrature/QMC otherwise): the two interpreters agree."""
-    p = build(recipe)
-    X = inputs(1, 3, seed)
-    assert_engine_agrees_with_simulation(p, X, seed)
+    assert_engine_agrees_with_simulation(build(recipe), inputs(1, 3, seed), seed)
+
+
+@pytest.mark.slow
+@settings(SIMULATION_SETTINGS, max_examples=100)
+@given(**BATCHNORM_PROGRAMS)
+def test_more_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed):
+    """The same on 100 more BatchNorm programs (the default suite keeps 25, for time: ~2.5 s each)."""
+    assert_engine_agrees_with_simulation(build(recipe), inputs(1, 3, seed), seed)
 
 
 

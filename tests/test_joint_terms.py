@@ -21,6 +21,7 @@ from references import (
     relu_times_relu_correlated,
     step_kernel,
     tanh_of_relu_plus,
+    two_factor_orthant,
 )
 
 import netsor
@@ -180,6 +181,43 @@ def test_orthant_probabilities_against_one_factor_references():
     assert np.all(err <= 1e-11)
     half = np.full((1, 4, 4), 0.5) + 0.5 * np.eye(4)
     assert abs(orthant(half, [0, 1, 2, 3])[0][0] - 0.2) <= 1e-14
+
+
+def test_orthant_probabilities_against_two_factor_references():
+    """General four-dimensional correlations (two factors: R_ij = ⟨Lᵢ, Lⱼ⟩) against a 2-D adaptive
+    quadrature, with the most correlated forms paired each of the three ways (0–1 and 2–3, 0–2 and
+    1–3, 0–3 and 1–2: the Plackett path starts from a different split each time) and random loadings
+    up to |Lᵢ| = 0.999: the reported error covers the difference."""
+    def paired(first, second, angle):
+        rows = np.empty((4, 2))
+        for k, (i, j) in enumerate((first, second)):
+            base = 0.3 + 1.4 * k
+            rows[i] = 0.99 * np.array([np.cos(base), np.sin(base)])
+            rows[j] = 0.98 * np.array([np.cos(base + angle), np.sin(base + angle)])
+        return rows
+
+    loadings = [paired((0, 1), (2, 3), 0.05), paired((0, 2), (1, 3), 0.02), paired((0, 3), (1, 2), -0.03)]
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        L = rng.standard_normal((4, 2))
+        loadings.append(L / np.linalg.norm(L, axis=1, keepdims=True) * rng.uniform(0.3, 0.999, (4, 1)))
+    R = np.stack([L @ L.T + np.diag(1 - np.sum(L * L, axis=1)) for L in loadings])
+    p, err = orthant(R, [0, 1, 2, 3])
+    ref = np.array([two_factor_orthant(L) for L in loadings])
+    assert np.all(np.abs(p - ref) <= err + 1e-13), np.abs(p - ref) - err
+    assert np.all(err <= 1e-11)
+
+
+def test_kronrod_rule_is_exact_to_its_degree():
+    """The 15-point Gauss–Kronrod rule of the Plackett integrals integrates x^d on [−1, 1] exactly for
+    d ≤ 22 and its embedded 7-point Gauss rule for d ≤ 13 (and neither beyond)."""
+    from netsor.gaussian.orthant import GAUSS7_WEIGHTS, KRONROD_NODES, KRONROD_WEIGHTS
+
+    for d in range(25):
+        exact = (1 - (-1) ** (d + 1)) / (d + 1)
+        kronrod, gauss = KRONROD_WEIGHTS @ KRONROD_NODES**d, GAUSS7_WEIGHTS @ KRONROD_NODES**d
+        assert (abs(kronrod - exact) <= 1e-15) == (d <= 22 or d % 2 == 1), d
+        assert (abs(gauss - exact) <= 1e-15) == (d <= 13 or d % 2 == 1), d
 
 
 def test_cone_moments_against_monte_carlo_and_wick():

@@ -45,7 +45,7 @@ from netsor.interpret.forward import CoupledState, FiniteState, ForwardPlan, Wor
 from netsor.interpret.infinite import DEFAULT_RTOL, Limit
 from netsor.ir import Program, Vector
 from netsor.linalg import psd_sqrt
-from netsor.validate import check_count, check_inputs, check_memory_budget, check_real
+from netsor.validate import check_count, check_memory_budget, check_real, inputs_or_point
 
 Array = np.ndarray
 
@@ -133,7 +133,8 @@ def coupled(
     program : Program
         Transposed MatMuls (Netsor⊤) take the expectation engine's exact corrections ``Ż``: the
         programs :func:`netsor.limit` takes with ``method="expectations"``.
-    X : array, shape (B, d) or (B, T, d)
+    X : array, shape (B, d) or (B, T, d), or None
+        None for a program that reads no data (only :meth:`Program.gaussian` vectors): one point.
     width : int or mapping
         Hidden widths of the finite execution (the limit uses the same number of coordinates).
     samples : int
@@ -148,7 +149,7 @@ def coupled(
         Relative tolerance of the limit world's Gram matrices and kernel (as for :func:`netsor.limit`;
         a program whose bounds cannot meet it raises :class:`~netsor.NumericalError` saying what was reached).
     """
-    Xa = check_inputs(program, X)
+    Xa = inputs_or_point(program, X)
     samples = check_count(samples, "samples")
     p = check_real(p, "p", minimum=1.0)
     budget = check_memory_budget(memory_budget)

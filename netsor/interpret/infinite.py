@@ -1314,7 +1314,7 @@ class Run:
             wanted &= np.triu(np.ones(self.shape, dtype=bool), 1)
         todo = np.flatnonzero(wanted.ravel())
         rows, cols = np.divmod(todo, b2)
-        cx, dx, cy, dy = cov_x[rows], d_x[rows], cov_y[cols], d_y[cols]
+        cx, cy = cov_x[rows], cov_y[cols]
         Cf, dCf = C[rows, cols], dC[rows, cols]
         stats_l = {k: v[rows, 0] for k, v in s_left.items()}
         stats_r = {k: v[0, cols] for k, v in s_right.items()}
@@ -1324,7 +1324,7 @@ class Run:
                 an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
                 seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
             self.note_stderr(se)
-            err[todo] += propagation.pair_joint(cx, cy, Cf, dx, dy, dCf, stats_l, stats_r)
+            err[todo] += propagation.pair_joint(cov_x, cov_y, Cf, d_x, d_y, dCf, stats_l, stats_r, rows, cols)
         value, err = value.reshape(self.shape), err.reshape(self.shape)
         if mirror:  # the lower triangle is zero
             value, err = value + value.T, err + err.T

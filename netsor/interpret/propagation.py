@@ -206,14 +206,16 @@ def _frobenius(x: Array) -> Array:
 
 
 def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c: Array,
-               left: dict[str, Array], right: dict[str, Array]) -> Array:
-    """Propagated error of ``E[F(U) G(V)]`` for pairs (M, …): covariances and their error bounds,
-    ``left``/``right`` the per-pair moments of F and G (keys ``m2``, ``m4``, ``arg_grad2`` (M, k)
-    ``= E(∂ᵢF)²``, ``joint_euler = E|∇F|²|U|²``, ``gradnorm2 = E|∇F|²``)."""
+               left: dict[str, Array], right: dict[str, Array], rows: Array, cols: Array) -> Array:
+    """Propagated error of ``E[F(U) G(V)]`` for pairs (M,) of a left point ``rows[m]`` and a right point
+    ``cols[m]``: per-point covariances of U (P₁, k₁, k₁) and V (P₂, k₂, k₂) and their error bounds
+    (their spectra are taken once per point, not once per pair), per-pair cross-covariances ``C``
+    (M, k₁, k₂) and bounds, ``left``/``right`` the per-pair moments of F and G (keys ``m2``, ``m4``,
+    ``arg_grad2`` (M, k) ``= E(∂ᵢF)²``, ``joint_euler = E|∇F|²|U|²``, ``gradnorm2 = E|∇F|²``)."""
     scale = np.sqrt(left["m2"] * right["m2"])
-    lx, tx = _spectrum(cov_x)
-    ly, ty = _spectrum(cov_y)
-    ex, ey = _ratio(_frobenius(d_x), lx), _ratio(_frobenius(d_y), ly)
+    lx, tx = (v[rows] for v in _spectrum(cov_x))
+    ly, ty = (v[cols] for v in _spectrum(cov_y))
+    ex, ey = _ratio(_frobenius(d_x)[rows], lx), _ratio(_frobenius(d_y)[cols], ly)
     if np.all(np.isfinite(left["gradnorm2"])) and np.all(np.isfinite(right["gradnorm2"])):
         sf, sg = np.sqrt(left["arg_grad2"]), np.sqrt(right["arg_grad2"])  # (M, k1), (M, k2)
         cross = np.einsum("mi,mij,mj->m", sf, d_c, sg)
@@ -223,7 +225,7 @@ def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c
         bound = (cross + ax * (np.sqrt(left["joint_euler"] * right["m2"]) + spread)
                  + ay * (np.sqrt(right["joint_euler"] * left["m2"]) + spread))
         return _cap(bound, scale)
-    R = np.einsum("mij,mjk,mkl->mil", _inv_sqrt(cov_x), C, _inv_sqrt(cov_y))
+    R = np.einsum("mij,mjk,mkl->mil", _inv_sqrt(cov_x)[rows], C, _inv_sqrt(cov_y)[cols])
     norm_r = np.minimum(np.sqrt(np.maximum(np.linalg.eigvalsh(np.einsum("mij,mkj->mik", R, R))[..., -1], 0.0)),
                         1.0)
     whitened = ex + ey + 2.0 * _ratio(_frobenius(d_c), np.sqrt(lx * ly))

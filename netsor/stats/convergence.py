@@ -68,7 +68,7 @@ from netsor.stats.rates import (
     mean_interval,
     run_sweep,
 )
-from netsor.validate import Seed, check_choice, check_count, check_inputs, seed_sequence
+from netsor.validate import Seed, check_choice, check_count, inputs_or_point, seed_sequence
 
 Array = np.ndarray
 
@@ -92,7 +92,7 @@ class Study:
     Parameters
     ----------
     program : Program
-    X : array, shape (B, d) or (B, T, d)
+    X : array, shape (B, d) or (B, T, d), or None (a program that reads no data: one point)
     metric : str
         One of :data:`METRICS`.
     samples : int
@@ -134,7 +134,7 @@ class Study:
         self.replicates = check_count(self.replicates, "replicates", minimum=2)
         self.directions = check_count(self.directions, "directions")
         self.root_seed = seed_sequence(self.seed)
-        self.X = check_inputs(self.program, self.X)
+        self.X = inputs_or_point(self.program, self.X)
         self.name = self.name or self.program.name
         limit = kernel(self.program, self.X, get=("nngp", "ntk") if self.metric == "ntk" else "nngp",
                        rtol=self.rtol, method=self.method)
