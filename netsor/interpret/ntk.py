@@ -44,7 +44,7 @@ from netsor.interpret.infinite import (
     limit,
     limit_method,
 )
-from netsor.interpret.radial import radial_program, smallest_batch
+from netsor.interpret.radial import partial_batch_operands, radial_program, smallest_batch
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
@@ -118,24 +118,43 @@ def _check_batchnorm_backward(program: Program) -> None:
             f"{B - 1} ≤ 2); finite-width NTKs grow with the width. Use batches of at least 4 examples")
 
 
-def _radius_integrated(program: Program, pairs: list[Pair]) -> tuple[Program, Any]:
-    """The program the simulation runs for the second moments of ``pairs``, and the map of their
-    vectors into it: BatchNorm radii integrated exactly where that is exact
-    (:func:`~netsor.interpret.radial.radial_program`); else ``program`` itself, refused for
-    batches of B ≤ 5, where 1/s has no finite second moment (E[1/r⁴] = ∞): no sampled estimate
-    would have a finite variance, so no error bound could be honest."""
+def _radius_integrated(program: Program, pairs: list[Pair]) -> tuple[Program, Any, bool]:
+    """The program the simulation runs for the second moments of ``pairs``, the map of their vectors
+    into it, and whether BatchNorm radii were integrated exactly (where that is exact:
+    :func:`~netsor.interpret.radial.radial_program`); else ``program`` itself, whose sampled radii
+    :func:`_check_sampled_radii` must accept."""
     radial = radial_program(program, pairs)
     if radial is not None:
-        return radial[0], radial[1].__getitem__
-    B = smallest_batch(program)
-    if B is not None and B <= 5:
+        return radial[0], radial[1].__getitem__, True
+    return program, lambda v: v, False
+
+
+def _check_sampled_radii(lim: Any) -> None:
+    """Refuse sampled BatchNorm radii where 1/s has no finite second moment: ``s = r · (a bounded
+    function of the batch's direction)``, ``r ~ χ_k`` with ``k`` the rank of the batch's centred
+    covariance (≤ B − 1, and ≤ d in a first layer of d-dimensional inputs), and ``E[1/r⁴] = ∞`` for
+    ``k ≤ 4``: no sampled estimate has a finite variance, so no error bound could be honest
+    (``E[1/r²] = ∞``, an infinite NTK, for ``k ≤ 2``)."""
+    batches = partial_batch_operands(lim.program)
+    if not batches:
+        return
+    ranks = lim.batch_ranks(batches)
+    k = int(ranks.min())
+    if k > 4:
+        return
+    B = len(batches[int(np.argmin(ranks.min(axis=1)))])
+    if k <= 2:
         raise UnsupportedError(
-            f"the NTK of this BatchNorm network with a batch of B = {B} is finite, but its backward pass divides "
-            f"by the batch standard deviation s, E[1/s⁴] = ∞ (a centred covariance of rank {B - 1} ≤ 4), and the "
-            "batch radius cannot be integrated out exactly here (a batch vector is used outside its BatchNorm, "
-            "or a moment has another power of 1/s): no sampled estimate has a finite variance, so no error "
-            "bound could be honest. Use batches of at least 6 examples")
-    return program, lambda v: v
+            f"the NTK of this BatchNorm network is infinite in the limit: a batch of B = {B} has a centred "
+            f"covariance of rank {k} ≤ 2 (B examples of d-dimensional inputs give rank ≤ min(B − 1, d) in the first "
+            "layer), so E[1/s²] = ∞ for its standard deviation s; use more examples or input dimensions")
+    raise UnsupportedError(
+        f"the NTK of this BatchNorm network is finite, but its backward pass divides by the batch standard "
+        f"deviation s of a batch of B = {B} whose centred covariance has rank {k} ≤ 4 (≤ min(B − 1, d) in the "
+        "first layer), so E[1/s⁴] = ∞, and the batch radius cannot be integrated out exactly here (a batch vector "
+        "is used outside its BatchNorm, or a moment has another power of 1/s): no sampled estimate has a finite "
+        "variance, so no error bound could be honest. Use batches of at least 6 examples with inputs of at "
+        "least 5 dimensions")
 
 
 def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
@@ -385,8 +404,10 @@ def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...],
     outs = grads.outputs
     R = len(outs)
     blocks, terms, pairs = _structure(grads, wanted)
-    program, image = _radius_integrated(grads.program, pairs)
+    program, image, integrated = _radius_integrated(grads.program, pairs)
     lim = SimulatedLimit(program, X, X2, rtol=rtol, memory_budget=memory_budget, seed=seed)
+    if not integrated:
+        _check_sampled_radii(lim)
     N = lim.X.shape[0] + (0 if lim.symmetric else lim.X2.shape[0])
     simulated = {pair: (image(pair[0]), image(pair[1])) for pair in pairs}
 

@@ -86,6 +86,23 @@ def smallest_batch(program: Program) -> int | None:
     return min(sizes) if sizes else None
 
 
+def partial_batch_operands(program: Program) -> list[tuple[Expr, ...]]:
+    """The operands of each distinct batch that a BatchNorm partial of ``program`` differentiates."""
+    found: dict[Hashable, tuple[Expr, ...]] = {}
+    for ln in program.lines:
+        if isinstance(ln, (NonLinLine, MomentLine)):
+            for n in _nodes(ln.expr):
+                if isinstance(n, BatchNormPartial):
+                    found.setdefault(tuple(c.key for c in n.operands), n.operands)
+    return list(found.values())
+
+
+def numerical_rank(eigenvalues: Array) -> Array:
+    """Ranks of PSD matrices from their ascending eigenvalues (..., B): those above
+    ``RANK_TOLERANCE`` times the largest count."""
+    return np.sum(eigenvalues > RANK_TOLERANCE * eigenvalues[..., -1:], axis=-1)
+
+
 def _nodes(e: Expr) -> list[Expr]:
     out = [e]
     for child in e.children():
@@ -129,7 +146,7 @@ def _radius_function(B: int):  # noqa: ANN202 - a vectorised numpy function of B
             C[..., i, j] = C[..., j, i] = np.asarray(t)[..., 0]
         w, V = np.linalg.eigh(C)  # C⁺ on its range
         kept = w > RANK_TOLERANCE * w[..., -1:]
-        k = kept.sum(axis=-1)
+        k = numerical_rank(w)
         if np.any(k <= 2):
             raise UnsupportedError(
                 f"the NTK of this BatchNorm network is infinite in the limit: a batch's centred covariance has "

@@ -43,7 +43,9 @@ from scipy import special, stats
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.interpret.finite import conditional_kernels
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
+from netsor.interpret.radial import numerical_rank
 from netsor.ir import Program, Vector
+from netsor.ir.expr import Expr
 from netsor.linalg import ensure_psd
 from netsor.validate import (
     check_choice,
@@ -313,6 +315,31 @@ class SimulatedLimit:
         value, err = self._estimate((u, v), collect, lambda s: np.broadcast_to(scale(s), s.shape), "cov")
         C, E = self.split(value[0]), self.split(err[0])
         return (C, E) if with_error else C
+
+    def batch_ranks(self, batches: list[tuple[Expr, ...]]) -> Array:
+        """Rank of the centred covariance ``P Σ P`` (``P = I − 11ᵀ/B``) of each batch of expressions at
+        each input, shape (batches, B1 [+ B2]), from one round of copies (the smallest over the
+        replicates): a structural deficit — B examples of d < B − 1 input dimensions, linear layers —
+        holds exactly in every copy."""
+        keep = {v for batch in batches for e in batch for v in e.args}
+
+        def collect(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
+            ranks = []
+            for batch in batches:
+                shape = np.broadcast_shapes(*(values[v].shape for e in batch for v in e.args))
+                G = np.stack([np.broadcast_to(e.evaluate(values), shape)[0] for e in batch], axis=-1)  # (N, M, B)
+                G = G - G.mean(axis=-1, keepdims=True)
+                ranks.append(numerical_rank(np.linalg.eigvalsh(np.einsum("nmb,nmc->nbc", G, G) / G.shape[1])))
+            return np.array(ranks, dtype=float)
+
+        lowest = []  # every replicate's ranks: _estimate keeps only their mean
+
+        def each(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
+            lowest.append(collect(values, sizes))
+            return lowest[-1]
+
+        self._estimate(keep, each, lambda ranks: np.full(ranks.shape, np.inf), "batch ranks")  # one round
+        return np.min(lowest, axis=0).astype(int)
 
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
         """``E[(Z^u(x_i))²]`` for each input of ``X``, shape (B,)."""
