@@ -344,11 +344,9 @@ def _orthant4(R: Array) -> tuple[Array, Array]:
     M = R.shape[-1]
     angle = {(a, b): np.abs(np.arcsin(R[a, b])) for a in range(4) for b in range(a + 1, 4)}
     cross = np.stack([sum(angle[min(a, b), max(a, b)] for a in perm[:2] for b in perm[2:]) for perm in _SPLITS])
-    perm = _SPLITS[np.argmin(cross, axis=0)].T  # (4, M)
-    points = np.arange(M)
-    R = R[perm[:, None, :], perm[None, :, :], points]
+    R = np.choose(np.argmin(cross, axis=0), [R[np.ix_(perm, perm)] for perm in _SPLITS])
     p, err = np.empty(M), np.empty(M)
-    todo = points
+    todo = np.arange(M)
     for rule in _LADDER:
         for lo in range(0, todo.size, _CHUNK):
             idx = todo[lo:lo + _CHUNK]
