@@ -71,18 +71,29 @@ def _inputs(k_train_train: Any, k_test_train: Any, y_train: Any, k_test_test: An
 def _cholesky(K: Array, noise: float, what: str) -> tuple[Array, bool]:
     """Cholesky factor of ``K + noise·I``, or NumericalError saying which noise makes it well posed."""
     A = K + noise * np.eye(K.shape[0])
-    suggestion = f"{max(1e-10 * float(np.mean(np.diag(K))), 1e-300):.1e}"
     try:
         factor = linalg.cho_factor(A, lower=True, check_finite=False)
     except linalg.LinAlgError:
-        raise NumericalError(f"{what} + noise·I is not positive definite (noise = {noise:g}); pass noise > 0, "
-                             f"e.g. noise={suggestion}, or remove repeated inputs") from None
+        raise NumericalError(f"{what} + noise·I is not positive definite (noise = {noise:g}); "
+                             f"{_noise_advice(K, what)}") from None
     rcond, info = linalg.lapack.dpocon(factor[0], np.linalg.norm(A, 1), uplo="L")
     if info != 0 or rcond < RCOND_MIN:
         raise NumericalError(f"{what} + noise·I is ill-conditioned (reciprocal condition number {rcond:.1e} < "
                              f"{RCOND_MIN:g}, noise = {noise:g}): the solution would be dominated by rounding; "
-                             f"pass noise > 0, e.g. noise={suggestion}, or remove repeated inputs")
+                             f"{_noise_advice(K, what)}")
     return factor
+
+
+def _noise_advice(K: Array, what: str) -> str:
+    """What noise makes ``K + noise·I`` well posed, from K's smallest eigenvalue (on failure only: O(m³))."""
+    scale = max(float(np.max(np.abs(np.diag(K)), initial=0.0)), 1e-300)
+    lowest = float(np.linalg.eigvalsh(K)[0])
+    enough = f"{1.001 * max(-lowest, 0.0) + 1e-10 * scale:.4g}"
+    if lowest < -1e-8 * scale:  # beyond rounding: not a Gram matrix of any kernel
+        return (f"{what} is not positive semi-definite (smallest eigenvalue {lowest:.3g}, {-lowest / scale:.1e} of "
+                f"its largest diagonal entry), as no kernel's Gram matrix is; check how it was computed, or pass "
+                f"noise > {-lowest:.3g}, e.g. noise={enough}")
+    return f"pass noise > 0, e.g. noise={enough}, or remove repeated inputs"
 
 
 def gp(k_train_train: Any, k_test_train: Any, y_train: Any, *, noise: float = 0.0,

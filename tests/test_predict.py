@@ -96,3 +96,17 @@ def test_infinite_time_is_the_end_of_training_and_mismatched_targets_are_named()
     assert np.array_equal(curve[1], end) and np.all(curve[0] == 0.0)
     with pytest.raises(netsor.InputError, match="y_train has 4 rows"):
         netsor.predict.gp(K, Kt, y[:4])
+
+
+def test_a_matrix_that_is_not_psd_is_named_with_the_noise_that_fixes_it():
+    """A training kernel with a negative eigenvalue (not a Gram matrix: user error) is named with its
+    smallest eigenvalue and a noise that makes the system well posed (the suggestion used to be
+    1e-10 of the diagonal whatever the eigenvalue); the suggested noise works."""
+    import re
+
+    K = np.diag([2.0, 1.0, -0.5])
+    with pytest.raises(netsor.NumericalError, match=r"smallest eigenvalue -0\.5") as info:
+        predict.gp(K, np.ones((2, 3)), np.ones(3))
+    noise = float(re.search(r"noise=([0-9.e+-]+)", str(info.value)).group(1))
+    assert noise > 0.5
+    assert np.all(np.isfinite(predict.gp(K, np.ones((2, 3)), np.ones(3), noise=noise).mean))
