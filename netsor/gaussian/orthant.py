@@ -14,12 +14,14 @@ the forms, computed here exactly — no series, no quadrature in the dimension o
   ``x_j = 0`` (still zero-mean; ``x_j`` then leaves the orthant);
 * degree 0 is an orthant probability: closed forms up to dimension 3 (``1/4 + asin ρ/(2π)``,
   ``1/8 + Σ asin ρ_ij/(4π)``) and, in dimension 4, Plackett's identity integrated along
-  ``R(t) = R₀ + t (R − R₀)`` from the block-diagonal ``R₀`` (blocks {0, 1} and {2, 3}: the two
-  sides of a pair), so that only the four cross correlations move; with ``t ρ_ij = sin θ`` the
-  density ``φ₂(0, 0; tρ_ij)`` cancels and ``P₄ = P₂(ρ₀₁) P₂(ρ₂₃) + Σ_{i∈{0,1}, j∈{2,3}} [asin ρ_ij/(8π)
-  + asin ρ_ij/(4π²) ∫₀¹ asin ρ_{kl|ij}(u) du]``: four smooth 1-D integrals (Gauss–Legendre, on panels
-  graded towards u = 1 only where the error estimate — the difference with a lower-order rule —
-  asks for it: there a nearly singular ``R`` makes the conditional correlation steep).
+  ``R(t) = R₀ + t (R − R₀)`` from the block-diagonal ``R₀`` of the split of the four forms into
+  the two pairs least correlated across (per point; forms permuted to blocks {0, 1} and {2, 3}), so
+  that only the four cross correlations move; with ``t ρ_ij = sin θ`` the density
+  ``φ₂(0, 0; tρ_ij)`` cancels and ``P₄ = P₂(ρ₀₁) P₂(ρ₂₃) + Σ_{i∈{0,1}, j∈{2,3}} [asin ρ_ij/(8π)
+  + asin ρ_ij/(4π²) ∫₀¹ asin ρ_{kl|ij}(u) du]``: four smooth 1-D integrals (15-point Gauss–Kronrod,
+  on panels graded towards u = 1 only where the error estimate — the difference with the embedded
+  7-point Gauss rule — asks for it: there a nearly singular ``R`` makes the conditional
+  correlation steep).
 
 Everything is vectorised over points (covariances of shape (M, m, m)); the recursion runs over
 a few dozen index states, memoised, each an array operation of length M.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.linalg import largest_ratio, mirror_upper
 from netsor.validate import check_choice, check_real
+
+if TYPE_CHECKING:  # imported where used (as in _simulated)
+    from netsor.interpret.simulation import SimulatedLimit
 
 Array = np.ndarray
 KERNELS = ("nngp", "ntk")
@@ -129,7 +132,7 @@ def _radius_integrated(program: Program, pairs: list[Pair]) -> tuple[Program, An
     return program, lambda v: v, False
 
 
-def _check_sampled_radii(lim: Any) -> None:
+def _check_sampled_radii(lim: SimulatedLimit) -> None:
     """Refuse sampled BatchNorm radii where 1/s has no finite second moment: ``s = r · (a bounded
     function of the batch's direction)``, ``r ~ χ_k`` with ``k`` the rank of the batch's centred
     covariance (≤ B − 1, and ≤ d in a first layer of d-dimensional inputs), and ``E[1/r⁴] = ∞`` for
