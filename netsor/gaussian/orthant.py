@@ -231,7 +231,8 @@ class _Moments:
         m = cov.shape[1]
         entries = {(a, b): np.ascontiguousarray(cov[:, a, b]) for a in range(m) for b in range(a, m)}
         self._cond: dict[frozenset[int], tuple[_Cov, Array]] = {frozenset(): (entries, np.ones(self.M))}
-        self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], tuple[Array, Array, Array]] = {}
+        self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], tuple[Array, Array, Array | None]] = {}
+        self._deltas: dict[tuple[frozenset[int], int, int], Array] = {}
 
     def combine(self, terms: tuple[Term, ...]) -> tuple[Array, Array]:
         """``(Σ c · moment, bound)``: rounding (eps times the absolute sum, amplified by the loss of
@@ -241,7 +242,8 @@ class _Moments:
             v, s, q = self.moment(frozenset(), poly, frozenset(steps))
             value += c * v
             size += abs(c) * s
-            qerr += abs(c) * q
+            if q is not None:
+                qerr += abs(c) * q
         amplification = np.max([amp for _, amp in self._cond.values()], axis=0)
         return value, qerr + 64 * _EPS * size * amplification
 
@@ -263,8 +265,20 @@ class _Moments:
             self._cond[given] = (cov, ratio)
         return self._cond[given]
 
+    def _delta(self, given: frozenset[int], i: int, j: int) -> Array:
+        """``Σ_ij / √(2π Σ_jj)`` given ``x_D = 0`` (0 where ``Σ_jj = 0``): the weight of ``δ(x_j)``."""
+        key = (given, i, j)
+        if key not in self._deltas:
+            cov = self.conditional(given)[0]
+            var = _entry(cov, j, j)
+            safe = np.where(var > 0, var, 1.0)
+            self._deltas[key] = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * safe), 0.0)
+        return self._deltas[key]
+
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]
-               ) -> tuple[Array, Array, Array]:
+               ) -> tuple[Array, Array, Array | None]:
+        """``(value, Σ |parts|, quadrature error)`` of ``E[Π_{i∈poly} x_i 1{x_steps > 0} | x_given = 0]``;
+        the error is None where every orthant below is a closed form."""
         key = (given, poly, steps)
         if key in self._memo:
             return self._memo[key]
@@ -274,16 +288,18 @@ class _Moments:
             out = (value, np.abs(value), qerr)
         else:
             i, rest = poly[0], poly[1:]
-            value, size, qerr = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M)
-            for j in sorted(set(rest)):  # derivative of a polynomial factor
-                v, s, q = self.moment(given, _drop(rest, j), steps)
-                coef = rest.count(j) * _entry(cov, i, j)
-                value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
-            for j in sorted(steps - set(rest)):  # derivative of an indicator: δ(x_j), x_j leaves the orthant
-                var = _entry(cov, j, j)
-                coef = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * np.where(var > 0, var, 1.0)), 0.0)
-                v, s, q = self.moment(given | {j}, rest, steps - {j})
-                value, size, qerr = value + coef * v, size + np.abs(coef) * s, qerr + np.abs(coef) * q
+            children = [(rest.count(j) * _entry(cov, i, j), (given, _drop(rest, j), steps))
+                        for j in sorted(set(rest))]  # derivative of a polynomial factor
+            children += [(self._delta(given, i, j), (given | {j}, rest, steps - {j}))
+                         for j in sorted(steps - set(rest))]  # of an indicator: δ(x_j), x_j leaves the orthant
+            value, size, qerr = np.zeros(self.M), np.zeros(self.M), None
+            for coef, child in children:
+                v, s, q = self.moment(*child)
+                weight = np.abs(coef)
+                value += coef * v
+                size += weight * s
+                if q is not None:
+                    qerr = weight * q if qerr is None else qerr + weight * q
             out = (value, size, qerr)
         self._memo[key] = out
         return out
@@ -302,20 +318,21 @@ def orthant(cov: Array, idx: list[int]) -> tuple[Array, Array]:
     ``len(idx) ≤ 4``. A form of zero variance is 0, not positive (``step(0) = 0``)."""
     cov = np.asarray(cov, dtype=float)
     entries = {(a, b): cov[:, a, b] for a in idx for b in idx if a <= b}
-    return _orthant(entries, idx, cov.shape[0])
+    p, qerr = _orthant(entries, idx, cov.shape[0])
+    return p, np.zeros(cov.shape[0]) if qerr is None else qerr
 
 
-def _orthant(cov: _Cov, idx: list[int], M: int) -> tuple[Array, Array]:
-    """:func:`orthant` of covariance entries."""
+def _orthant(cov: _Cov, idx: list[int], M: int) -> tuple[Array, Array | None]:
+    """:func:`orthant` of covariance entries (the error None for the closed forms, dimension ≤ 3)."""
     n = len(idx)
     if not n:
-        return np.ones(M), np.zeros(M)
+        return np.ones(M), None
     var = [_entry(cov, a, a) for a in idx]
     live = np.all([v > 0 for v in var], axis=0)
     sd = [np.sqrt(np.where(v > 0, v, 1.0)) for v in var]
     rho = {(p, q): np.clip(_entry(cov, idx[p], idx[q]) / (sd[p] * sd[q]), -1.0, 1.0)
            for p in range(n) for q in range(p + 1, n)}
-    qerr = np.zeros(M)
+    qerr = None
     if n == 1:
         p = np.full(M, 0.5)
     elif n == 2:
@@ -331,7 +348,9 @@ def _orthant(cov: _Cov, idx: list[int], M: int) -> tuple[Array, Array]:
         p, qerr = _orthant4(R)
     else:
         raise ValueError("orthant: dimension above 4")
-    return np.where(live, p, 0.0), np.where(live, qerr, 0.0)
+    if live.all():
+        return p, qerr
+    return np.where(live, p, 0.0), None if qerr is None else np.where(live, qerr, 0.0)
 
 
 def _orthant4(R: Array) -> tuple[Array, Array]:
