@@ -141,6 +141,10 @@ def real_array(x: Any, what: str, *, ndim: int | None = None, min_ndim: int = 0)
     return arr
 
 
+#: Largest input entry: products of two stay finite in float64 (√1.8e308 ≈ 1.3e154).
+MAX_INPUT = 1e154
+
+
 def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
     """Data for ``program``: a float64 array of shape (B, d), or (B, T, d) for programs with steps.
 
@@ -162,6 +166,12 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
             raise InputError(f"{what} has {arr.shape[1]} steps but the program reads step {steps - 1}")
     if arr.shape[0] == 0 or arr.shape[-1] == 0:
         raise InputError(f"{what} is empty (shape {arr.shape}); pass at least one input of dimension >= 1")
+    largest = float(np.max(np.abs(arr)))
+    if largest > MAX_INPUT:
+        raise InputError(
+            f"{what} has entries of size {largest:.1e}: their products (the inputs' inner products) overflow "
+            f"float64 beyond {MAX_INPUT:.0e}; rescale the inputs (kernels of positively homogeneous networks "
+            "such as ReLU scale exactly with the input norm)")
     return arr
 
 

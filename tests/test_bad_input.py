@@ -108,10 +108,15 @@ def test_activations_without_a_gaussian_expectation_are_refused(fn):
 
 
 def test_overflowing_inputs_are_reported_not_zero():
-    with pytest.raises(NumericalError, match="NaN or Inf|overflow|non-finite"):
-        netsor.nngp(netsor.zoo.mlp(3, "gelu"), X * 1e160)
-    with pytest.raises(NumericalError, match="overflow"):
-        netsor.sample(netsor.zoo.mlp(3, "gelu"), X * 1e160, width=8, samples=3)
+    """Inputs whose products overflow float64 are refused up front, naming their size (they were refused
+    later with advice about the activation or sigma_w: "E tanh(u)²: the function returned NaN", "reduce
+    sigma_w"); an overflow inside the network is still reported, not returned as zeros."""
+    for act in ("gelu", "tanh", "relu"):
+        for call in (lambda p, X_: netsor.nngp(p, X_), lambda p, X_: netsor.sample(p, X_, width=8, samples=3)):
+            with pytest.raises(netsor.InputError, match=r"entries of size [0-9.]+e\+160.*rescale"):
+                call(netsor.zoo.mlp(3, act), X * 1e160)
+    with pytest.raises(NumericalError, match="non-finite|overflow|NaN or Inf"):
+        netsor.nngp(netsor.zoo.mlp(3, "exp", 3.0), X * 30)
 
 
 @pytest.mark.parametrize("act", ["tanh", "gelu", "erf", "relu", "step"])
