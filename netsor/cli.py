@@ -290,6 +290,10 @@ def degeneracy_report(found: list[netsor.Degeneracy]) -> str:
     return "\n".join([head, *rows])
 
 
+#: Below this many networks the z-scores of `sample` carry a caution.
+FEW_NETWORKS = 30
+
+
 def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
     """One line comparing the empirical output covariance of ``Y`` (S, D) with the limit ``K``.
 
@@ -307,7 +311,11 @@ def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
     line = f"empirical vs limit covariance: max |C - K| = {gap.max():.4g}"
     if not ok.any():
         return line + " (no z-score: the outputs do not vary across networks)"
-    return line + f", max z-score = {(gap[ok] / se[ok]).max():.2f} (over {int(ok.sum())} entries)"
+    line += f", max z-score = {(gap[ok] / se[ok]).max():.2f} (over {int(ok.sum())} entries)"
+    if S < FEW_NETWORKS:  # the standard errors are then estimated from a handful of fourth moments
+        line += (f"; with {S} networks the standard errors are themselves uncertain (z-scores of hundreds are "
+                 "possible), use a few hundred")
+    return line
 
 
 @cli.command()

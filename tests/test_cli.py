@@ -64,6 +64,15 @@ def test_sample_with_one_network_says_no_covariance_check(capsys):
     assert "needs at least 2 networks" in text and "nan" not in text
 
 
+def test_sample_with_few_networks_cautions_about_its_z_scores(capsys):
+    """Three width-1 networks gave "max z-score = 3824.76" with no comment: standard errors from three
+    fourth moments are themselves noise. Below 30 networks the line says so; at 50 it does not."""
+    few = run_ok(["sample", "mlp", "--random", "3,4", "--width", "1", "--samples", "3"], capsys)
+    assert "max z-score" in few and "with 3 networks the standard errors are themselves uncertain" in few
+    many = run_ok(["sample", "mlp", "--random", "3,4", "--width", "8", "--samples", "50"], capsys)
+    assert "max z-score" in many and "uncertain" not in many
+
+
 def test_converge_writes_json_csv_png_with_snake_case_keys(tmp_path, capsys):
     js = tmp_path / "sub" / "c.json"
     text = run_ok(["converge", "resnet", "--depth", "2", "--random", "3,4", "--widths", "16,32,64",
