@@ -25,9 +25,10 @@ def test_spectrum_and_laws_write_their_figures(tmp_path, capsys):
     assert code == 0, err
     assert "chi = 1" in out and "atom at 0: mass 0.5" in out
     assert (tmp_path / "spectrum_relu_gaussian_L3.png").stat().st_size > 0
-    code, out, err = run(capsys, ["laws", "--size", "100", "--ratio", "0.5", "--out", str(tmp_path)])
+    new_dir = tmp_path / "missing" / "dir"  # created, as the other commands' --out
+    code, out, err = run(capsys, ["laws", "--size", "100", "--ratio", "0.5", "--out", str(new_dir)])
     assert code == 0, err
-    assert (tmp_path / "laws.png").stat().st_size > 0
+    assert (new_dir / "laws.png").stat().st_size > 0
 
 
 def test_spectrum_of_a_point_mass(tmp_path, capsys):
@@ -58,7 +59,7 @@ SPECTRUM_BAD = [
     (["--seed", "-3"], "--seed"),
     (["--grid-size", "3"], "--grid-size"),
     (["--grid-size", "-10"], "--grid-size"),
-    (["--out", "MISSING"], "does not exist"),
+    (["--out", "UNDER_FILE"], "cannot create"),
     (["--out", "FILE"], "not a directory"),
     (["--activation", "exp", "--depth", "2"], "diverges"),
 ]
@@ -70,13 +71,13 @@ LAWS_BAD = [
     (["--ratio", "-2"], "--ratio"),
     (["--ratio", "1e-9"], "--ratio"),
     (["--seed", "-1"], "--seed"),
-    (["--out", "MISSING"], "does not exist"),
+    (["--out", "UNDER_FILE"], "cannot create"),
 ]
 
 
 def _paths(args, tmp_path):
     (tmp_path / "file.txt").write_text("x")
-    swap = {"MISSING": str(tmp_path / "missing" / "dir"), "FILE": str(tmp_path / "file.txt")}
+    swap = {"UNDER_FILE": str(tmp_path / "file.txt" / "dir"), "FILE": str(tmp_path / "file.txt")}
     return [swap.get(a, a) for a in args]
 
 

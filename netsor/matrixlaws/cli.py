@@ -95,7 +95,7 @@ class ActivationType(click.ParamType):
 
 
 class DirectoryType(click.ParamType):
-    """An existing, writable directory."""
+    """A writable directory, created with its parents if missing (as the other commands' ``--out``)."""
 
     name = "directory"
 
@@ -103,7 +103,10 @@ class DirectoryType(click.ParamType):
         what = _option_name(param)
         path = Path(value)
         if not path.exists():
-            raise HyperParameterError(f"{what} {str(path)!r} does not exist; create the directory first")
+            try:
+                path.mkdir(parents=True)
+            except OSError as exc:
+                raise HyperParameterError(f"cannot create {what} {str(path)!r}: {exc.strerror}") from None
         if not path.is_dir():
             raise HyperParameterError(f"{what} {str(path)!r} is not a directory")
         if not os.access(path, os.W_OK):
@@ -137,7 +140,7 @@ def _pyplot():
 @click.option("--grid-size", type=CountType(16), default=1000, show_default=True,
               help="Initial points of the adaptive density grid (>= 16).")
 @click.option("--out", type=DirectoryType(), default=".", show_default=True,
-              help="Existing directory for the PNG.")
+              help="Directory for the PNG (created if missing).")
 def spectrum_command(activation: str, depth: int, weights: str, sigma_w: float, sigma_b: float,
                      q0: float | None, width: int, samples: int, seed: int, grid_size: int,
                      out: Path) -> None:
@@ -187,7 +190,7 @@ def spectrum_command(activation: str, depth: int, weights: str, sigma_w: float, 
               help="Marchenko–Pastur aspect ratio λ > 0.")
 @click.option("--seed", type=CountType(0), default=0, show_default=True, help="Seed (integer >= 0).")
 @click.option("--out", type=DirectoryType(), default=".", show_default=True,
-              help="Existing directory for the PNG.")
+              help="Directory for the PNG (created if missing).")
 def laws_command(size: int, ratio: float, seed: int, out: Path) -> None:
     """Semicircle and Marchenko–Pastur laws against sampled matrices (PNG + distances)."""
     laws = [Semicircle(1.0), MarchenkoPastur(ratio, 1.0)]
