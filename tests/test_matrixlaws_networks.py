@@ -10,6 +10,7 @@ terms are all measured (see :func:`w1_bound`). Every seed is fixed.
 import numpy as np
 import pytest
 
+import netsor
 from netsor.matrixlaws import (
     MarchenkoPastur,
     Semicircle,
@@ -18,6 +19,7 @@ from netsor.matrixlaws import (
     esd,
     fip_check,
     jacobian_spectrum,
+    ks_distance,
     moment_table,
     w1_distance,
 )
@@ -183,3 +185,16 @@ def test_large_width_w1_and_moments(case):
     (m_h, s_h), (m_n, s_n) = moment_table(ev[500]), moment_table(ev[1000])
     mean, se = 2.0 * m_n - m_h, np.sqrt(4.0 * s_n**2 + s_h**2)
     assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
+
+
+def test_distances_take_eigenvalues_and_name_misplaced_arguments():
+    """``w1_distance`` / ``ks_distance`` take eigenvalues as well as an EmpiricalSpectrum (same value); the
+    law first, or something that is not a law, is a one-line InputError (both raised AttributeError)."""
+    ev = np.random.default_rng(3).standard_normal(400)
+    law = Semicircle()
+    for distance in (w1_distance, ks_distance):
+        assert distance(ev, law) == distance(esd(ev), law)
+        with pytest.raises(netsor.InputError, match="first and the law second"):
+            distance(law, ev)
+        with pytest.raises(netsor.InputError, match="spectral law"):
+            distance(ev, ev)

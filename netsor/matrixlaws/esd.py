@@ -81,8 +81,22 @@ def _left_cdf(law: SpectralLaw, x: Array) -> Array:
     return law.cdf(x) - np.sum(mass * (loc == x[:, None]), axis=1)
 
 
-def ks_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw) -> float:
-    """``sup_x |F_n(x) − F(x)|`` (atoms of the law handled exactly: see ``_snap_to_atoms``)."""
+def _spectrum_and_law(spectrum: EmpiricalSpectrum | Array, law: SpectralLaw) -> tuple[EmpiricalSpectrum, SpectralLaw]:
+    """The arguments of the distances: an :class:`EmpiricalSpectrum` (or eigenvalues, any shape)
+    then a :class:`~netsor.matrixlaws.laws.SpectralLaw`; anything else is a clear error."""
+    if isinstance(spectrum, SpectralLaw):
+        raise InputError("pass the empirical spectrum (or eigenvalues) first and the law second, e.g. "
+                         "w1_distance(esd(eigenvalues), Semicircle())")
+    if not isinstance(law, SpectralLaw):
+        raise InputError(f"law must be a spectral law (Semicircle(), MarchenkoPastur(ratio), jacobian_spectrum(...), "
+                         f"…), got {type(law).__name__}")
+    return (spectrum if isinstance(spectrum, EmpiricalSpectrum) else EmpiricalSpectrum(spectrum)), law
+
+
+def ks_distance(spectrum: EmpiricalSpectrum | Array, law: SpectralLaw) -> float:
+    """``sup_x |F_n(x) − F(x)|`` (atoms of the law handled exactly: see ``_snap_to_atoms``);
+    ``spectrum`` an :class:`EmpiricalSpectrum` or an array of eigenvalues."""
+    spectrum, law = _spectrum_and_law(spectrum, law)
     ev = _snap_to_atoms(spectrum.eigenvalues, law)
     uniq, counts = np.unique(ev, return_counts=True)
     after = np.cumsum(counts) / ev.size
@@ -91,11 +105,13 @@ def ks_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw) -> float:
                      np.max(np.abs(_left_cdf(law, uniq) - before))))
 
 
-def w1_distance(spectrum: EmpiricalSpectrum, law: SpectralLaw, resolution: int = 20000) -> float:
+def w1_distance(spectrum: EmpiricalSpectrum | Array, law: SpectralLaw, resolution: int = 20000) -> float:
     """``∫ |F_n(x) − F(x)| dx`` on the union of the eigenvalues, the law's atoms and a
     uniform grid of ``resolution`` points over both supports (and the points of the law's cdf
     table, between which its cdf is linear); ``F`` is taken linear between consecutive points
-    (exact for the empirical step function and for tabulated cdfs)."""
+    (exact for the empirical step function and for tabulated cdfs). ``spectrum``: an
+    :class:`EmpiricalSpectrum` or an array of eigenvalues."""
+    spectrum, law = _spectrum_and_law(spectrum, law)
     resolution = check_count(resolution, "resolution", minimum=2)
     ev = np.sort(_snap_to_atoms(spectrum.eigenvalues, law))
     spectrum = EmpiricalSpectrum(ev)
