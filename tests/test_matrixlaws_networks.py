@@ -198,3 +198,16 @@ def test_distances_take_eigenvalues_and_name_misplaced_arguments():
             distance(law, ev)
         with pytest.raises(netsor.InputError, match="spectral law"):
             distance(ev, ev)
+
+
+def test_haar_orthogonal_follows_the_seed_policy():
+    """An int, a SeedSequence or a Generator (it took only a Generator, as a required argument): the
+    matrix is orthogonal, one int seed gives one matrix, and n = 0 is a clear error."""
+    from netsor.matrixlaws import haar_orthogonal
+
+    for seed in (4, np.random.SeedSequence(4), np.random.default_rng(4)):
+        Q = haar_orthogonal(6, seed)
+        np.testing.assert_allclose(Q @ Q.T, np.eye(6), atol=1e-13)
+    np.testing.assert_array_equal(haar_orthogonal(6, 4), haar_orthogonal(6, np.random.SeedSequence(4)))
+    with pytest.raises(netsor.HyperParameterError, match="n must be"):
+        haar_orthogonal(0)

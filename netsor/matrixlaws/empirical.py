@@ -23,7 +23,7 @@ from threadpoolctl import ThreadpoolController
 from netsor.activations import Activation
 from netsor.errors import HyperParameterError, InputError
 from netsor.matrixlaws.jacobian import check_network, layer_variances, width_profile
-from netsor.validate import Seed, check_count, real_array, seed_sequence
+from netsor.validate import Seed, check_count, generator, real_array, seed_sequence
 
 Array = np.ndarray
 #: BLAS runs single-threaded in the sampler: numpy and scipy each load an OpenBLAS whose idle
@@ -33,13 +33,15 @@ Array = np.ndarray
 _BLAS = ThreadpoolController()
 
 
-def haar_orthogonal(n: int, rng: np.random.Generator) -> Array:
-    """An ``n × n`` Haar-distributed orthogonal matrix (QR with sign correction).
+def haar_orthogonal(n: int, seed: Seed = 0) -> Array:
+    """An ``n × n`` Haar-distributed orthogonal matrix (QR with sign correction); ``seed`` an int,
+    ``SeedSequence`` or ``Generator`` (a Generator is advanced, as every sampler here does).
 
     Uses :func:`scipy.linalg.qr` (blocked LAPACK): ``numpy.linalg.qr`` is about 50 times
     slower at ``n = 2000`` on the reference machines.
     """
-    q, r = linalg.qr(rng.standard_normal((n, n)))
+    n = check_count(n, "n")
+    q, r = linalg.qr(generator(seed).standard_normal((n, n)))
     return q * np.sign(np.diag(r))
 
 
