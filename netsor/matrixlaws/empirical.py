@@ -40,7 +40,7 @@ def haar_orthogonal(n: int, seed: Seed = 0) -> Array:
     Uses :func:`scipy.linalg.qr` (blocked LAPACK): ``numpy.linalg.qr`` is about 50 times
     slower at ``n = 2000`` on the reference machines.
     """
-    n = check_count(n, "n")
+    n = check_count(n, "matrix size n", minimum=1)
     q, r = linalg.qr(generator(seed).standard_normal((n, n)))
     return q * np.sign(np.diag(r))
 
