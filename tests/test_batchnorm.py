@@ -191,6 +191,20 @@ def test_equal_examples_in_a_batch_name_the_line() -> None:
         netsor.nngp(netsor.zoo.batchnorm_mlp(2), X)
 
 
+def test_equal_examples_in_a_batch_are_refused_at_finite_width() -> None:
+    """Finite networks normalised a batch of identical examples by its rounding-level spread and
+    returned O(1) values that differed between identical examples (1.15 and −0.36); now the sampler
+    and the empirical NTK say there is no spread. Two identical examples among four are fine."""
+    p = netsor.zoo.batchnorm_mlp(1, batch=4)
+    for run in (lambda X: netsor.sample(p, X, width=16, samples=2),
+                lambda X: netsor.empirical_ntk(p, X, width=16, samples=2, seed=0)):
+        with pytest.raises(NumericalError, match="no spread.*remove repeated examples"):
+            run(np.ones((1, 4, 3)))
+        X = np.concatenate([np.ones((1, 2, 3)), np.random.default_rng(0).standard_normal((1, 2, 3))], axis=1)
+        out = run(X)
+        assert np.all(np.isfinite(out))
+
+
 def test_two_batches_and_the_ntk_are_refused_by_the_engine() -> None:
     X = np.random.default_rng(10).standard_normal((2, 4, 3))
     p = netsor.zoo.batchnorm_mlp(2)

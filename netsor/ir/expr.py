@@ -33,7 +33,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.activations.registry import call_user_function
-from netsor.errors import UnsupportedError
+from netsor.errors import NumericalError, UnsupportedError
 
 if TYPE_CHECKING:
     from netsor.ir.variables import Vector
@@ -481,6 +481,10 @@ class BatchNormPartial(Expr):
         return f"∂batchnorm[{self.index}]/∂[{self.wrt}]({', '.join(c.describe() for c in self.operands)})"
 
 
+#: A batch's spread at or below this multiple of eps times its largest entry is rounding, not data.
+NO_SPREAD = 64 * np.finfo(float).eps
+
+
 def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]) -> tuple[Array, Array]:
     """All B normalised operands ``u`` (B, ...) and the population standard deviation ``s`` (...)
     (once per batch inside :func:`evaluate_shared`: every output and partial of a batch needs them)."""
@@ -489,6 +493,12 @@ def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]
         xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in operands)))
         centred = xs - xs.mean(axis=0)
         s = np.sqrt(np.mean(centred * centred, axis=0))
+        # a spread at rounding level (identical examples) would normalise rounding errors into O(1) values
+        if np.any(s <= NO_SPREAD * np.max(np.abs(xs), axis=0)):
+            raise NumericalError(
+                f"BatchNorm of a batch of {len(operands)} with no spread: at some coordinate every example has the "
+                "same pre-activation up to rounding (e.g. identical inputs in one batch), so normalising it is "
+                "undefined; remove repeated examples from the batch")
         return centred / s, s
 
     return _once(("batch", tuple(c.key for c in operands)), compute)
