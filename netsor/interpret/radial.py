@@ -97,10 +97,15 @@ def partial_batch_operands(program: Program) -> list[tuple[Expr, ...]]:
     return list(found.values())
 
 
+def nonzero_eigenvalues(eigenvalues: Array) -> Array:
+    """Which of the ascending eigenvalues (..., B) of PSD matrices count: those above
+    ``RANK_TOLERANCE`` times the largest."""
+    return eigenvalues > RANK_TOLERANCE * eigenvalues[..., -1:]
+
+
 def numerical_rank(eigenvalues: Array) -> Array:
-    """Ranks of PSD matrices from their ascending eigenvalues (..., B): those above
-    ``RANK_TOLERANCE`` times the largest count."""
-    return np.sum(eigenvalues > RANK_TOLERANCE * eigenvalues[..., -1:], axis=-1)
+    """Ranks of PSD matrices from their ascending eigenvalues (..., B)."""
+    return nonzero_eigenvalues(eigenvalues).sum(axis=-1)
 
 
 def _nodes(e: Expr) -> list[Expr]:
@@ -111,8 +116,7 @@ def _nodes(e: Expr) -> list[Expr]:
 
 
 def _partial_batches(program: Program) -> set[Hashable]:
-    return {tuple(c.key for c in n.operands) for ln in program.lines if isinstance(ln, (NonLinLine, MomentLine))
-            for n in _nodes(ln.expr) if isinstance(n, BatchNormPartial)}
+    return {tuple(c.key for c in operands) for operands in partial_batch_operands(program)}
 
 
 def _radius_line(new: Program, operands: tuple[Expr, ...]) -> Vector:
@@ -145,8 +149,8 @@ def _radius_function(B: int):  # noqa: ANN202 - a vectorised numpy function of B
         for (i, j), t in zip(zip(*upper, strict=True), thetas, strict=True):
             C[..., i, j] = C[..., j, i] = np.asarray(t)[..., 0]
         w, V = np.linalg.eigh(C)  # C⁺ on its range
-        kept = w > RANK_TOLERANCE * w[..., -1:]
-        k = numerical_rank(w)
+        kept = nonzero_eigenvalues(w)
+        k = kept.sum(axis=-1)
         if np.any(k <= 2):
             raise UnsupportedError(
                 f"the NTK of this BatchNorm network is infinite in the limit: a batch's centred covariance has "

@@ -322,6 +322,7 @@ class SimulatedLimit:
         replicates): a structural deficit — B examples of d < B − 1 input dimensions, linear layers —
         holds exactly in every copy."""
         keep = {v for batch in batches for e in batch for v in e.args}
+        replicates = []  # every replicate's ranks: _estimate keeps only their mean
 
         def collect(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
             ranks = []
@@ -330,16 +331,11 @@ class SimulatedLimit:
                 G = np.stack([np.broadcast_to(e.evaluate(values), shape)[0] for e in batch], axis=-1)  # (N, M, B)
                 G = G - G.mean(axis=-1, keepdims=True)
                 ranks.append(numerical_rank(np.linalg.eigvalsh(np.einsum("nmb,nmc->nbc", G, G) / G.shape[1])))
-            return np.array(ranks, dtype=float)
+            replicates.append(np.array(ranks, dtype=float))
+            return replicates[-1]
 
-        lowest = []  # every replicate's ranks: _estimate keeps only their mean
-
-        def each(values: dict[Vector, Array], sizes: dict[Any, int]) -> Array:
-            lowest.append(collect(values, sizes))
-            return lowest[-1]
-
-        self._estimate(keep, each, lambda ranks: np.full(ranks.shape, np.inf), "batch ranks")  # one round
-        return np.min(lowest, axis=0).astype(int)
+        self._estimate(keep, collect, lambda ranks: np.full(ranks.shape, np.inf), "batch ranks")  # one round
+        return np.min(replicates, axis=0).astype(int)
 
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
         """``E[(Z^u(x_i))²]`` for each input of ``X``, shape (B,)."""
