@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -1259,6 +1259,13 @@ class Run:
         s_right = self.point(("pm", right.key), "right")[0]
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
         pl, pr = an.projection(left), an.projection(right)
+        if pl is not None and pr is not None and pl.act.name == "identity" == pr.act.name:
+            # E[UV] of two linear forms is their covariance, with its own bound: no kernel and no
+            # propagation of the variances' errors (the backward vectors of an NTK: a third of its pairs)
+            value, c_bound = self.linear_form_cross(pl, pr)
+            value = value.view()
+            value.flags.writeable = False  # may be a covariance of the run itself
+            return value, c_bound.to(env_l, env_r)
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
             phi, psi = pl.act, pr.act
@@ -1597,13 +1604,8 @@ class Limit:
 
         needed = roots + ([mirror[r] for r in roots] if symmetric else [])
         self._grid(list(dict.fromkeys(needed)), fill, symmetric)
-        ii, jj = self._identical_pairs()
-        si, sj, s = self._proportional_pairs
-        # E[Z^u(x) Z^v(s·x)] = λ_v(s) E[Z^u(x) Z^v(x)] where every vector of the pairs scales
-        # (netsor.ir.homogeneity): exact, up to the rounding of s
-        factors = [input_scaling(self.program, r[2], s) for r in roots]
-        known = np.all([np.isfinite(input_scaling(self.program, v, s)) for r in roots for v in r[1:]], axis=0)
-        si, sj, s, factors = si[known], sj[known], s[known], [f[known] for f in factors]
+        ii, jj = self._identical_pairs
+        si, sj, s, factors = self._scaled_pairs(roots)
         if ii.size or si.size:
             side = self._side("left", {canonical(r) for r in roots})
             per_point = []
@@ -1614,6 +1616,23 @@ class Limit:
                 per_point.append((np.concatenate([value[ii], scaled]),
                                   np.concatenate([error[ii], error[si] * np.abs(factor) + rounding])))
             on_identical(np.concatenate([ii, si]), np.concatenate([jj, sj]), per_point)
+
+    def _scaled_pairs(self, roots: list[Key]) -> tuple[Array, Array, Array, list[Array]]:
+        """``(i, j, s)`` of the inputs with ``X2[j] = s·X[i]`` where every vector of the second moments
+        ``roots`` scales, and each moment's factor: ``E[Z^u(x) Z^v(s·x)] = λ_v(s) E[Z^u(x) Z^v(x)]``
+        (:mod:`netsor.ir.homogeneity`), exact up to the rounding of ``s``."""
+        si, sj, s = self._proportional_pairs
+        factors = [input_scaling(self.program, r[2], s) for r in roots]
+        known = np.all([np.isfinite(input_scaling(self.program, v, s)) for r in roots for v in r[1:]], axis=0)
+        return si[known], sj[known], s[known], [f[known] for f in factors]
+
+    def per_point_pairs(self, pairs: list[tuple[Vector, Vector]]) -> tuple[Array, Array]:
+        """Index arrays ``(i, j)`` of the entries to which a sweep of ``pairs`` gives per-point values
+        (identical and exactly proportional inputs; handed to the consumer last, replacing the
+        blocks' values there)."""
+        ii, jj = self._identical_pairs
+        si, sj, _, _ = self._scaled_pairs([("m", u, v) for u, v in pairs])
+        return np.concatenate([ii, si]), np.concatenate([jj, sj])
 
     def _pairs(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, bounds.TiledBound]]:
         """Second moments of vector pairs on the pair grid: values (B1, B2) and their bounds (a
@@ -1640,6 +1659,7 @@ class Limit:
         """``(i, j, s)`` of the inputs with ``X2[j] = s·X[i]`` exactly, ``s ≠ 0``, not identical."""
         return colinear_rows(self.X, self.X2, negative=True)
 
+    @functools.cached_property
     def _identical_pairs(self) -> tuple[Array, Array]:
         """Index arrays (i, j) of all pairs with ``X[i] == X2[j]`` exactly (the diagonal of a
         kernel of one input set, and any repeated input)."""
@@ -1669,22 +1689,36 @@ class Limit:
         self.error = float(np.max(err, initial=0.0))
         worst = self.relative_error = largest_ratio(err, np.maximum(scale, 1e-300))
         if worst > self.rtol:
-            ratio = err / np.maximum(scale, 1e-300)
-            at = tuple(int(k) for k in np.unravel_index(int(np.argmax(np.where(err > 0, ratio, 0.0))), ratio.shape))
-            # a kernel's entry (i, j), or a per-input quantity's input i (var, scalar)
-            where, relative = (f"entry {at}", "√(K_ii K_jj)") if len(at) == 2 else (f"input {at[0]}", "its value")
-            if not np.isfinite(worst):  # no tolerance accepts it: say what to change instead
-                raise NumericalError(
-                    f"{what}: {where} has no finite error bound — an expectation of the limit could "
-                    "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
-                    "variance of an input: inputs whose scales differ by many orders of magnitude); "
-                    "rescale the inputs, or compute those entries separately (X2)")
-            raise NumericalError(
-                f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
-                f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
-                f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
-                f"{self._parallel_hint(*at, value.shape) if len(at) == 2 else ''}")
+            self.refuse(worst, worst_entry(err, scale), value.shape, what)
         return (value, err) if with_error else value
+
+    def checked_worst(self, value: Array, err: Array, worst: float, at: tuple[int, ...], what: str
+                      ) -> tuple[Array, Array]:
+        """:meth:`checked` for a caller that found the largest ratio ``worst`` of the bounds to their
+        scale itself (block by block, while the blocks were in cache), at entry ``at``."""
+        value = _finite_or_raise(value, what)
+        self.error = float(np.max(err, initial=0.0))
+        self.relative_error = worst
+        if worst > self.rtol:
+            self.refuse(worst, at, value.shape, what)
+        return value, err
+
+    def refuse(self, worst: float, at: tuple[int, ...], shape: tuple[int, ...], what: str) -> NoReturn:
+        """Raise the :class:`NumericalError` of a result whose bound is ``worst`` relative to its scale
+        (above ``rtol``) at entry ``at`` of a result of ``shape``."""
+        # a kernel's entry (i, j), or a per-input quantity's input i (var, scalar)
+        where, relative = (f"entry {at}", "√(K_ii K_jj)") if len(at) == 2 else (f"input {at[0]}", "its value")
+        if not np.isfinite(worst):  # no tolerance accepts it: say what to change instead
+            raise NumericalError(
+                f"{what}: {where} has no finite error bound — an expectation of the limit could "
+                "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
+                "variance of an input: inputs whose scales differ by many orders of magnitude); "
+                "rescale the inputs, or compute those entries separately (X2)")
+        raise NumericalError(
+            f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
+            f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
+            f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
+            f"{self._parallel_hint(*at, shape) if len(at) == 2 else ''}")
 
     def _parallel_hint(self, i: int, j: int, shape: tuple[int, ...]) -> str:
         """A hint for a refused entry of two nearly (anti-)parallel inputs: step-like kernels are only
@@ -1700,11 +1734,12 @@ class Limit:
                 "rounding-level angle; exactly proportional inputs (e.g. x and 2x or −x, a power-of-two "
                 "factor: 3·x is rounded) are recognised and computed exactly")
 
-    def _variances(self, u: Vector, v: Vector) -> tuple[Array, Array]:
-        """``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,)."""
-        left = self._side("left", {("m", u, u)}).values[("m", u, u)][0]
-        right = self._side("right", {("m", v, v)}).values[("m", v, v)][0]
-        return left, right
+    def _variances(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array]]:
+        """``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,) of each pair ``(u, v)``, from one
+        per-point run per side (a run per pair cost 40 ms of a depth-10 NTK's 250)."""
+        left = self._side("left", {canonical(("m", u, u)) for u, _ in pairs}).values
+        right = self._side("right", {canonical(("m", v, v)) for _, v in pairs}).values
+        return [(left[canonical(("m", u, u))][0], right[canonical(("m", v, v))][0]) for u, v in pairs]
 
     @_one_blas_thread
     def cov(self, u: Vector, v: Vector | None = None, *, with_error: bool = False) -> Any:
@@ -1719,7 +1754,7 @@ class Limit:
                                "or for covariances of G- and H-vectors")
         self.stderr = 0.0
         (value, err), = self._pairs([(u, v)])
-        left, right = self._variances(u, v)  # relative to √(E[Z^u(x_i)²] E[Z^v(x2_j)²])
+        (left, right), = self._variances([(u, v)])  # relative to √(E[Z^u(x_i)²] E[Z^v(x2_j)²])
         return self.checked(value, err, (np.sqrt(np.abs(left)), np.sqrt(np.abs(right))), "cov", with_error)
 
     @_one_blas_thread
@@ -1766,7 +1801,7 @@ class Limit:
             self.program.check_own(u)
             self.program.check_own(v)
         self.stderr = 0.0
-        variances = [self._variances(u, v) for u, v in pairs]
+        variances = self._variances(pairs)
 
         def on_block(rows: slice, cols: slice, moments: list[Value], diagonal: bool) -> None:
             consume(rows, cols, [(value, bound, var_l[rows], var_r[cols])
@@ -1840,13 +1875,13 @@ class Limit:
             coef, offset = ro.sigma**2 / len(us), ro.bias**2
             if tiled:  # the only use of this result: rescaled in place
                 (value, err), = (results[(u, v)] for u, v in zip(us, vs, strict=True))
-                left, right = self._variances(us[0], vs[0])
+                (left, right), = self._variances([(us[0], vs[0])])
                 value *= coef
                 value += offset
                 bound: bounds.TiledBound | Array = err.affine(coef, _EPS * offset)
             else:
                 parts = [results[(u, v)] for u, v in zip(us, vs, strict=True)]
-                variances = [self._variances(u, v) for u, v in zip(us, vs, strict=True)]
+                variances = self._variances(list(zip(us, vs, strict=True)))
                 total = sum(value for value, _ in parts)
                 value = coef * total + offset
                 # the parts' bounds, plus the rounding of their sum (K − 1 additions)
@@ -1889,6 +1924,13 @@ def _peak_live(plan: Plan) -> int:
         ends[plan.last_use[k]] = ends.get(plan.last_use[k], 0) + 1
         live -= ends.pop(i, 0)
     return peak
+
+
+def worst_entry(err: Array, scale: Array) -> tuple[int, ...]:
+    """The index of the largest ``err / scale`` (over entries with ``err > 0``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err > 0, err / np.maximum(scale, 1e-300), 0.0)
+    return tuple(int(k) for k in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
 
 
 def _finite_or_raise(K: Array, what: str) -> Array:

@@ -43,6 +43,7 @@ from netsor.interpret.infinite import (
     default_rtol,
     limit,
     limit_method,
+    worst_entry,
 )
 from netsor.interpret.radial import partial_batch_operands, radial_program, smallest_batch
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
@@ -352,34 +353,60 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     blocks, terms, pairs = _structure(grads, wanted)
     loose = LOOSE_SHARE * lim.rtol
     n1, n2 = lim.X.shape[0], lim.X2.shape[0]
-    out = {name: tuple(np.zeros((n1, R, n2, R)) for _ in range(3)) for name in wanted}
+    out = {name: (np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))) for name in wanted}
+    # each kernel's largest ratio of a bound to its scale, checked block by block while the block is
+    # in cache: (ratio, entry) per block (appended from worker threads), the scales never stored
+    worst: dict[str, list[tuple[float, tuple[int, int]]]] = {name: [] for name in wanted}
+    pi, pj = lim.per_point_pairs(pairs)
 
     def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
         """Combine one block's second moments into every kernel's block (the moments are never
         stored whole: memory for the kernels only)."""
         moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
         shape = tile[0][0].shape
+        # a tile is a view of the kernel, filled in place; pairs of identical inputs (index arrays) are
+        # gathered. A diagonal tile of one input set holds its upper triangle only (mirrored at the end).
+        in_place = isinstance(rows, slice) and isinstance(cols, slice)
+        upper = np.triu_indices(shape[0]) if lim.symmetric and in_place and rows == cols else None
+        # entries that take per-point values later are checked then, not here
+        skip = None
+        if in_place:
+            inside = (pi >= rows.start) & (pi < rows.stop) & (pj >= cols.start) & (pj < cols.stop)
+            if inside.any():
+                skip = np.zeros(shape, dtype=bool)
+                skip[pi[inside] - rows.start, pj[inside] - cols.start] = True
+                skip = skip if upper is None else skip[upper]
         for name in wanted:
-            K, E, S = out[name]
+            K, E = out[name]
             for r, s in blocks:
-                # a tile is a view of the kernel, filled in place; pairs of identical inputs (index
-                # arrays) are gathered
-                in_place = isinstance(rows, slice) and isinstance(cols, slice)
                 block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if in_place else np.empty(shape))
                 for coef, pa, pb in terms[(r, s, name == "ntk")]:
                     block.add(coef, moments[pa], None if pb is None else moments[pb])
                 if not in_place:
                     K[rows, r, cols, s] = block.K
-                E[rows, r, cols, s], S[rows, r, cols, s] = block.result()
+                err, scale = block.result()
+                E[rows, r, cols, s] = err
+                kept = (err, scale) if upper is None else (err[upper], scale[upper])
+                if skip is not None:
+                    kept = (np.where(skip, 0.0, kept[0]), kept[1])
+                ratio = largest_ratio(kept[0], np.maximum(kept[1], 1e-300))
+                at = (0, 0)
+                if ratio > lim.rtol:  # the error path only: the entry, indexed b·R + r in the kernel
+                    k = worst_entry(*kept)
+                    if upper is not None:
+                        k = (upper[0][k[0]], upper[1][k[0]])
+                    i, j = (range(n1)[rows][k[0]], range(n2)[cols][k[1]]) if in_place else (rows[k[0]], cols[k[0]])
+                    at = (int(i) * R + r, int(j) * R + s)
+                worst[name].append((ratio, at))
 
     lim.sweep_second_moments(pairs, consume)
     result: dict[str, tuple[Array, Array]] = {}
     for name in wanted:
-        K, E, S = out[name]
-        K, E, S = (A.reshape(n1 * R, n2 * R) for A in (K, E, S))
+        K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
         if lim.symmetric:  # the sweep's diagonal blocks may lack their lower triangles
-            K, E, S = (mirror_upper(A) for A in (K, E, S))
-        K, E = lim.checked(K, E, S, name, True)
+            K, E = mirror_upper(K), mirror_upper(E)
+        ratio, at = max(worst[name], default=(0.0, (0, 0)))
+        K, E = lim.checked_worst(K, E, ratio, at, name)
         relative = lim.relative_error
         result[name] = lim.psd_policy(K, E, relative, psd, name)
     largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
