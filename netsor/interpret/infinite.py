@@ -1581,29 +1581,29 @@ class Limit:
 
     def _sweep(self, pairs: list[tuple[Vector, Vector]],
                on_block: Callable[[Any, Any, list[Value], bool], None],
-               on_identical: Callable[[Array, Array, list[Value]], None]) -> None:
+               on_identical: Callable[[Array, Array, list[Value]], None], *, lower_blocks: bool = True) -> None:
         """The one walk of the pair grid for the second moments of ``pairs``.
 
         ``on_block(rows, cols, moments, diagonal)`` gets each computed block's ``(value, Bound)``
         per pair (from worker threads; blocks are disjoint). For one input set only blocks on or
-        above the diagonal are computed, and the block below is handed over too, as the
-        transpose of the mirrored pair ``(v, u)``; ``diagonal`` marks a block on the diagonal, whose
-        entries below it may be missing for a pair ``(u, u)``. Last, ``on_identical(ii, jj,
-        per_point)`` gets the per-point ``(value, error)`` (indexed by input) of each pair for the
-        pairs of identical inputs ``(ii, jj)``: exact colinearity, no cross error.
+        above the diagonal are computed, and (``lower_blocks``) the block below is handed over
+        too, as the transpose of the mirrored pair ``(v, u)``; ``diagonal`` marks a block on the
+        diagonal, whose entries below it may be missing for a pair ``(u, u)``. Last,
+        ``on_identical(ii, jj, per_point)`` gets the per-point ``(value, error)`` (indexed by input)
+        of each pair for the pairs of identical inputs ``(ii, jj)``: exact colinearity, no cross error.
         """
         roots = [("m", u, v) for u, v in pairs]
-        symmetric = self.symmetric
+        mirrored = self.symmetric and lower_blocks
         mirror = {r: ("m", r[2], r[1]) for r in roots}
 
         def fill(rows: slice, cols: slice, vals: dict[Key, Value]) -> None:
-            on_block(rows, cols, [vals[r] for r in roots], symmetric and rows == cols)
-            if symmetric and rows != cols:
+            on_block(rows, cols, [vals[r] for r in roots], self.symmetric and rows == cols)
+            if mirrored and rows != cols:
                 on_block(cols, rows, [(vals[mirror[r]][0].T, bounds.transposed(vals[mirror[r]][1])) for r in roots],
                          False)
 
-        needed = roots + ([mirror[r] for r in roots] if symmetric else [])
-        self._grid(list(dict.fromkeys(needed)), fill, symmetric)
+        needed = roots + ([mirror[r] for r in roots] if mirrored else [])
+        self._grid(list(dict.fromkeys(needed)), fill, self.symmetric)
         ii, jj = self._identical_pairs
         si, sj, s, factors = self._scaled_pairs(roots)
         if ii.size or si.size:
@@ -1780,8 +1780,8 @@ class Limit:
 
     @_one_blas_thread
     def sweep_second_moments(self, pairs: list[tuple[Vector, Vector]],
-                             consume: Callable[[Any, Any, list[tuple[Array, bounds.Bound, Array, Array]]], None]
-                             ) -> None:
+                             consume: Callable[[Any, Any, list[tuple[Array, bounds.Bound, Array, Array]]], None],
+                             *, lower_blocks: bool = True) -> None:
         """One sweep of the pair grid handing each block's second moments to ``consume`` instead of
         materialising them: a combination of many moments (the NTK's) then needs memory for its
         result only, not a (B1, B2) array and bound per moment.
@@ -1793,9 +1793,10 @@ class Limit:
         (b2,)), or, last, index arrays of the pairs of identical inputs (values and variances of
         their shape; those entries take per-point values, exact at colinearity). For one input
         set only blocks on and above the diagonal are computed (the block below is the mirrored
-        pair's transpose), and on a diagonal block of ``(u, u)`` the entries below the diagonal
-        may be missing: a consumer keeps the upper triangle of its result
-        (:func:`~netsor.linalg.symmetrized_upper`).
+        pair's transpose, handed over unless ``lower_blocks`` is False: a consumer whose result
+        is symmetric then fills it by symmetry, and the mirrored pairs are not computed), and on a
+        diagonal block of ``(u, u)`` the entries below the diagonal may be missing: a consumer
+        keeps the upper triangle of its result (:func:`~netsor.linalg.symmetrized_upper`).
         """
         for u, v in pairs:
             self.program.check_own(u)
@@ -1814,7 +1815,7 @@ class Limit:
                 same.append((v, bounds.Bound(0.0, envelope_l, envelope_r, e), var_l[ii], var_r[jj]))
             consume(ii, jj, same)
 
-        self._sweep(pairs, on_block, on_identical)
+        self._sweep(pairs, on_block, on_identical, lower_blocks=lower_blocks)
 
     def psd_policy(self, K: Array, E: Any, relative: float, psd: str, what: str) -> tuple[Array, Any]:
         """Apply the ``psd`` policy of :meth:`nngp` to a kernel of one input set with bounds ``E``

@@ -242,8 +242,11 @@ class _Block:
     def add(self, coef: float, a: Moment, b: Moment | None) -> None:
         term = self.scratch
         if b is None:
-            np.multiply(a.value, coef, out=term)
-            self.K += term
+            if coef == 1.0:
+                self.K += a.value
+            else:
+                np.multiply(a.value, coef, out=term)
+                self.K += term
             self.scale_cols.append((coef, a.left, a.right))
             if a.dense is None:
                 self.error_cols.append((coef * a.eta, a.left, a.right))
@@ -251,7 +254,8 @@ class _Block:
                 self.dense = self.dense + coef * a.dense
             return
         np.multiply(a.value, b.value, out=term)
-        term *= coef
+        if coef != 1.0:
+            term *= coef
         self.K += term
         left, right = a.left * b.left, a.right * b.right
         self.scale_cols.append((coef, left, right))
@@ -269,6 +273,45 @@ class _Block:
         E = _rank_sum(self.error_cols, shape) + self.dense + _EPS * self.bias**2
         S = _rank_sum(self.scale_cols, shape) + self.bias**2
         return E, S
+
+
+class _CheckedEntries:
+    """The entries of a kernel block whose bounds are checked against ``rtol`` when the block is
+    computed: on a diagonal block of one input set its upper triangle (the rest is filled by
+    symmetry), and never the entries that take per-point values later (identical or exactly
+    proportional inputs, ``per_point = (i, j)``: checked at those values)."""
+
+    def __init__(self, rows: Any, cols: Any, shape: tuple[int, ...], diagonal: bool,
+                 per_point: tuple[Array, Array] | None, outputs: int) -> None:
+        self.rows, self.cols, self.shape, self.outputs = rows, cols, shape, outputs
+        self.upper = np.triu_indices(shape[0]) if diagonal else None
+        self.skip = None
+        if per_point is not None:
+            pi, pj = per_point
+            inside = (pi >= rows.start) & (pi < rows.stop) & (pj >= cols.start) & (pj < cols.stop)
+            if inside.any():
+                skip = np.zeros(shape, dtype=bool)
+                skip[pi[inside] - rows.start, pj[inside] - cols.start] = True
+                self.skip = skip if self.upper is None else skip[self.upper]
+
+    def largest_ratio(self, err: Array, scale: Array, r: int, s: int, rtol: float) -> tuple[float, tuple[int, int]]:
+        """``max err / scale`` over the checked entries, and where it is in the kernel's ``b·R + r``
+        indexing when it exceeds ``rtol`` (the error path only)."""
+        if self.upper is not None:
+            err, scale = err[self.upper], scale[self.upper]
+        if self.skip is not None:
+            err = np.where(self.skip, 0.0, err)
+        ratio = largest_ratio(err, np.maximum(scale, 1e-300))
+        if ratio <= rtol:
+            return ratio, (0, 0)
+        k = worst_entry(err, scale)
+        if self.upper is not None:
+            k = (self.upper[0][k[0]], self.upper[1][k[0]])
+        if isinstance(self.rows, slice):
+            i, j = self.rows.start + k[0], self.cols.start + k[1]
+        else:
+            i, j = self.rows[k[0]], self.cols[k[0]]
+        return ratio, (int(i) * self.outputs + r, int(j) * self.outputs + s)
 
 
 def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) -> Array:
@@ -357,54 +400,43 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     # each kernel's largest ratio of a bound to its scale, checked block by block while the block is
     # in cache: (ratio, entry) per block (appended from worker threads), the scales never stored
     worst: dict[str, list[tuple[float, tuple[int, int]]]] = {name: [] for name in wanted}
-    pi, pj = lim.per_point_pairs(pairs)
+    per_point = lim.per_point_pairs(pairs)
 
     def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
         """Combine one block's second moments into every kernel's block (the moments are never
-        stored whole: memory for the kernels only)."""
+        stored whole: memory for the kernels only). A block is a view of the kernel, filled in
+        place; for one input set only blocks on and above the diagonal come, and the kernel's
+        symmetry fills the rest (a transposed copy, not the terms again on transposed moments).
+        Pairs of identical inputs (index arrays) come last."""
         moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
-        shape = tile[0][0].shape
-        # a tile is a view of the kernel, filled in place; pairs of identical inputs (index arrays) are
-        # gathered. A diagonal tile of one input set holds its upper triangle only (mirrored at the end).
-        in_place = isinstance(rows, slice) and isinstance(cols, slice)
-        upper = np.triu_indices(shape[0]) if lim.symmetric and in_place and rows == cols else None
-        # entries that take per-point values later are checked then, not here
-        skip = None
-        if in_place:
-            inside = (pi >= rows.start) & (pi < rows.stop) & (pj >= cols.start) & (pj < cols.stop)
-            if inside.any():
-                skip = np.zeros(shape, dtype=bool)
-                skip[pi[inside] - rows.start, pj[inside] - cols.start] = True
-                skip = skip if upper is None else skip[upper]
+        tiled = isinstance(rows, slice)
+        diagonal = tiled and lim.symmetric and rows == cols
+        checked = _CheckedEntries(rows, cols, tile[0][0].shape, diagonal, per_point if tiled else None, R)
         for name in wanted:
             K, E = out[name]
             for r, s in blocks:
-                block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if in_place else np.empty(shape))
+                block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if tiled else np.empty(checked.shape))
                 for coef, pa, pb in terms[(r, s, name == "ntk")]:
                     block.add(coef, moments[pa], None if pb is None else moments[pb])
-                if not in_place:
-                    K[rows, r, cols, s] = block.K
                 err, scale = block.result()
+                worst[name].append(checked.largest_ratio(err, scale, r, s, lim.rtol))
+                if not tiled:
+                    K[rows, r, cols, s], E[rows, r, cols, s] = block.K, err
+                    if lim.symmetric:  # the mirrored entries (the diagonal's are the same)
+                        K[cols, s, rows, r], E[cols, s, rows, r] = block.K, err
+                    continue
                 E[rows, r, cols, s] = err
-                kept = (err, scale) if upper is None else (err[upper], scale[upper])
-                if skip is not None:
-                    kept = (np.where(skip, 0.0, kept[0]), kept[1])
-                ratio = largest_ratio(kept[0], np.maximum(kept[1], 1e-300))
-                at = (0, 0)
-                if ratio > lim.rtol:  # the error path only: the entry, indexed b·R + r in the kernel
-                    k = worst_entry(*kept)
-                    if upper is not None:
-                        k = (upper[0][k[0]], upper[1][k[0]])
-                    i, j = (range(n1)[rows][k[0]], range(n2)[cols][k[1]]) if in_place else (rows[k[0]], cols[k[0]])
-                    at = (int(i) * R + r, int(j) * R + s)
-                worst[name].append((ratio, at))
+                if lim.symmetric and not diagonal:
+                    K[cols, s, rows, r], E[cols, s, rows, r] = block.K.T, err.T
+            if diagonal:  # its entries below the diagonal may be missing: the upper triangle holds
+                flat = slice(rows.start * R, rows.stop * R)
+                for A in (K, E):
+                    mirror_upper(A.reshape(n1 * R, n2 * R)[flat, flat])
 
-    lim.sweep_second_moments(pairs, consume)
+    lim.sweep_second_moments(pairs, consume, lower_blocks=False)
     result: dict[str, tuple[Array, Array]] = {}
     for name in wanted:
         K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
-        if lim.symmetric:  # the sweep's diagonal blocks may lack their lower triangles
-            K, E = mirror_upper(K), mirror_upper(E)
         ratio, at = max(worst[name], default=(0.0, (0, 0)))
         K, E = lim.checked_worst(K, E, ratio, at, name)
         relative = lim.relative_error
