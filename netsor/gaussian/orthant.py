@@ -79,15 +79,40 @@ KRONROD_WEIGHTS = _mirrored(_KRONROD_W, 1.0)
 GAUSS7_WEIGHTS = _mirrored(_GAUSS7_W, 1.0)  # on the same nodes (zero at the Kronrod-only ones)
 
 
-def _panel_rules(edges: Array) -> tuple[Array, Array, Array]:
+#: Terms of the Taylor series of sin used on |x| ≤ π/2 (the first omitted, (π/2)^25/25!, is 5e-21).
+SINE_TERMS = 12
+
+
+def sine_basis(u: Array) -> Array:
+    """``C`` (SINE_TERMS, Q) with ``sin(u_q θ) = Σ_k θ^{2k+1} C[k, q]`` for ``|u_q θ| ≤ π/2``:
+    ``C[k, q] = (−1)^k u_q^{2k+1} / (2k+1)!``. The sines of the Plackett path at all nodes are then
+    one small matrix product of the powers of θ (numpy's float64 sine is scalar code, ~7 ns a value,
+    and was 40 % of every four-dimensional orthant); the terms alternate and their absolute sum is
+    at most sinh(π/2) ≈ 2.3, so rounding stays below ~1e-15."""
+    k = np.arange(SINE_TERMS)[:, None]
+    factorials = np.array([float(math.factorial(2 * j + 1)) for j in range(SINE_TERMS)])[:, None]
+    return (-1.0) ** k * u[None, :] ** (2 * k + 1) / factorials
+
+
+def sines(theta: Array, basis: Array) -> Array:
+    """``sin(u_q θ_m)`` (Q, M) for ``|θ| ≤ π/2`` from :func:`sine_basis` of the nodes ``u`` in [0, 1]."""
+    powers = np.empty((SINE_TERMS, theta.size))
+    powers[0] = theta
+    square = theta * theta
+    for k in range(1, SINE_TERMS):
+        np.multiply(powers[k - 1], square, out=powers[k])
+    return basis.T @ powers
+
+
+def _panel_rules(edges: Array) -> tuple[Array, Array, Array, Array]:
     """Nodes, Kronrod weights and embedded Gauss weights of the 15-point rule on each panel of
-    ``edges``: one set of function values gives the rule and, by the difference of the two weight
-    sets, its error estimate (a bound of the 7-point rule's error, so conservative by orders of
-    magnitude for the 15-point rule on smooth panels)."""
+    ``edges`` (and the :func:`sine_basis` of the nodes): one set of function values gives the rule
+    and, by the difference of the two weight sets, its error estimate (a bound of the 7-point rule's
+    error, so conservative by orders of magnitude for the 15-point rule on smooth panels)."""
     lo, hi = edges[:-1, None], edges[1:, None]
     half = 0.5 * (hi - lo)
-    return ((0.5 * (hi + lo) + half * KRONROD_NODES).ravel(), (half * KRONROD_WEIGHTS).ravel(),
-            (half * GAUSS7_WEIGHTS).ravel())
+    nodes = (0.5 * (hi + lo) + half * KRONROD_NODES).ravel()
+    return nodes, (half * KRONROD_WEIGHTS).ravel(), (half * GAUSS7_WEIGHTS).ravel(), sine_basis(nodes)
 
 
 #: Ever finer rules of the Plackett integral, tried in turn on the points the previous one left above
@@ -365,7 +390,11 @@ def _orthant4(R: Array) -> tuple[Array, Array]:
     M = R.shape[-1]
     angle = {(a, b): np.abs(np.arcsin(R[a, b])) for a in range(4) for b in range(a + 1, 4)}
     cross = np.stack([sum(angle[min(a, b), max(a, b)] for a in perm[:2] for b in perm[2:]) for perm in _SPLITS])
-    R = np.choose(np.argmin(cross, axis=0), [R[np.ix_(perm, perm)] for perm in _SPLITS])
+    split = np.argmin(cross, axis=0)
+    R = R.copy()
+    for choice in (1, 2):  # gather the points of each other split only (np.choose over three permuted
+        at = np.flatnonzero(split == choice)  # copies was 15 % of a relu(a)·relu(b) kernel)
+        R[:, :, at] = R[np.ix_(_SPLITS[choice], _SPLITS[choice], at)]
     p, err = np.empty(M), np.empty(M)
     todo = np.arange(M)
     for rule in _LADDER:
@@ -376,34 +405,39 @@ def _orthant4(R: Array) -> tuple[Array, Array]:
     return p, err
 
 
-def _plackett(R: Array, rule: tuple[Array, Array, Array]) -> tuple[Array, Array]:
+def _plackett(R: Array, rule: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
     """``P₄`` and its error estimate from a rule of :func:`_panel_rules`, for correlations (4, 4, M).
 
     Plackett's identity along ``R(t) = R₀ + t (R − R₀)`` from the block-diagonal ``R₀`` (blocks {0, 1},
     {2, 3}; ``P₄(R₀) = P₂(ρ₀₁) P₂(ρ₂₃)``): only the four cross correlations move, and each contributes
     ``θ/(8π) + θ/(4π²) ∫₀¹ asin ρ_{kl|ij} du`` with ``θ = asin ρ_ij``, ``t ρ_ij = sin(u θ)``."""
-    u, w_kronrod, w_gauss = rule
+    _, w_kronrod, w_gauss, basis = rule
     p = (0.25 + np.arcsin(R[0, 1]) / (2 * math.pi)) * (0.25 + np.arcsin(R[2, 3]) / (2 * math.pi))
     err = np.full(R.shape[-1], 16 * _EPS)
-    for i, j in product((0, 1), (2, 3)):
-        k, l = 1 - i, 5 - j
-        theta = np.arcsin(R[i, j])
-        values = _conditional_asin(R, i, j, k, l, theta, u)
-        integral = values @ w_kronrod
-        p += theta / (8 * math.pi) + theta / (4 * math.pi**2) * integral
-        err += np.abs(theta) / (4 * math.pi**2) * np.abs(integral - values @ w_gauss)
+    theta = np.arcsin(R[_CROSS_I, _CROSS_J])  # (4, M): the four cross correlations at once
+    coefficients = _conditional_coefficients(R)
+    work = np.empty((2, basis.shape[1], R.shape[-1]))
+    for c in range(4):
+        values = _conditional_asin(*(x[c] for x in coefficients), sines(theta[c], basis), work)
+        integral = w_kronrod @ values
+        p += theta[c] / (8 * math.pi) + theta[c] / (4 * math.pi**2) * integral
+        err += np.abs(theta[c]) / (4 * math.pi**2) * np.abs(integral - w_gauss @ values)
     return p, err
 
 
-def _conditional_asin(R: Array, i: int, j: int, k: int, l: int, theta: Array, u: Array) -> Array:
-    """``asin ρ_{kl|ij}(t)`` (M, Q) at the nodes ``u`` (Q,) with ``t ρ_ij = sin(u θ)``, on the path of
-    :func:`_plackett` (``k`` in the block of ``i``, ``l`` in that of ``j``; the cross correlations
-    scaled by ``t``).
+#: The four cross pairs (i, j) of the Plackett path and their partners (k in the block of i, l in that of j).
+_CROSS_I, _CROSS_J = np.array([0, 0, 1, 1]), np.array([2, 3, 2, 3])
+_CROSS_K, _CROSS_L = 1 - _CROSS_I, 5 - _CROSS_J
+
+
+def _conditional_coefficients(R: Array) -> tuple[Array, ...]:
+    """Per-point coefficients ``g₁, g₃, p₀, p₂, q₀, q₂`` (each (4, M), one row per cross pair) of the
+    conditional correlation ``ρ_{kl|ij} = s (g₁ + g₃ s²) / √((p₀ − p₂ s²)(q₀ − q₂ s²))`` at ``s = t ρ_ij``.
 
     Given ``x_i = x_j = 0`` under ``R(t)``, with ``s = t ρ_ij`` and ``c_a = (R_ai(t), R_aj(t))``:
-    ``Cov(x_a, x_b) = R_ab(t) − (c_a₁ c_b₁ + c_a₂ c_b₂ − s (c_a₁ c_b₂ + c_a₂ c_b₁))/(1 − s²)``. With
-    ``t = s/ρ_ij`` the conditional correlation is ``s (g₁ + g₃ s²) / √((p₀ − p₂ s²)(q₀ − q₂ s²))``
-    with per-point coefficients, evaluated at the nodes in a few array operations."""
+    ``Cov(x_a, x_b) = R_ab(t) − (c_a₁ c_b₁ + c_a₂ c_b₂ − s (c_a₁ c_b₂ + c_a₂ c_b₁))/(1 − s²)`` (the
+    cross correlations scaled by ``t = s/ρ_ij``)."""
+    i, j, k, l = _CROSS_I, _CROSS_J, _CROSS_K, _CROSS_L
     rho = R[i, j]
     r = 1.0 / np.where(np.abs(rho) > 1e-100, rho, 1.0)  # (θ ≈ 0 when ρ ≈ 0: the term vanishes)
     Rki, Rlj, Rkj, Rli, Rkl = R[k, i], R[l, j], R[k, j], R[l, i], R[k, l]
@@ -413,17 +447,25 @@ def _conditional_asin(R: Array, i: int, j: int, k: int, l: int, theta: Array, u:
     # (1 − s²) Var x_k = 1 − R_ki² − s² (1 + R_kj²/ρ² − 2 R_ki R_kj/ρ), and likewise for x_l
     p0, p2 = 1.0 - Rki * Rki, 1.0 + (Rkj * r - 2 * Rki) * Rkj * r
     q0, q2 = 1.0 - Rlj * Rlj, 1.0 + (Rli * r - 2 * Rlj) * Rli * r
-    # in place: this is the innermost loop of every four-dimensional orthant (M × Q values)
-    s = np.sin(np.multiply.outer(theta, u))  # (M, Q)
-    s2 = s * s
-    num = s2 * g3[:, None]
-    num += g1[:, None]
+    return g1, g3, p0, p2, q0, q2
+
+
+def _conditional_asin(g1: Array, g3: Array, p0: Array, p2: Array, q0: Array, q2: Array, s: Array,
+                      work: Array) -> Array:
+    """``asin ρ_{kl|ij}`` (Q, M) at ``s = sin(u θ)`` (Q, M; the nodes u) from the coefficients (M,) of
+    :func:`_conditional_coefficients`, in place in ``s`` and ``work`` (2, Q, M)."""
+    # the innermost loop of every four-dimensional orthant (Q × M values; points last, so that each
+    # operation's inner loop runs over M contiguous values, not over Q = 15)
+    num, den = work
+    s2 = np.multiply(s, s, out=den)
+    np.multiply(s2, g3, out=num)
+    num += g1
     num *= s
-    den = p2[:, None] * s2
-    np.subtract(p0[:, None], den, out=den)
-    s2 *= q2[:, None]
-    np.subtract(q0[:, None], s2, out=s2)
-    den *= s2
+    np.multiply(s2, q2, out=s)  # s is not needed again
+    np.subtract(q0, s, out=s)
+    s2 *= p2
+    np.subtract(p0, s2, out=den)
+    den *= s
     np.maximum(den, 1e-300, out=den)
     np.sqrt(den, out=den)
     num /= den
