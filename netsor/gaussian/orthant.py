@@ -279,14 +279,17 @@ class _Moments:
             j = max(given)
             base, amp = self.conditional(given - {j})
             var = _entry(base, j, j)
-            inv = np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
+            positive = var.min(initial=1.0) > 0  # the usual case: no masks (a third of the recursion's passes)
+            inv = 1.0 / var if positive else np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
             free = sorted({q for pair in base for q in pair} - {j})
             weight = {a: _entry(base, a, j) * inv for a in free}
             cov = {(a, b): base[(a, b)] - weight[a] * _entry(base, j, b) for a in free for b in free if a <= b}
             ratio = amp
             for a in free:
                 before, after = base[(a, a)], cov[(a, a)]
-                ratio = np.maximum(ratio, before / np.where(after > 1e-300, after, np.maximum(before, 1e-300)))
+                if after.min(initial=1.0) <= 1e-300:
+                    after = np.where(after > 1e-300, after, np.maximum(before, 1e-300))
+                ratio = np.maximum(ratio, before / after)
             self._cond[given] = (cov, ratio)
         return self._cond[given]
 
@@ -296,8 +299,11 @@ class _Moments:
         if key not in self._deltas:
             cov = self.conditional(given)[0]
             var = _entry(cov, j, j)
-            safe = np.where(var > 0, var, 1.0)
-            self._deltas[key] = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * safe), 0.0)
+            if var.min(initial=1.0) > 0:
+                self._deltas[key] = _entry(cov, i, j) / np.sqrt(2 * math.pi * var)
+            else:
+                safe = np.where(var > 0, var, 1.0)
+                self._deltas[key] = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * safe), 0.0)
         return self._deltas[key]
 
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]

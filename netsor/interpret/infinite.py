@@ -107,7 +107,7 @@ DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (cache-sized tiles,
 #: spread over threads), when some term needs the Mehler series (whose per-call setup is
 #: amortised over more pairs), and when some term is a joint multi-dimensional expectation.
-TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 384, 512, 128
+TILE_MAX, SERIES_TILE_MAX, JOINT_TILE_MAX = 384, 512, 256
 PSD_POLICIES = ("auto", "clip", "check", "skip")
 #: Relative tolerance of the expectations ``E[∂Z^h/∂Ẑ]`` of the Netsor⊤ corrections.
 DERIVATIVE_RTOL = 1e-12
