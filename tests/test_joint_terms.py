@@ -220,6 +220,21 @@ def test_kronrod_rule_is_exact_to_its_degree():
         assert (abs(gauss - exact) <= 1e-15) == (d <= 13 or d % 2 == 1), d
 
 
+def test_sines_of_the_plackett_path_equal_numpy_sines():
+    """The Plackett path's sin(u θ), a matrix product of Taylor terms, equals ``np.sin`` to 1e-15 for
+    every |θ| ≤ π/2 (the ends included) at the nodes of every rule; with two terms fewer it does not."""
+    from netsor.gaussian import orthant as o
+
+    theta = np.concatenate([np.linspace(-np.pi / 2, np.pi / 2, 1001), [np.pi / 2, -np.pi / 2, 1e-300, 0.0]])
+    for nodes, *_, basis in o._LADDER:
+        exact = np.sin(np.multiply.outer(nodes, theta))
+        assert np.max(np.abs(o.sines(theta, basis) - exact)) <= 1e-15
+    nodes = o._LADDER[0][0]
+    short = o.sine_basis(nodes)[:-2]
+    powers = theta[None, :] ** (2 * np.arange(o.SINE_TERMS - 2) + 1)[:, None]
+    assert np.max(np.abs(short.T @ powers - np.sin(np.multiply.outer(nodes, theta)))) > 1e-15
+
+
 def test_cone_moments_against_monte_carlo_and_wick():
     """Cone moments of a random 4-D Gaussian: E[x₁x₂x₃x₄] (no steps) is Wick's sum exactly;
     E[relu(x₁) relu(x₂) relu(x₃) relu(x₄)] and E[x₁² step(x₂) relu(x₃)] agree with 2²² Monte-Carlo

@@ -134,6 +134,25 @@ def test_ntk_minus_nngp_is_psd_and_the_nngp_agrees_with_nngp(program):
     assert eig[-1] > 0
 
 
+@pytest.mark.parametrize("program", [netsor.zoo.rnn(2, "tanh", 1.1, 0.9, 0.2), weight_sharing().p,
+                                     netsor.zoo.mlp(3, "relu", 1.2, 0.1)], ids=["rnn", "shared", "mlp"])
+def test_kernels_of_one_input_set_equal_the_cross_kernels_tile_by_tile(program):
+    """For one input set only tiles on and above the diagonal are computed: those below are their
+    transposes, diagonal tiles are mirrored from their upper triangles. Small tiles (the smallest
+    memory budget: several tiles a side; several outputs per input for the RNN) against the cross
+    kernel of X with a copy of itself, whose every tile is computed (and whose identical pairs take
+    per-point values)."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((80, 3, 2)) if program.steps else rng.standard_normal((80, 3))
+    options = {"rtol": 1e-6, "memory_budget": 2**20, "threads": 2}
+    k = netsor.kernel(program, X, **options)
+    k2 = netsor.kernel(program, X, X.copy(), **options)
+    for name in ("nngp", "ntk"):
+        K, E, K2, E2 = (getattr(k, name), getattr(k, f"{name}_error"), getattr(k2, name), getattr(k2, f"{name}_error"))
+        np.testing.assert_array_equal(K, K.T)
+        assert np.all(np.abs(K - K2) <= E + E2)
+
+
 def test_repeated_inputs_are_checked_at_their_per_point_values():
     """Entries of identical inputs take per-point values (exact at colinearity) after the blocks are
     swept; the tolerance is checked on those values, not on the blocks' generic ones (a step
