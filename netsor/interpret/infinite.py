@@ -1259,9 +1259,10 @@ class Run:
         s_right = self.point(("pm", right.key), "right")[0]
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
         pl, pr = an.projection(left), an.projection(right)
-        if pl is not None and pr is not None and pl.act.name == "identity" == pr.act.name:
+        if _linear_pair(pl, pr):
             # E[UV] of two linear forms is their covariance, with its own bound: no kernel and no
             # propagation of the variances' errors (the backward vectors of an NTK: a third of its pairs)
+            assert pl is not None and pr is not None
             value, c_bound = self.linear_form_cross(pl, pr)
             value = value.view()
             value.flags.writeable = False  # may be a covariance of the run itself
@@ -1357,10 +1358,16 @@ def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
     """How many pair terms of a tile plan use each pair of linear forms (:meth:`Run.geometry`)."""
     uses: dict[Hashable, int] = {}
     for comp, pl, pr in _pair_terms(an, plan):
-        if pl is not None and pr is not None and not (an.batchnorm(comp.left) or an.batchnorm(comp.right)):
+        if (pl is not None and pr is not None and not _linear_pair(pl, pr)
+                and not (an.batchnorm(comp.left) or an.batchnorm(comp.right))):
             key = _geometry_key(pl, pr)
             uses[key] = uses.get(key, 0) + 1
     return uses
+
+
+def _linear_pair(pl: Projection | None, pr: Projection | None) -> bool:
+    """Both sides are linear forms: their pair expectation is their covariance (no geometry)."""
+    return pl is not None and pr is not None and pl.act.name == "identity" == pr.act.name
 
 
 def _identical_rows(A: Array, B: Array) -> Array:
