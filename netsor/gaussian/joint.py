@@ -354,13 +354,22 @@ def _multi_indices(dim: int, degree: int) -> list[tuple[int, ...]]:
 
 def _contract_last(x: Array, fw: Array, order: int) -> Array:
     """``Σ_last fw · He_k(x)/√k!`` for k ≤ order (shape fw.shape[:-1] + (order+1,)), running the
-    three-term recurrence without storing every degree."""
+    three-term recurrence without storing every degree.
+
+    The recurrence runs on the unnormalised ``He_{k+1} = x He_k − k He_{k−1}`` (three passes in place,
+    no temporaries: it is most of a per-point Hermite table) and each contraction is divided by
+    ``√k!`` afterwards — the same values up to a scale per degree (|He_k| stays far from overflow:
+    ~|x|^k with |x| ≲ 40 and k ≤ 64)."""
     out = np.empty((*fw.shape[:-1], order + 1))
-    prev, cur = np.zeros_like(x), np.ones_like(x)
+    prev, cur, tmp = np.zeros_like(x), np.ones_like(x), np.empty_like(x)
     out[..., 0] = fw.sum(axis=-1)
     for k in range(order):
-        prev, cur = cur, (x * cur - math.sqrt(k) * prev) / math.sqrt(k + 1.0)
+        np.multiply(x, cur, out=tmp)
+        prev *= k
+        np.subtract(tmp, prev, out=prev)
+        prev, cur = cur, prev
         out[..., k + 1] = np.einsum("...q,...q->...", cur, fw)
+    out /= np.sqrt(np.cumprod(np.concatenate([[1.0], np.arange(1.0, order + 1)])))
     return out
 
 
