@@ -139,16 +139,18 @@ def whiten(cov: Array) -> tuple[Array, int]:
 
 
 # ------------------------------------------------------------------ nested quadrature
-def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int = 0) -> tuple[Array, Array]:
+def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int = 0, coarse: bool = False
+               ) -> tuple[Array, Array]:
     """Standard-normal rule on [−BOX, BOX] per row, split exactly at ``cuts`` (M, c) (the function
     is smooth on each side): nodes and weights of shape (M, Q). ``spread`` is the largest scale of
     the function's arguments along this axis: analytic functions of ``spread·ξ`` need panels of
     width ≲ 3/spread for 16 nodes to reach ~1e-10 (their singularities sit at a distance of
     order 1/spread from the real line, e.g. tanh's at iπ/2); Hermite
     polynomials of degree ``order`` oscillate with frequency ≈ √(2·order+1) and need panels of
-    width ≲ 12/√(2·order+1) (a few half-waves per panel of 16 nodes)."""
+    width ≲ 12/√(2·order+1) (a few half-waves per panel of 16 nodes). ``coarse``: panels twice as
+    wide (moments used only as scales of error bounds, taken with their error estimate added)."""
     M = cuts.shape[0]
-    panels = _base_panels(cuts.shape[1], dim, spread, order)
+    panels = _base_panels(cuts.shape[1], dim, spread, order, coarse)
     base = np.linspace(-BOX, BOX, panels + 1)
     if shifted:  # the second rule of the error estimate: base panels moved by half a panel
         base = np.concatenate([[-BOX], base[1:-1] + BOX / panels, [BOX]])
@@ -163,18 +165,20 @@ def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int =
     return z, wz
 
 
-def _base_panels(ncuts: int, dim: int, spread: float, order: int) -> int:
+def _base_panels(ncuts: int, dim: int, spread: float, order: int, coarse: bool = False) -> int:
     width = min(3.0 / max(spread, 1e-12), 12.0 / math.sqrt(2.0 * order + 1.0), 24.0 / _NODES[dim])
+    width *= 2.0 if coarse else 1.0
     room = _AXIS_CAP[dim] // _NODES[dim] - ncuts
     return max(_BASE[dim], min(int(np.ceil(2.0 * BOX / width)), room, 64))
 
 
-def rule_size(planes: list[tuple[Array, Array]], r: int, spread: Array, order: int = 0) -> int:
+def rule_size(planes: list[tuple[Array, Array]], r: int, spread: Array, order: int = 0, coarse: bool = False
+              ) -> int:
     """Nodes per point of the nested rule (without building it)."""
     size = 1
     for axis, level in enumerate(_nested_levels(planes, r)):
         ncuts = len(level)
-        size *= (_base_panels(ncuts, r, float(spread[axis]), order) + ncuts) * _NODES[r]
+        size *= (_base_panels(ncuts, r, float(spread[axis]), order, coarse) + ncuts) * _NODES[r]
     return size
 
 
@@ -211,7 +215,7 @@ def _project_planes(planes: list[tuple[Array, Array]], axis: int) -> tuple[list[
 
 
 def _nested_nodes(planes: list[tuple[Array, Array]], r: int, shifted: bool, P: int,
-                  spread: Array, order: int = 0, with_sizes: bool = False) -> Any:
+                  spread: Array, order: int = 0, with_sizes: bool = False, coarse: bool = False) -> Any:
     """Nodes ξ (P, Q, r) and weights (P, Q) of the nested rule in r whitened coordinates
     (``spread[i]``: the largest scale of the arguments along ξ_i, see :func:`_axis_rule`).
     Nodes are outer-major: the Q = Q₁·…·Q_r nodes enumerate ξ₁'s nodes, each with the nodes
@@ -226,7 +230,7 @@ def _nested_nodes(planes: list[tuple[Array, Array]], r: int, shifted: bool, P: i
             cuts = np.stack([np.einsum("pqj,pj->pq", xi, a) + b[:, None] for a, b in levels[axis]], axis=-1)
         else:
             cuts = np.full((P, Pq, 0), np.nan)
-        z, wz = _axis_rule(cuts.reshape(P * Pq, -1), r, shifted, float(spread[axis]), order)
+        z, wz = _axis_rule(cuts.reshape(P * Pq, -1), r, shifted, float(spread[axis]), order, coarse)
         Q = z.shape[1]
         sizes.append(Q)
         xi = np.concatenate([np.repeat(xi, Q, axis=1), z.reshape(P, Pq * Q, 1)], axis=2)
@@ -247,7 +251,8 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     With ``hermite_order`` the result has shape (P, n_α + 1): the Hermite coefficients
     ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁ descending) and
     ``E F²`` last. With ``moments`` it has shape (P, 2 + 2k): ``E F², E F⁴``, ``E (∂_i F)²`` for
-    each argument and ``E |∇F|²|U|²``, ``E |∇F|²`` — what error propagation needs.
+    each argument and ``E |∇F|²|U|²``, ``E |∇F|²`` — what error propagation needs — by a rule
+    with panels twice as wide (scales of error bounds: the caller adds the error estimate).
     """
     cov = np.asarray(cov, dtype=float)
     P = cov.shape[0]
@@ -259,13 +264,13 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     results = []
     for shifted in (False, True):
         order = hermite_order or 0
-        per_point = rule_size(_whitened_planes(F, L[:1]), r, spread, order)
+        per_point = rule_size(_whitened_planes(F, L[:1]), r, spread, order, coarse=moments)
         step = max(1, _CHUNK_NODES // max(per_point * width, 1))
         parts = []
         for i in range(0, P, step):
             sl = slice(i, min(i + step, P))
             xi, w, sizes = _nested_nodes(_whitened_planes(F, L[sl]), r, shifted, sl.stop - sl.start, spread, order,
-                                         with_sizes=True)
+                                         with_sizes=True, coarse=moments)
             u = np.matmul(xi, np.swapaxes(L[sl], 1, 2))
             f = F(u)
             fw = f * w
@@ -717,7 +722,9 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
         value = _cone_moments(F.cone, F.continuous, cov)
     elif r <= NESTED_MAX_DIM:
-        value, _ = nested_expectation(F, cov, moments=True)
+        value, err = nested_expectation(F, cov, moments=True)
+        # scales of error bounds: their own quadrature error added (never underestimated)
+        value = np.where(np.isfinite(value), value + np.where(np.isfinite(err), err, np.inf), value)
     else:  # Monte Carlo moments: only used as scales for error bounds
         cols = [qmc_expectation(JointFunction(k, lambda u, p=p: F.fn(u) ** p, None, (), True, False,
                                               ("pow", F.key, p)), cov, seed, 12)[0] for p in (2, 4)]
