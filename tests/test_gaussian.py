@@ -242,6 +242,45 @@ def test_point_expectation_with_kink_planes_meets_closed_forms():
     assert np.max(np.abs(value - want) / want) < 1e-10
 
 
+def test_point_moments_of_kinked_compositions_are_never_below_their_values():
+    """The moments that scale error bounds (E F², E F⁴, E (∂ᵢF)², E |∇F|², E |∇F|²|U|²) of
+    F = tanh(relu(u₁) + u₂) come from a coarse nested rule with a margin: each is at least the value
+    (2-D adaptive quadrature, split at the kink) and exceeds it by at most 1e-4 relative. (Its error
+    estimate alone, without the margin, left E F² 3e-10 below the value.)"""
+    from scipy import integrate
+
+    rng = np.random.default_rng(13)
+    cov = random_cov(rng, 3, 2) * np.array([1.0, 2.5, 0.4])[:, None, None]
+
+    def grad(u):
+        t = 1.0 - np.tanh(np.maximum(u[..., 0], 0) + u[..., 1]) ** 2
+        return np.stack([t * (u[..., 0] > 0), t], axis=-1)
+
+    F = joint_fn(2, lambda u: np.tanh(np.maximum(u[..., 0], 0) + u[..., 1]), planes=[([1, 0], 0.0)], grad=grad,
+                 key="tanh(relu+u2)")
+    got = joint.point_moments(F, cov)
+    for p, S in enumerate(cov):
+        inv, norm = np.linalg.inv(S), 1.0 / (2 * np.pi * np.sqrt(np.linalg.det(S)))
+
+        def expect(h, S=S, inv=inv, norm=norm):
+            def integrand(u2, u1):
+                u = np.array([u1, u2])
+                return h(u) * norm * np.exp(-0.5 * u @ inv @ u)
+            box = 12 * np.sqrt(np.max(np.diag(S)))
+            return sum(integrate.dblquad(integrand, lo, hi, -box, box, epsabs=1e-13, epsrel=1e-11)[0]
+                       for lo, hi in ((-box, 0.0), (0.0, box)))
+
+        want = {"m2": expect(lambda u: float(F.fn(u)) ** 2), "m4": expect(lambda u: float(F.fn(u)) ** 4),
+                "gradnorm2": expect(lambda u: float(np.sum(grad(u) ** 2))),
+                "joint_euler": expect(lambda u: float(np.sum(grad(u) ** 2) * (u @ u)))}
+        for i in range(2):
+            want[f"arg{i}"] = expect(lambda u, i=i: float(grad(u)[i] ** 2))
+        values = {k: got[k][p] for k in ("m2", "m4", "gradnorm2", "joint_euler")}
+        values |= {f"arg{i}": got["arg_grad2"][p, i] for i in range(2)}
+        for k, v in values.items():
+            assert want[k] * (1 - 1e-13) <= v <= want[k] * (1 + 1e-4), (p, k, v, want[k])
+
+
 def test_qmc_reports_a_standard_error_that_covers_the_error():
     rng = np.random.default_rng(6)
     cov = random_cov(rng, 5, 5)
