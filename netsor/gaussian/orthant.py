@@ -30,6 +30,7 @@ a few dozen index states, memoised, each an array operation of length M.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 
@@ -278,9 +279,7 @@ class _Moments:
         if given not in self._cond:
             j = max(given)
             base, amp = self.conditional(given - {j})
-            var = _entry(base, j, j)
-            positive = var.min(initial=1.0) > 0  # the usual case: no masks (a third of the recursion's passes)
-            inv = 1.0 / var if positive else np.where(var > 0, 1.0 / np.where(var > 0, var, 1.0), 0.0)
+            inv = _where_positive(_entry(base, j, j), np.reciprocal)
             free = sorted({q for pair in base for q in pair} - {j})
             weight = {a: _entry(base, a, j) * inv for a in free}
             cov = {(a, b): base[(a, b)] - weight[a] * _entry(base, j, b) for a in free for b in free if a <= b}
@@ -298,12 +297,8 @@ class _Moments:
         key = (given, i, j)
         if key not in self._deltas:
             cov = self.conditional(given)[0]
-            var = _entry(cov, j, j)
-            if var.min(initial=1.0) > 0:
-                self._deltas[key] = _entry(cov, i, j) / np.sqrt(2 * math.pi * var)
-            else:
-                safe = np.where(var > 0, var, 1.0)
-                self._deltas[key] = np.where(var > 0, _entry(cov, i, j) / np.sqrt(2 * math.pi * safe), 0.0)
+            self._deltas[key] = _entry(cov, i, j) * _where_positive(_entry(cov, j, j),
+                                                                     lambda var: 1.0 / np.sqrt(2 * math.pi * var))
         return self._deltas[key]
 
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]
@@ -338,6 +333,14 @@ class _Moments:
 
 #: Covariance entries ``{(a, b): (M,) array}``, ``a ≤ b``.
 _Cov = dict[tuple[int, int], Array]
+
+
+def _where_positive(var: Array, f: Callable[[Array], Array]) -> Array:
+    """``f(var)`` where ``var > 0``, else 0 — without masks when every entry is positive (the usual
+    case: masks were a third of the cone-moment recursion's passes)."""
+    if var.min(initial=1.0) > 0:
+        return f(var)
+    return np.where(var > 0, f(np.where(var > 0, var, 1.0)), 0.0)
 
 
 def _entry(cov: _Cov, a: int, b: int) -> Array:

@@ -1684,19 +1684,17 @@ class Limit:
         """Refuse a result whose bound exceeds ``rtol`` relative to ``scale`` (an array, or the
         per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error`` and
         its largest ratio to ``scale`` in ``self.relative_error``."""
-        value = _finite_or_raise(value, what)
         if isinstance(err, bounds.TiledBound):
             assert isinstance(scale, tuple)
+            value = _finite_or_raise(value, what)
             self.error = err.max()
             self.relative_error = err.max_ratio(*scale)
             if self.relative_error <= self.rtol:
                 return (value, err.array()) if with_error else value
             err, scale = err.array(), np.outer(*scale)
         assert isinstance(scale, np.ndarray)
-        self.error = float(np.max(err, initial=0.0))
-        worst = self.relative_error = largest_ratio(err, np.maximum(scale, 1e-300))
-        if worst > self.rtol:
-            self.refuse(worst, worst_entry(err, scale), value.shape, what)
+        worst = largest_ratio(err, np.maximum(scale, 1e-300))
+        value, err = self.checked_worst(value, err, worst, worst_entry(err, scale) if worst > self.rtol else (), what)
         return (value, err) if with_error else value
 
     def checked_worst(self, value: Array, err: Array, worst: float, at: tuple[int, ...], what: str
