@@ -203,11 +203,23 @@ def quad_expect(f, q, breaks=()):
                for a, b in zip(cuts[:-1], cuts[1:], strict=True))
 
 
-def relu4_adaptive(S):
-    """E[relu(a) relu(a') relu(b) relu(b')] for (a, a', b, b') ~ N(0, S), S (4, 4), to ~1e-12 relative.
+def erf_erf_noncentral(m1, m2, s1, s2, r):
+    """E[erf X · erf Y] for (X, Y) Gaussian with means m1, m2, sds s1, s2 and correlation r.
 
-    Condition on (a, a') = L η (Cholesky): (b, b') | (a, a') is Gaussian and E[relu b relu b' | a, a']
-    is :func:`relu_relu_noncentral`. The quadrant a, a' > 0 is a wedge in polar coordinates of η;
+    ``erf x = 2 P(x + ε > 0) − 1`` with ``ε ~ N(0, 1/2)`` independent, so the expectation is
+    ``4 P(X + ε₁ > 0, Y + ε₂ > 0) − 2 Φ(m1/t1) − 2 Φ(m2/t2) + 1`` with ``tᵢ² = sᵢ² + 1/2``."""
+    t1, t2 = np.sqrt(s1 * s1 + 0.5), np.sqrt(s2 * s2 + 0.5)
+    P = owens_bvn(m1 / t1, m2 / t2, r * s1 * s2 / (t1 * t2))
+    return 4 * P - 2 * special.ndtr(m1 / t1) - 2 * special.ndtr(m2 / t2) + 1
+
+
+def relu4_adaptive(S, inner=relu_relu_noncentral):
+    """E[relu(a) relu(a') F(b, b')] for (a, a', b, b') ~ N(0, S), S (4, 4), to ~1e-12 relative, with
+    ``F(b, b') = relu(b) relu(b')`` (default) or any ``inner(m1, m2, s1, s2, r) = E[F(X, Y)]`` of a
+    Gaussian pair (e.g. :func:`erf_erf_noncentral`).
+
+    Condition on (a, a') = L η (Cholesky): (b, b') | (a, a') is Gaussian and E[F(b, b') | a, a']
+    is ``inner``. The quadrant a, a' > 0 is a wedge in polar coordinates of η;
     the outer integral over its angle and radius is adaptive (scipy quad, nested)."""
     A, B, Cm = S[:2, :2], S[2:, 2:], S[2:, :2]
     L = np.linalg.cholesky(A)
@@ -225,11 +237,41 @@ def relu4_adaptive(S):
         def f(rad):
             x, y = rad * a1, rad * a2
             m1, m2 = M[0, 0] * x + M[0, 1] * y, M[1, 0] * x + M[1, 1] * y
-            return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * x * y * relu_relu_noncentral(m1, m2, s1, s2, r)
+            return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * x * y * inner(m1, m2, s1, s2, r)
 
         return integrate.quad(f, 0.0, 14.0, epsabs=0.0, epsrel=1e-13, limit=200)[0]
 
     return integrate.quad(radial, lo, hi, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+
+
+def relu_times_erf_correlated(Kaa, Kbb, Kab):
+    """Kernel of relu(a)·erf(b) for jointly Gaussian G-vectors a, b (``Kab[i, j] = Cov(a_i, b_j)``):
+    off the diagonal by :func:`relu4_adaptive` with :func:`erf_erf_noncentral`; on it
+    ``E[a² 1{a>0} E[erf(b)² | a]]`` by adaptive 1-D quadrature (b | a Gaussian: two independent
+    noises, so the inner pair is not degenerate)."""
+    n = Kaa.shape[0]
+    K = np.empty((n, n))
+    for i in range(n):
+        A, B, C = Kaa[i, i], Kbb[i, i], Kab[i, i]
+        beta, sd = C / A, np.sqrt(max(B - C * C / A, 0.0))
+
+        def f(x, beta=beta, sd=sd, A=A):
+            return x * x * np.exp(-0.5 * x * x / A) / np.sqrt(2 * np.pi * A) * erf_erf_noncentral(
+                beta * x, beta * x, sd, sd, 1.0)
+
+        K[i, i] = integrate.quad(f, 0.0, 40 * np.sqrt(A), epsabs=0.0, epsrel=1e-13, limit=200)[0]
+        for j in range(i + 1, n):
+            S = np.array([[Kaa[i, i], Kaa[i, j], Kab[i, i], Kab[i, j]],
+                          [Kaa[j, i], Kaa[j, j], Kab[j, i], Kab[j, j]],
+                          [Kab[i, i], Kab[j, i], Kbb[i, i], Kbb[i, j]],
+                          [Kab[i, j], Kab[j, j], Kbb[j, i], Kbb[j, j]]])
+            K[i, j] = K[j, i] = relu4_adaptive(S, erf_erf_noncentral)
+    return K
+
+
+def erf_kernel(a, b, c):
+    """E[erf(u) erf(v)] for a centred Gaussian pair (variances a, b, covariance c)."""
+    return 2 / np.pi * np.arcsin(2 * c / np.sqrt((1 + 2 * a) * (1 + 2 * b)))
 
 
 def one_factor_orthant(lam):

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import integrate, special
 from references import (
     abs_kernel,
+    erf_erf_noncentral,
+    erf_kernel,
     one_factor_orthant,
     pairwise,
     relu4_adaptive,
     relu_kernel,
+    relu_times_erf_correlated,
     relu_times_linear_correlated,
     relu_times_relu_correlated,
     step_kernel,
@@ -26,6 +30,8 @@ from references import (
 
 import netsor
 from netsor.activations import abs_ as abs_act
+from netsor.activations import erf as erf_act
+from netsor.activations import gelu as gelu_act
 from netsor.activations import relu as relu_act
 from netsor.activations import step as step_act
 from netsor.activations import tanh as tanh_act
@@ -65,6 +71,8 @@ def build(case):
         "relu(a)·relu(c), independent": lambda: netsor.relu(a) * netsor.relu(c),
         "relu(a)·relu(b), correlated": lambda: netsor.relu(a) * netsor.relu(b),
         "relu(a)·b, correlated": lambda: netsor.relu(a) * b,
+        "relu(a)·erf(c), independent": lambda: netsor.relu(a) * netsor.erf(c),
+        "relu(a)·erf(b), correlated": lambda: netsor.relu(a) * netsor.erf(b),
         "tanh(relu(a) + c)": lambda: netsor.tanh(netsor.relu(a) + c),
         "max(a, b), correlated": lambda: netsor.nonlin(np.maximum, a, b),
         "|a|·step(c)": lambda: abs(a) * netsor.step(c),
@@ -89,6 +97,10 @@ def reference(case, X, nodes=(48, 80)):
         return relu_times_relu_correlated(Ka, Kb, Kab)
     if case == "relu(a)·b, correlated":
         return relu_times_linear_correlated(Ka, Kb, Kab)
+    if case == "relu(a)·erf(c), independent":
+        return k1(Ka) * erf_kernel(*pairwise(Kc))
+    if case == "relu(a)·erf(b), correlated":
+        return relu_times_erf_correlated(Ka, Kb, Kab)
     if case == "tanh(relu(a) + c)":
         return tanh_of_relu_plus(Ka, Kc, *nodes)
     if case == "max(a, b), correlated":  # b + relu(a − b): Stein for E[b relu(w')] = Cov(b, w')/2
@@ -105,6 +117,7 @@ def reference(case, X, nodes=(48, 80)):
 
 
 EXACT = ["relu(a)·relu(c), independent", "relu(a)·relu(b), correlated", "relu(a)·b, correlated",
+         "relu(a)·erf(c), independent", "relu(a)·erf(b), correlated",
          "tanh(relu(a) + c)", "max(a, b), correlated", "|a|·step(c)", "relu(a)·relu(c)·relu(e)",
          "relu(a)·relu(c)·relu(e)·step(f)"]
 
@@ -144,7 +157,7 @@ def _correlated_inputs(rho, seed):
 
 
 @pytest.mark.parametrize("rho", [0.9, 0.99, 0.999, 0.9999])
-@pytest.mark.parametrize("case", ["relu(a)·relu(b), correlated", "relu(a)·b, correlated"])
+@pytest.mark.parametrize("case", ["relu(a)·relu(b), correlated", "relu(a)·b, correlated", "relu(a)·erf(b), correlated"])
 def test_highly_correlated_inputs_meet_the_default_tolerance(case, rho):
     """Products of relus and linear forms of correlated G-vectors are cone moments, exact up to
     rounding and one-dimensional Plackett integrals: at input correlation up to 0.9999 the default
@@ -153,7 +166,7 @@ def test_highly_correlated_inputs_meet_the_default_tolerance(case, rho):
     (``references.relu4_adaptive``, ~1e-12), for the off-diagonal entry."""
     X = _correlated_inputs(rho, seed=int(rho * 1e4))
     K, E = netsor.limit(build(case), X).nngp(with_error=True)
-    if case == "relu(a)·b, correlated":
+    if case != "relu(a)·relu(b), correlated":
         ref = reference(case, X)
     else:
         G = X @ X.T / 6
@@ -280,3 +293,51 @@ def test_cone_forms_of_expressions():
     assert parallel is not None and parallel.parallel_steps  # δ(a)·step(2a) at 0: left to the other rules
     three = ConeFunction(np.eye(3), ((1.0, (0, 1, 2), (0, 1, 2)),))
     assert 2 * three.orthant_dim > MAX_ORTHANT_DIM
+
+
+def test_normal_cdf_gates_are_smoothed_steps():
+    """erf, the gate (1 + erf)/2 and gelu are steps smoothed by a private Gaussian noise: their cone
+    forms evaluate like the expressions, and expectations with correlated arguments equal independent
+    references — the trivariate orthant formula 1/8 + Σ asin ρᵢⱼ/(4π) of (u + ε) for a product of
+    three gates, adaptive 1-D quadrature of a conditional closed form for gelu(a)·step(b) and for the
+    square of relu(a)·erf(b) (two independent noises on the same argument), within the reported bound."""
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b, c = p.input(n), p.input(n), p.input(n)
+    A, B, C = ex.Var(a), ex.Var(b), ex.Var(c)
+    rng = np.random.default_rng(3)
+    L = rng.standard_normal((3, 3))
+    S = L @ L.T / 3 + 0.2 * np.eye(3)
+
+    def gate(e):
+        return ex.linear(0.5, [(0.5, ex.apply(erf_act, e))])
+
+    three_gates = cone_function(ex.product([gate(A), gate(B), gate(C)]), (a, b, c))
+    relu_erf = cone_function(ex.product([ex.apply(relu_act, A), ex.apply(erf_act, B)]), (a, b))
+    gelu_step = cone_function(ex.product([ex.apply(gelu_act, A), ex.apply(step_act, B)]), (a, b))
+    u = rng.standard_normal((50, 3))
+    for cone, expr, args in [(three_gates, ex.product([gate(A), gate(B), gate(C)]), (a, b, c)),
+                             (relu_erf, ex.product([ex.apply(relu_act, A), ex.apply(erf_act, B)]), (a, b)),
+                             (gelu_step, ex.product([ex.apply(gelu_act, A), ex.apply(step_act, B)]), (a, b))]:
+        assert cone is not None and cone.smoothed
+        values = {v: u[:, i] for i, v in enumerate(args)}
+        assert np.allclose(cone(u[:, :len(args)]), expr.evaluate(values), rtol=1e-14, atol=1e-14)
+    with pytest.raises(ValueError, match="smoothed"):
+        relu_erf.derivative(0)
+
+    T = S + 0.5 * np.eye(3)
+    R = T / np.sqrt(np.outer(np.diag(T), np.diag(T)))
+    value, err = cone_expectation(three_gates, S[None])
+    ref = 1 / 8 + (np.arcsin(R[0, 1]) + np.arcsin(R[0, 2]) + np.arcsin(R[1, 2])) / (4 * np.pi)
+    assert abs(value[0] - ref) <= err[0] + 1e-15 and err[0] <= 1e-13
+
+    S2 = S[:2, :2]
+    beta, sd, sa = S2[0, 1] / S2[0, 0], np.sqrt(S2[1, 1] - S2[0, 1] ** 2 / S2[0, 0]), np.sqrt(S2[0, 0])
+    density = lambda x: np.exp(-0.5 * (x / sa) ** 2) / (sa * np.sqrt(2 * np.pi))  # noqa: E731
+    gelu_step_ref = integrate.quad(lambda x: x * special.ndtr(x) * special.ndtr(beta * x / sd) * density(x),
+                                   -40, 40, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+    square_ref = integrate.quad(lambda x: x * x * density(x) * erf_erf_noncentral(beta * x, beta * x, sd, sd, 1.0),
+                                0, 40, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+    for cone, ref in [(gelu_step, gelu_step_ref), (relu_erf.times(relu_erf), square_ref)]:
+        value, err = cone_expectation(cone, S2[None])
+        assert abs(value[0] - ref) <= err[0] + 1e-13 * abs(ref), (value[0], ref)

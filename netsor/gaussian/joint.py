@@ -721,7 +721,9 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     cov = np.asarray(cov, dtype=float)
     k = F.dim
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
-    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
+    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM and not F.cone.smoothed:
+        # (smoothed steps go to quadrature: their gradients are not cone functions, and the noises
+        # of F⁴ are four independent copies — orthants of four times the dimension)
         value = _cone_moments(F.cone, F.continuous, cov)
     elif r <= NESTED_MAX_DIM:
         value, err = nested_expectation(F, cov, moments=True)

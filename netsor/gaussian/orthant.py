@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
+from scipy import special
 
 Array = np.ndarray
 #: One term: (coefficient, polynomial factors (form indices, sorted, repeats allowed), step forms (sorted, distinct)).
@@ -126,43 +127,75 @@ _SPLITS = np.array([[0, 1, 2, 3], [0, 2, 1, 3], [0, 3, 1, 2]])
 
 @dataclass(frozen=True, eq=False)
 class ConeFunction:
-    """``Σ_terms c · Π_{p∈poly} (n_p·u) · Π_{s∈steps} 1{n_s·u > 0}`` of ``u`` of shape (..., k).
+    """``Σ_terms c · Π_{p∈poly} (n_p·u) · Π_{s∈steps} 1{n_s·u + ε_s > 0}`` of ``u`` of shape (..., k),
+    averaged over the private noises ``ε_s``.
+
+    A form with a noise of variance ``v > 0`` is a *smoothed step*: ``E_ε 1{x + ε > 0} = Φ(x/√v)``
+    — the normal-CDF gates ``Φ``, ``(1 + erf)/2``, ``erf = 2Φ(√2·) − 1`` and ``gelu(x) = x Φ(x)``. The
+    noises are zero-mean Gaussians independent of ``u`` and of each other, so every expectation of
+    the function is a cone moment of the augmented Gaussian vector ``(u, ε)``: the forms'
+    covariance gains ``v`` on its diagonal, nothing else changes.
 
     Attributes
     ----------
     normals : array (m, k)
-        The linear forms (distinct rows).
+        The linear forms.
     terms : tuple of (coef, poly, steps)
-        ``poly``: sorted form indices, with repeats; ``steps``: sorted distinct form indices.
+        ``poly``: sorted form indices, with repeats (plain forms only); ``steps``: sorted distinct
+        form indices.
+    noise : array (m,), optional
+        Variance of each form's noise (0: a plain form; default all 0).
+    labels : array (m,) of int, optional
+        Which noise variable each smoothed form carries (0 for plain forms). Forms of one term
+        carry distinct noises; forms of different terms may share one (their sum is linear in it).
     """
 
     normals: Array
     terms: tuple[Term, ...]
+    noise: Array | None = None
+    labels: Array | None = None
+
+    def __post_init__(self) -> None:
+        m = self.normals.shape[0]
+        object.__setattr__(self, "noise", np.zeros(m) if self.noise is None else np.asarray(self.noise, dtype=float))
+        object.__setattr__(self, "labels", np.zeros(m, dtype=int) if self.labels is None
+                           else np.asarray(self.labels, dtype=int))
 
     @property
     def dim(self) -> int:
         return self.normals.shape[1]
 
+    @property
+    def smoothed(self) -> bool:
+        """Some step carries a noise (a normal-CDF gate): derivatives leave the class."""
+        return bool(np.any(self.noise > 0))
+
     def __call__(self, u: Array) -> Array:
         x = np.asarray(u, dtype=float) @ self.normals.T
+        noisy = self.noise > 0
+        gate = np.where(noisy, special.ndtr(x / np.sqrt(np.where(noisy, self.noise, 1.0))), x > 0)
         out = np.zeros(x.shape[:-1])
         for c, poly, steps in self.terms:
-            out = out + c * np.prod(x[..., list(poly)], axis=-1) * np.all(x[..., list(steps)] > 0, axis=-1)
+            out = out + c * np.prod(x[..., list(poly)], axis=-1) * np.prod(gate[..., list(steps)], axis=-1)
         return out
 
     def times(self, other: ConeFunction) -> ConeFunction:
-        """The product (same arguments)."""
-        normals, remap = _merge_forms(self.normals, other.normals)
+        """The product (same arguments; the noises of ``other`` are independent of those of ``self``)."""
+        shift = int(self.labels.max(initial=0))
+        merged, remap = _merge_forms(self, other, np.where(other.labels > 0, other.labels + shift, 0))
         terms = [(c1 * c2, tuple(sorted(p1 + tuple(remap[list(p2)].tolist()))),
                   tuple(sorted(set(s1) | set(remap[list(s2)].tolist()))))
                  for (c1, p1, s1), (c2, p2, s2) in product(self.terms, other.terms)]
-        return ConeFunction(normals, _collect(terms))
+        return merged.with_terms(_collect(terms))
 
     def derivative(self, i: int) -> ConeFunction:
-        """``∂F/∂u_i`` off the kinks (the a.e. derivative; the δ terms of discontinuous steps are dropped)."""
+        """``∂F/∂u_i`` off the kinks (the a.e. derivative; the δ terms of discontinuous steps are dropped).
+        Not defined for smoothed steps (their derivative is a Gaussian density)."""
+        if self.smoothed:
+            raise ValueError("the derivative of a smoothed step is not a cone function")
         terms = [(c * poly.count(p) * self.normals[p, i], _drop(poly, p), steps)
                  for c, poly, steps in self.terms for p in sorted(set(poly)) if self.normals[p, i] != 0.0]
-        return ConeFunction(self.normals, _collect(terms))
+        return self.with_terms(_collect(terms))
 
     def argument(self, i: int) -> ConeFunction:
         """The coordinate ``u_i`` as a cone function of the same arguments."""
@@ -170,16 +203,21 @@ class ConeFunction:
 
     def plus(self, other: ConeFunction) -> ConeFunction:
         """The sum (same arguments)."""
-        normals, remap = _merge_forms(self.normals, other.normals)
+        merged, remap = _merge_forms(self, other, other.labels)
         terms = list(self.terms) + [(c, tuple(sorted(remap[list(p)].tolist())), tuple(sorted(remap[list(s)].tolist())))
                                     for c, p, s in other.terms]
-        return ConeFunction(normals, _collect(terms))
+        return merged.with_terms(_collect(terms))
+
+    def with_terms(self, terms: tuple[Term, ...]) -> ConeFunction:
+        """The same forms with other terms."""
+        return ConeFunction(self.normals, terms, self.noise, self.labels)
 
     @property
     def parallel_steps(self) -> bool:
-        """Two step forms are parallel: ``δ(x)·1{cx > 0}`` would then need a convention at 0 the
-        recursion does not make (such functions are left to the other rules)."""
-        rows = sorted({q for _, _, steps in self.terms for q in steps})
+        """Two plain step forms are parallel: ``δ(x)·1{cx > 0}`` would then need a convention at 0 the
+        recursion does not make (such functions are left to the other rules). Smoothed steps never
+        are (in the augmented space each has its own noise coordinate)."""
+        rows = sorted({q for _, _, steps in self.terms for q in steps if self.noise[q] == 0})
         n = self.normals[rows]
         gram = n @ n.T
         norms = np.sqrt(np.diag(gram))
@@ -191,17 +229,27 @@ class ConeFunction:
         """The most step forms of a term: the dimension of the orthants its expectations need."""
         return max((len(s) for _, _, s in self.terms), default=0)
 
+    def form_covariance(self, cov: Array) -> Array:
+        """Covariance (M, m, m) of the forms ``n·u + ε`` for ``Cov u = cov`` (M, k, k)."""
+        forms = _forms(self.normals, cov, self.normals)
+        if self.smoothed:
+            forms = forms + np.diag(self.noise)
+        return forms
 
-def _merge_forms(a: Array, b: Array) -> tuple[Array, Array]:
-    """Rows of ``a`` then the rows of ``b`` not in ``a``; and where each row of ``b`` went."""
-    rows = [tuple(r) for r in a]
+
+def _merge_forms(a: ConeFunction, b: ConeFunction, b_labels: Array) -> tuple[ConeFunction, Array]:
+    """The forms of ``a`` then those of ``b`` (noise labels ``b_labels``) not in ``a`` (same normal,
+    noise and label), as a function with ``a``'s terms; and where each form of ``b`` went."""
+    keys = [(tuple(r), v, int(lab)) for r, v, lab in zip(a.normals.tolist(), a.noise.tolist(), a.labels, strict=True)]
     remap = []
-    for r in b:
-        key = tuple(r)
-        if key not in rows:
-            rows.append(key)
-        remap.append(rows.index(key))
-    return np.array(rows, dtype=float).reshape(len(rows), a.shape[1]), np.array(remap, dtype=int)
+    for r, v, lab in zip(b.normals.tolist(), b.noise.tolist(), b_labels, strict=True):
+        key = (tuple(r), v, int(lab))
+        if key not in keys:
+            keys.append(key)
+        remap.append(keys.index(key))
+    normals = np.array([k[0] for k in keys], dtype=float).reshape(len(keys), a.normals.shape[1])
+    return (ConeFunction(normals, a.terms, np.array([k[1] for k in keys]), np.array([k[2] for k in keys], dtype=int)),
+            np.array(remap, dtype=int))
 
 
 def _drop(poly: tuple[int, ...], p: int) -> tuple[int, ...]:
@@ -219,7 +267,7 @@ def _collect(terms: list[Term]) -> tuple[Term, ...]:
 
 def cone_expectation(F: ConeFunction, cov: Array) -> tuple[Array, Array]:
     """``(E F(U), error bound)`` for ``U ~ N(0, cov[p])``, ``cov`` of shape (P, k, k)."""
-    return _Moments(_forms(F.normals, np.asarray(cov, dtype=float), F.normals)).combine(F.terms)
+    return _Moments(F.form_covariance(np.asarray(cov, dtype=float))).combine(F.terms)
 
 
 def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C: Array
@@ -227,7 +275,8 @@ def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y:
     """``(E[F(U) G(V)], error bound)`` for (U, V) zero-mean Gaussian with ``Cov U = cov_x`` (M, k₁, k₁),
     ``Cov V = cov_y`` (M, k₂, k₂) and ``Cov(U, V) = C`` (M, k₁, k₂)."""
     nf, ng = F.normals, G.normals
-    a, b, c = _forms(nf, cov_x, nf), _forms(ng, cov_y, ng), _forms(nf, C, ng)
+    # the two functions' noises are independent: they enter the diagonal blocks only
+    a, b, c = F.form_covariance(cov_x), G.form_covariance(cov_y), _forms(nf, C, ng)
     forms = np.concatenate([np.concatenate([a, c], axis=2),
                             np.concatenate([np.swapaxes(c, 1, 2), b], axis=2)], axis=1)
     m = nf.shape[0]

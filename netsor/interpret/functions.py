@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from netsor.activations import Activation, abs_, identity, relu, step
+from netsor.activations import Activation, abs_, erf, gelu, identity, relu, step
 from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
 from netsor.ir import Vector
@@ -73,7 +73,8 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
 
 def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
     """``expr`` as a :class:`~netsor.gaussian.orthant.ConeFunction` of ``args`` (sums and products of
-    constants, G-vectors, and relu / step / abs / identity of linear forms without offset), or None."""
+    constants, G-vectors, and relu / step / abs / identity / erf / gelu of linear forms without
+    offset), or None."""
     k = len(args)
     if isinstance(expr, Const):
         return ConeFunction(np.zeros((0, k)), ((expr.value, (), ()),) if expr.value != 0.0 else ())
@@ -86,7 +87,7 @@ def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
             part = cone_function(term, args) if out is not None else None
             if part is None:
                 return None
-            out = out.plus(ConeFunction(part.normals, tuple((coef * c, p, s) for c, p, s in part.terms)))
+            out = out.plus(part.with_terms(tuple((coef * c, p, s) for c, p, s in part.terms)))
         return out
     if isinstance(expr, Prod):
         out = cone_function(Const(1.0), args)
@@ -103,7 +104,15 @@ def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
         n = _normal(inner[0], args)[None]
         pieces = {identity.key: ((1.0, (0,), ()),), relu.key: ((1.0, (0,), (0,)),), step.key: ((1.0, (), (0,)),),
                   abs_.key: ((2.0, (0,), (0,)), (-1.0, (0,), ()))}
-        return ConeFunction(n, pieces[expr.act.key]) if expr.act.key in pieces else None
+        if expr.act.key in pieces:
+            return ConeFunction(n, pieces[expr.act.key])
+        # normal-CDF gates are steps smoothed by a private Gaussian noise ε:
+        # erf(x) = 2 P(x + ε > 0) − 1 with Var ε = 1/2; gelu(x) = x Φ(x) = x P(x + ε > 0), Var ε = 1
+        if expr.act.key == erf.key:
+            return ConeFunction(n, ((2.0, (), (0,)), (-1.0, (), ())), noise=np.array([0.5]), labels=np.array([1]))
+        if expr.act.key == gelu.key:
+            return ConeFunction(np.vstack([n, n]), ((1.0, (0,), (1,)),), noise=np.array([0.0, 1.0]),
+                                labels=np.array([0, 1]))
     return None
 
 
