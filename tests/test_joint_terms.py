@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import integrate, special
 from references import (
     abs_kernel,
     erf_erf_noncentral,
@@ -27,6 +26,7 @@ from references import (
     tanh_of_relu_plus,
     two_factor_orthant,
 )
+from scipy import integrate, special
 
 import netsor
 from netsor.activations import abs_ as abs_act
