@@ -281,6 +281,66 @@ def test_point_moments_of_kinked_compositions_are_never_below_their_values():
             assert want[k] * (1 - 1e-13) <= v <= want[k] * (1 + 1e-4), (p, k, v, want[k])
 
 
+@pytest.mark.parametrize("which", ["relu(u1)·erf(u2)", "gelu(u1)·step(u2)",
+                                   pytest.param("gelu(u1)·gelu(u2)", marks=pytest.mark.slow)])
+def test_point_moments_of_smoothed_steps_are_never_below_their_values(which):
+    """Products with normal-CDF gates (erf, gelu: smoothed steps of the cone engine) take their
+    error-bound scales from functions of plain forms that dominate F and its gradient: each moment
+    is at least its value (2-D adaptive quadrature, split at the kink) and, to stay useful, at most
+    30× it for relu·erf, 1000× with gelu (where |x| bounds gelu(x) = xΦ(x) for x < 0; these scales
+    enter the bounds by square or fourth roots, and gelu(a)·gelu(b) kernels still get bounds of
+    ~1e-12 relative). E F⁴ enters the bounds only for discontinuous F (continuous ones use the
+    gradient moments), so for continuous F only its lower side is checked."""
+    from scipy import integrate, special
+
+    from netsor.activations import erf, gelu, relu, step
+    from netsor.interpret.functions import joint_function
+    from netsor.ir import expr as ex
+
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b = p.input(n), p.input(n)
+    A, B = ex.Var(a), ex.Var(b)
+    d_erf = lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x)  # noqa: E731
+    gelu_d = lambda x: special.ndtr(x) + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)  # noqa: E731
+    expr, grad = {
+        "relu(u1)·erf(u2)": (ex.product([ex.apply(relu, A), ex.apply(erf, B)]),
+                             lambda u: np.array([(u[0] > 0) * special.erf(u[1]), max(u[0], 0.0) * d_erf(u[1])])),
+        "gelu(u1)·gelu(u2)": (ex.product([ex.apply(gelu, A), ex.apply(gelu, B)]),
+                              lambda u: np.array([gelu_d(u[0]) * gelu.fn(u[1]), gelu.fn(u[0]) * gelu_d(u[1])])),
+        "gelu(u1)·step(u2)": (ex.product([ex.apply(gelu, A), ex.apply(step, B)]), None),
+    }[which]
+    F = joint_function(expr, (a, b))
+    assert F.cone is not None and F.cone.smoothed and F.continuous == (grad is not None)
+    cov = random_cov(np.random.default_rng(17), 2, 2) * np.array([2.5, 0.4])[:, None, None]
+    got = joint.point_moments(F, cov)
+    for q, S in enumerate(cov):
+        inv, norm = np.linalg.inv(S), 1.0 / (2 * np.pi * np.sqrt(np.linalg.det(S)))
+
+        def expect(h, S=S, inv=inv, norm=norm):
+            def integrand(u2, u1):
+                u = np.array([u1, u2])
+                return h(u) * norm * np.exp(-0.5 * u @ inv @ u)
+            box = 12 * np.sqrt(np.max(np.diag(S)))
+            return sum(integrate.dblquad(integrand, lo, hi, -box, box, epsabs=1e-13, epsrel=1e-11)[0]
+                       for lo, hi in ((-box, 0.0), (0.0, box)))
+
+        want = {"m2": expect(lambda u: float(F.fn(u)) ** 2), "m4": expect(lambda u: float(F.fn(u)) ** 4)}
+        values = {"m2": got["m2"][q], "m4": got["m4"][q]}
+        if grad is not None:
+            want |= {"gradnorm2": expect(lambda u: float(np.sum(grad(u) ** 2))),
+                     "joint_euler": expect(lambda u: float(np.sum(grad(u) ** 2) * (u @ u)))}
+            want |= {f"arg{i}": expect(lambda u, i=i: float(grad(u)[i] ** 2)) for i in range(2)}
+            values |= {k: got[k][q] for k in ("gradnorm2", "joint_euler")}
+            values |= {f"arg{i}": got["arg_grad2"][q, i] for i in range(2)}
+        else:
+            assert np.all(np.isinf(got["gradnorm2"]))
+        for k, v in values.items():
+            top = 30.0 if which == "relu(u1)·erf(u2)" else 1000.0
+            top = np.inf if k == "m4" and grad is not None else top
+            assert want[k] * (1 - 1e-12) <= v <= want[k] * top, (q, k, v / want[k])
+
+
 def test_qmc_reports_a_standard_error_that_covers_the_error():
     rng = np.random.default_rng(6)
     cov = random_cov(rng, 5, 5)

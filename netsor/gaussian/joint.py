@@ -721,18 +721,15 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     cov = np.asarray(cov, dtype=float)
     k = F.dim
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
-    if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM and not F.cone.smoothed:
-        # (smoothed steps go to quadrature: their gradients are not cone functions, and the noises
-        # of F⁴ are four independent copies — orthants of four times the dimension)
-        value = _cone_moments(F.cone, F.continuous, cov)
-    elif r <= NESTED_MAX_DIM:
+    value = _cone_moments(F.cone, F.continuous, cov) if F.cone is not None else None
+    if value is None and r <= NESTED_MAX_DIM:
         value, err = nested_expectation(F, cov, moments=True)
         # Scales of error bounds, by a coarse rule: never to be underestimated. Its two-rule estimate
         # was seen at 0.6× its true error (6e-10 of E F² for tanh(relu(u₁) + u₂), against adaptive
         # quadrature in the tests), so 10× the estimate and 1e-6 relative are added — bounds 1e-6 larger
         value = np.where(np.isfinite(value),
                          value * (1.0 + MOMENT_MARGIN) + 10.0 * np.where(np.isfinite(err), err, np.inf), value)
-    else:  # Monte Carlo moments: only used as scales for error bounds
+    elif value is None:  # Monte Carlo moments: only used as scales for error bounds
         cols = [qmc_expectation(JointFunction(k, lambda u, p=p: F.fn(u) ** p, None, (), True, False,
                                               ("pow", F.key, p)), cov, seed, 12)[0] for p in (2, 4)]
         value = np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
@@ -740,17 +737,36 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
             "gradnorm2": value[:, 3 + k]}
 
 
-def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array:
-    """The columns of :func:`point_moments` (P, 2 + 2k) of a function with a cone form, exactly:
-    ``E F²``, ``E F⁴`` and, when F is continuous, ``E (∂ᵢF)²``, ``E |∇F|²|U|²``, ``E |∇F|²``
-    (products and derivatives of cone functions are cone functions)."""
+def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array | None:
+    """The columns of :func:`point_moments` (P, 2 + 2k) of a function with a cone form, as cone
+    moments: ``E F²``, ``E F⁴`` and, when F is continuous, ``E (∂ᵢF)²``, ``E |∇F|²|U|²``, ``E |∇F|²``
+    (products and derivatives of cone functions are cone functions) — exactly, or, with smoothed
+    steps, where an orthant would exceed ``MAX_ORTHANT_DIM`` (the noises of F⁴ are four independent
+    copies) and for the gradients, upper bounds by functions of plain forms
+    (:meth:`~netsor.gaussian.orthant.ConeFunction.dominating`, ``gradient_bounds``): these moments
+    are scales of error bounds, never to be underestimated. None when even those need larger orthants."""
     k = cone.dim
-    square = cone.times(cone)
-    cols = [cone_expectation(square, cov)[0], cone_expectation(square.times(square), cov)[0]]
+
+    def first_within(*candidates: Callable[[], ConeFunction]) -> ConeFunction | None:
+        for make in candidates:
+            f = make()
+            if f.orthant_dim <= MAX_ORTHANT_DIM:
+                return f
+        return None
+
+    bound = cone.dominating() if cone.smoothed else cone
+    square = first_within(lambda: cone.times(cone), lambda: bound.times(bound))
+    fourth = first_within(lambda: (lambda s: s.times(s))(cone.times(cone)),
+                          lambda: (lambda s: s.times(s))(bound.times(bound)))
+    if square is None or fourth is None:
+        return None
+    cols = [cone_expectation(square, cov)[0], cone_expectation(fourth, cov)[0]]
     if not continuous:
         return np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
-    grad2 = [cone.derivative(i).times(cone.derivative(i)) for i in range(k)]
+    grad2 = [g.times(g) for g in cone.gradient_bounds()]
+    euler_terms = [g.times(cone.argument(j).times(cone.argument(j))) for g in grad2 for j in range(k)]
+    if max(f.orthant_dim for f in grad2 + euler_terms) > MAX_ORTHANT_DIM:
+        return None
     partial = [cone_expectation(g, cov)[0] for g in grad2]
-    euler = sum(cone_expectation(g.times(cone.argument(j).times(cone.argument(j))), cov)[0]
-                for g in grad2 for j in range(k))
+    euler = sum(cone_expectation(f, cov)[0] for f in euler_terms)
     return np.stack(cols + partial + [euler, sum(partial)], axis=1)

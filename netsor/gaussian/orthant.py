@@ -229,12 +229,77 @@ class ConeFunction:
         """The most step forms of a term: the dimension of the orthants its expectations need."""
         return max((len(s) for _, _, s in self.terms), default=0)
 
+    def dominating(self) -> ConeFunction:
+        """A function of plain forms ``D ≥ |F|`` everywhere. The terms that share their linear
+        factors and plain steps form ``Π poly · Π plain · g(Φ₁, …, Φ_m)`` with ``g`` multilinear in
+        the smoothed steps ``Φ_s ∈ [0, 1]``; ``|g|`` is at most its largest absolute value on the
+        vertices of ``[0, 1]^m`` (erf = 2Φ − 1: 1, not 3), linear factors are bounded by their
+        absolute values (``|x| = 2 relu(x) − x``; a factor that is also a step of its term is
+        positive there). Its moments bound F's."""
+        return _sum_of_plain(self, [(_vertex_max(g), poly, plain) for (poly, plain), g in self._groups().items()])
+
+    def gradient_bounds(self) -> list[ConeFunction]:
+        """Functions of plain forms ``G_i ≥ |∂F/∂u_i|`` (F continuous: the δ terms of plain steps
+        vanish): per group (see :meth:`dominating`) ``Π plain · (|∂ᵢ Π poly| max|g| + |Π poly| κᵢ)``
+        with ``κᵢ = Σ_s max|∂g/∂Φ_s| · |n_{s,i}| / √(2π v_s)`` (the steepest slope of each smoothed
+        step). Without smoothed steps, the derivatives themselves."""
+        if not self.smoothed:
+            return [self.derivative(i) for i in range(self.dim)]
+        out = []
+        for i in range(self.dim):
+            parts = []
+            for (poly, plain), g in self._groups().items():
+                smoothed = sorted({q for _, qs in g for q in qs})
+                kappa = sum(_vertex_max([(c, tuple(x for x in qs if x != q)) for c, qs in g if q in qs])
+                            * abs(self.normals[q, i]) / math.sqrt(2 * math.pi * self.noise[q]) for q in smoothed)
+                if kappa:
+                    parts.append((kappa, poly, plain))
+                top = _vertex_max(g)
+                parts += [(top * abs(poly.count(p) * self.normals[p, i]), _drop(poly, p), plain)
+                          for p in sorted(set(poly)) if self.normals[p, i] != 0.0]
+            out.append(_sum_of_plain(self, parts))
+        return out
+
+    def _groups(self) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[float, tuple[int, ...]]]]:
+        """The terms by (linear factors, plain steps): the multilinear polynomial ``g`` of the
+        smoothed steps of each, as (coefficient, smoothed step forms) pairs."""
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[float, tuple[int, ...]]]] = {}
+        for c, poly, steps in self.terms:
+            plain = tuple(q for q in steps if self.noise[q] == 0)
+            groups.setdefault((poly, plain), []).append((c, tuple(q for q in steps if self.noise[q] > 0)))
+        return groups
+
     def form_covariance(self, cov: Array) -> Array:
         """Covariance (M, m, m) of the forms ``n·u + ε`` for ``Cov u = cov`` (M, k, k)."""
         forms = _forms(self.normals, cov, self.normals)
         if self.smoothed:
             forms = forms + np.diag(self.noise)
         return forms
+
+
+def _sum_of_plain(F: ConeFunction, terms: list[Term]) -> ConeFunction:
+    """``Σ c · Π_{p∈poly} |x_p| · Π_{s∈steps} 1{x_s > 0}`` over the forms of F (``steps`` plain, ``c ≥ 0``):
+    a function of plain forms."""
+    plain = ConeFunction(F.normals, ((1.0, (), ()),))
+    total = ConeFunction(F.normals, ())
+    for c, poly, steps in terms:
+        part = plain.with_terms(((c, (), steps),))
+        for p in poly:  # |x_p|: x_p where x_p is a step of the term (positive there), else 2 relu − x
+            part = part.times(plain.with_terms(((1.0, (p,), ()),) if p in steps
+                                               else ((2.0, (p,), (p,)), (-1.0, (p,), ()))))
+        total = total.plus(part)
+    return total
+
+
+def _vertex_max(g: list[tuple[float, tuple[int, ...]]]) -> float:
+    """``max |Σ c Π_{s∈S} z_s|`` over ``z ∈ {0, 1}^m``: the largest absolute value of a multilinear
+    polynomial on ``[0, 1]^m`` (it is reached at a vertex)."""
+    variables = sorted({q for _, qs in g for q in qs})
+    best = 0.0
+    for corner in product((0.0, 1.0), repeat=len(variables)):
+        z = dict(zip(variables, corner, strict=True))
+        best = max(best, abs(sum(c * math.prod(z[q] for q in qs) for c, qs in g)))
+    return best
 
 
 def _merge_forms(a: ConeFunction, b: ConeFunction, b_labels: Array) -> tuple[ConeFunction, Array]:
