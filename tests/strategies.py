@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from scipy import special
 
 import netsor
 
@@ -34,6 +35,7 @@ TRACED = {
     "clip": lambda u, v: np.clip(u + v, -1.0, 1.0),
     "relu*tanh": lambda u, v: np.maximum(u, 0.0) * np.tanh(v),
     "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
+    "gate*relu": lambda u, v: 0.5 * (1.0 + special.erf(u)) * np.maximum(v, 0.0),
 }
 
 

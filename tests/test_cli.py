@@ -249,16 +249,16 @@ def test_cnn_kernel_on_the_command_line(tmp_path, capsys):
 
 def test_default_rtol_is_what_the_limit_is_built_to_meet(tmp_path, capsys) -> None:
     """Without --rtol every architecture's kernel runs: 1e-8 where pair integrals are at most
-    4-dimensional, 1e-6 for functions of three correlated Gaussians (a GRU of 2 steps, refused at
-    1e-8 before), and the simulation's 2e-2 where expectations are higher-dimensional (GRU of 4
-    steps). converge and sample take the same default (converge gru failed with "pass a larger
-    rtol" and had no --rtol)."""
+    4-dimensional or cone moments (a GRU of 2 steps: its erf gates are smoothed steps; it was
+    refused at 1e-8 when they were integrated as functions of three correlated Gaussians), and the
+    simulation's 2e-2 where expectations are higher-dimensional (GRU of 4 steps). converge and
+    sample take the same default (converge gru failed with "pass a larger rtol" and had no --rtol)."""
     assert "rtol 1e-08" in run_ok(["kernel", "mlp", "--random", "2,3"], capsys)
     out = tmp_path / "k.npy"
     text = run_ok(["kernel", "gru", "--depth", "2", "--random", "2,2", "--out", str(out)], capsys)
-    assert "rtol 1e-06" in text and "expectation engine" in text
+    assert "rtol 1e-08" in text and "expectation engine" in text
     X = np.random.default_rng(0).standard_normal((2, 2, 2))
-    assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.gru(2), X, rtol=1e-6))
+    assert np.array_equal(np.load(out), netsor.nngp(netsor.zoo.gru(2), X, rtol=1e-8))
     text = run_ok(["kernel", "gru", "--depth", "4", "--random", "2,2"], capsys)
     assert "rtol 0.02" in text and "joint randomised QMC simulation" in text
     text = run_ok(["converge", "gru", "--depth", "2", "--random", "2,2", "--widths", "16,32", "-S", "20", "-R", "2",

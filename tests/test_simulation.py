@@ -100,7 +100,15 @@ def test_auto_simulates_long_recurrences_only() -> None:
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-3) == "qmc"
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(4), 1e-4) == "expectations"  # beyond QMC
     assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(2), 1e-3) == "expectations"
+    # 3 steps: each state's gates are cone functions (smoothed steps), but the gates of one sequence
+    # are correlated over the steps and a pair of states needs orthants of 6 dimensions
+    assert netsor.interpret.infinite.limit_method(netsor.zoo.gru(3), 1e-3) == "qmc"
     assert netsor.interpret.infinite.limit_method(netsor.zoo.mlp(3), 1e-3) == "expectations"
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b, c, d = (p.input(n) for _ in range(4))  # independent: the product factorises, exact
+    p.readout(netsor.relu(a) * netsor.relu(b) * netsor.relu(c) * netsor.step(d))
+    assert netsor.interpret.infinite.limit_method(p, 1e-3) == "expectations"
     # BatchNorm over 4 examples: exact for relu (Laplace integral), 4-dimensional for erf
     assert netsor.interpret.infinite.limit_method(netsor.zoo.batchnorm_mlp(2, "relu", batch=4), 1e-3) == "expectations"
     assert netsor.interpret.infinite.limit_method(netsor.zoo.batchnorm_mlp(2, "erf", batch=4), 1e-3) == "qmc"

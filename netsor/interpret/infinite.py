@@ -34,6 +34,7 @@ import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -1985,14 +1986,46 @@ def limit_method(program: Program, rtol: float, method: str = "auto") -> str:
 
 
 def _inexact_arity(an: Analysis) -> int:
-    """The most Gaussian arguments of a monomial without an exact rule (BatchNorm, cone moments)."""
+    """The most Gaussian arguments of a monomial without an exact rule (BatchNorm, cone moments).
+
+    A cone form is exact for the pairs the kernel needs when, in every group of correlated
+    arguments (independent groups factorise), a term's steps fill at most half an orthant of
+    ``MAX_ORTHANT_DIM``: the pair of the monomial with itself at two inputs doubles them (the
+    gates of a recurrent state over several steps are one correlated group)."""
     def inexact(m: Monomial) -> bool:
         if an.batchnorm(m) is not None:
             return False
         cone = an.joint(m).cone
-        return cone is None or cone.orthant_dim > joint.MAX_ORTHANT_DIM
+        if cone is None:
+            return True
+        groups = _correlated_groups(an, m.args)
+        for _, _, steps in cone.terms:
+            per_group = [0] * (max(groups) + 1)
+            for q in steps:
+                for g in {groups[i] for i in np.flatnonzero(cone.normals[q])}:
+                    per_group[g] += 1
+            if 2 * max(per_group) > joint.MAX_ORTHANT_DIM:
+                return True
+        return False
 
     return max((len(m.args) for m in an.monomials.values() if len(m.args) > 2 and inexact(m)), default=2)
+
+
+def _correlated_groups(an: Analysis, args: tuple[Vector, ...]) -> list[int]:
+    """The group of each argument: connected components of structural correlation."""
+    group = list(range(len(args)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i, j in combinations(range(len(args)), 2):
+        if an.correlated(args[i], args[j]):
+            group[root(j)] = root(i)
+    roots = [root(i) for i in range(len(args))]
+    labels = {r: k for k, r in enumerate(dict.fromkeys(roots))}
+    return [labels[r] for r in roots]
 
 
 #: What the expectation engine is built to reach, by the arity of a program's monomials without an
