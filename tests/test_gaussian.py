@@ -242,12 +242,25 @@ def test_point_expectation_with_kink_planes_meets_closed_forms():
     assert np.max(np.abs(value - want) / want) < 1e-10
 
 
+def adaptive_expectation(h, S):
+    """``E h(u)``, ``u ~ N(0, S)`` in 2 dimensions, by scipy's adaptive 2-D quadrature split at u₁ = 0
+    (the kink of the functions tested here)."""
+    inv, norm = np.linalg.inv(S), 1.0 / (2 * np.pi * np.sqrt(np.linalg.det(S)))
+
+    def integrand(u2, u1):
+        u = np.array([u1, u2])
+        return h(u) * norm * np.exp(-0.5 * u @ inv @ u)
+
+    box = 12 * np.sqrt(np.max(np.diag(S)))
+    return sum(integrate.dblquad(integrand, lo, hi, -box, box, epsabs=1e-13, epsrel=1e-11)[0]
+               for lo, hi in ((-box, 0.0), (0.0, box)))
+
+
 def test_point_moments_of_kinked_compositions_are_never_below_their_values():
     """The moments that scale error bounds (E F², E F⁴, E (∂ᵢF)², E |∇F|², E |∇F|²|U|²) of
     F = tanh(relu(u₁) + u₂) come from a coarse nested rule with a margin: each is at least the value
     (2-D adaptive quadrature, split at the kink) and exceeds it by at most 1e-4 relative. (Its error
     estimate alone, without the margin, left E F² 3e-10 below the value.)"""
-    from scipy import integrate
 
     rng = np.random.default_rng(13)
     cov = random_cov(rng, 3, 2) * np.array([1.0, 2.5, 0.4])[:, None, None]
@@ -260,15 +273,8 @@ def test_point_moments_of_kinked_compositions_are_never_below_their_values():
                  key="tanh(relu+u2)")
     got = joint.point_moments(F, cov)
     for p, S in enumerate(cov):
-        inv, norm = np.linalg.inv(S), 1.0 / (2 * np.pi * np.sqrt(np.linalg.det(S)))
-
-        def expect(h, S=S, inv=inv, norm=norm):
-            def integrand(u2, u1):
-                u = np.array([u1, u2])
-                return h(u) * norm * np.exp(-0.5 * u @ inv @ u)
-            box = 12 * np.sqrt(np.max(np.diag(S)))
-            return sum(integrate.dblquad(integrand, lo, hi, -box, box, epsabs=1e-13, epsrel=1e-11)[0]
-                       for lo, hi in ((-box, 0.0), (0.0, box)))
+        def expect(h, S=S):
+            return adaptive_expectation(h, S)
 
         want = {"m2": expect(lambda u: float(F.fn(u)) ** 2), "m4": expect(lambda u: float(F.fn(u)) ** 4),
                 "gradnorm2": expect(lambda u: float(np.sum(grad(u) ** 2))),
@@ -291,8 +297,6 @@ def test_point_moments_of_smoothed_steps_are_never_below_their_values(which):
     enter the bounds by square or fourth roots, and gelu(a)·gelu(b) kernels still get bounds of
     ~1e-12 relative). E F⁴ enters the bounds only for discontinuous F (continuous ones use the
     gradient moments), so for continuous F only its lower side is checked."""
-    from scipy import integrate, special
-
     from netsor.activations import erf, gelu, relu, step
     from netsor.interpret.functions import joint_function
     from netsor.ir import expr as ex
@@ -315,15 +319,8 @@ def test_point_moments_of_smoothed_steps_are_never_below_their_values(which):
     cov = random_cov(np.random.default_rng(17), 2, 2) * np.array([2.5, 0.4])[:, None, None]
     got = joint.point_moments(F, cov)
     for q, S in enumerate(cov):
-        inv, norm = np.linalg.inv(S), 1.0 / (2 * np.pi * np.sqrt(np.linalg.det(S)))
-
-        def expect(h, S=S, inv=inv, norm=norm):
-            def integrand(u2, u1):
-                u = np.array([u1, u2])
-                return h(u) * norm * np.exp(-0.5 * u @ inv @ u)
-            box = 12 * np.sqrt(np.max(np.diag(S)))
-            return sum(integrate.dblquad(integrand, lo, hi, -box, box, epsabs=1e-13, epsrel=1e-11)[0]
-                       for lo, hi in ((-box, 0.0), (0.0, box)))
+        def expect(h, S=S):
+            return adaptive_expectation(h, S)
 
         want = {"m2": expect(lambda u: float(F.fn(u)) ** 2), "m4": expect(lambda u: float(F.fn(u)) ** 4)}
         values = {"m2": got["m2"][q], "m4": got["m4"][q]}
