@@ -3,8 +3,12 @@
 A :class:`ConeFunction` of ``k`` arguments is a sum of terms ``c · Π_{p ∈ poly} (n_p·u) ·
 Π_{s ∈ steps} 1{n_s·u > 0}`` over a list of linear forms ``n`` (rows of ``normals``, shape
 (m, k)): ``relu(a)·relu(b) = a·b·1{a>0}·1{b>0}``, ``relu(a)·b``, ``|a|·step(c)``, ``max(a, b)``.
-Products, derivatives and pairs of such functions stay in the class, so every expectation the
-engine needs of them (pair expectations, second and fourth moments, gradient moments) is a
+A step may be *smoothed* by a private Gaussian noise, ``1{n·u + ε > 0}``: averaged over ε it is
+a normal-CDF gate ``Φ(n·u/√v)`` (erf, ``(1 + erf)/2``, the Φ of gelu), and in the augmented vector
+``(u, ε)`` it is a plain step (its derivative, a Gaussian density, is not in the class: moments
+of gradients are bounded by dominating functions instead). Products, derivatives and pairs of
+such functions stay in the class, so every expectation the engine needs of them (pair
+expectations, second and fourth moments, gradient moments) is a
 *cone moment* ``E[Π_{i∈S} x_i · 1{x_t > 0, t ∈ T}]`` of a zero-mean Gaussian vector ``x`` of
 the forms, computed here exactly — no series, no quadrature in the dimension of ``x``:
 
