@@ -746,19 +746,16 @@ def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array | N
     (:meth:`~netsor.gaussian.orthant.ConeFunction.dominating`, ``gradient_bounds``): these moments
     are scales of error bounds, never to be underestimated. None when even those need larger orthants."""
     k = cone.dim
-
-    def first_within(*candidates: Callable[[], ConeFunction]) -> ConeFunction | None:
-        for make in candidates:
-            f = make()
-            if f.orthant_dim <= MAX_ORTHANT_DIM:
-                return f
-        return None
-
-    bound = cone.dominating() if cone.smoothed else cone
-    square = first_within(lambda: cone.times(cone), lambda: bound.times(bound))
-    fourth = first_within(lambda: (lambda s: s.times(s))(cone.times(cone)),
-                          lambda: (lambda s: s.times(s))(bound.times(bound)))
-    if square is None or fourth is None:
+    square = cone.times(cone)
+    fourth = square.times(square)
+    if cone.smoothed and max(square.orthant_dim, fourth.orthant_dim) > MAX_ORTHANT_DIM:
+        bound = cone.dominating()
+        bound_square = bound.times(bound)
+        if square.orthant_dim > MAX_ORTHANT_DIM:
+            square = bound_square
+        if fourth.orthant_dim > MAX_ORTHANT_DIM:
+            fourth = bound_square.times(bound_square)
+    if max(square.orthant_dim, fourth.orthant_dim) > MAX_ORTHANT_DIM:
         return None
     cols = [cone_expectation(square, cov)[0], cone_expectation(fourth, cov)[0]]
     if not continuous:

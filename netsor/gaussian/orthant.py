@@ -282,17 +282,20 @@ class ConeFunction:
 
 
 def _sum_of_plain(F: ConeFunction, terms: list[Term]) -> ConeFunction:
-    """``Σ c · Π_{p∈poly} |x_p| · Π_{s∈steps} 1{x_s > 0}`` over the forms of F (``steps`` plain, ``c ≥ 0``):
-    a function of plain forms."""
-    plain = ConeFunction(F.normals, ((1.0, (), ()),))
-    total = ConeFunction(F.normals, ())
+    """``Σ c · Π_{p∈poly} |x_p| · Π_{s∈steps} 1{x_s > 0}`` over the plain forms of F (``c ≥ 0``): a
+    function of those forms only."""
+    total = F.with_terms(())
     for c, poly, steps in terms:
-        part = plain.with_terms(((c, (), steps),))
+        part = F.with_terms(((c, (), steps),))
         for p in poly:  # |x_p|: x_p where x_p is a step of the term (positive there), else 2 relu − x
-            part = part.times(plain.with_terms(((1.0, (p,), ()),) if p in steps
-                                               else ((2.0, (p,), (p,)), (-1.0, (p,), ()))))
+            part = part.times(F.with_terms(((1.0, (p,), ()),) if p in steps
+                                           else ((2.0, (p,), (p,)), (-1.0, (p,), ()))))
         total = total.plus(part)
-    return total
+    # keep the forms the terms use (the smoothed ones of F are not among them)
+    used = sorted({q for _, poly, steps in total.terms for q in (*poly, *steps)})
+    index = {q: i for i, q in enumerate(used)}
+    return ConeFunction(total.normals[used], tuple((c, tuple(index[q] for q in poly), tuple(index[q] for q in steps))
+                                                   for c, poly, steps in total.terms))
 
 
 def _vertex_max(g: list[tuple[float, tuple[int, ...]]]) -> float:

@@ -390,21 +390,11 @@ class Analysis:
         if key in self._components:
             return self._components[key]
         atoms = [(0, a) for a in self.monomials[k1].atoms] + [(1, a) for a in self.monomials[k2].atoms]
-        parent = list(range(len(atoms)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        for i in range(len(atoms)):
-            for j in range(i + 1, len(atoms)):
-                if any(self.correlated(u, v) for u in atoms[i][1].args for v in atoms[j][1].args):
-                    parent[find(i)] = find(j)
+        label = connected_groups(len(atoms), lambda i, j: any(
+            self.correlated(u, v) for u in atoms[i][1].args for v in atoms[j][1].args))
         groups: dict[int, list[tuple[int, Any]]] = {}
         for i, item in enumerate(atoms):
-            groups.setdefault(find(i), []).append(item)
+            groups.setdefault(label[i], []).append(item)
         out = []
         for items in groups.values():
             left = tuple(a for side, a in items if side == 0)
@@ -445,6 +435,25 @@ class Analysis:
         if key not in self._functions:
             self._functions[key] = joint_function(m.expr, m.args)
         return self._functions[key]
+
+
+def connected_groups(n: int, linked: Callable[[int, int], bool]) -> list[int]:
+    """Labels 0, 1, … of the connected components of ``n`` items under ``linked(i, j)`` (i < j),
+    numbered in order of first appearance (union-find)."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in combinations(range(n), 2):
+        if linked(i, j):
+            parent[find(i)] = find(j)
+    roots = [find(i) for i in range(n)]
+    first = {r: k for k, r in enumerate(dict.fromkeys(roots))}
+    return [first[r] for r in roots]
 
 
 def _contains(e: Expr, kind: type) -> bool:
@@ -1998,7 +2007,7 @@ def _inexact_arity(an: Analysis) -> int:
         cone = an.joint(m).cone
         if cone is None:
             return True
-        groups = _correlated_groups(an, m.args)
+        groups = connected_groups(len(m.args), lambda i, j: an.correlated(m.args[i], m.args[j]))
         for _, _, steps in cone.terms:
             per_group = [0] * (max(groups) + 1)
             for q in steps:
@@ -2009,23 +2018,6 @@ def _inexact_arity(an: Analysis) -> int:
         return False
 
     return max((len(m.args) for m in an.monomials.values() if len(m.args) > 2 and inexact(m)), default=2)
-
-
-def _correlated_groups(an: Analysis, args: tuple[Vector, ...]) -> list[int]:
-    """The group of each argument: connected components of structural correlation."""
-    group = list(range(len(args)))
-
-    def root(i: int) -> int:
-        while group[i] != i:
-            i = group[i]
-        return i
-
-    for i, j in combinations(range(len(args)), 2):
-        if an.correlated(args[i], args[j]):
-            group[root(j)] = root(i)
-    roots = [root(i) for i in range(len(args))]
-    labels = {r: k for k, r in enumerate(dict.fromkeys(roots))}
-    return [labels[r] for r in roots]
 
 
 #: What the expectation engine is built to reach, by the arity of a program's monomials without an
