@@ -213,10 +213,10 @@ def erf_erf_noncentral(m1, m2, s1, s2, r):
     return 4 * P - 2 * special.ndtr(m1 / t1) - 2 * special.ndtr(m2 / t2) + 1
 
 
-def relu4_adaptive(S, inner=relu_relu_noncentral):
-    """E[relu(a) relu(a') F(b, b')] for (a, a', b, b') ~ N(0, S), S (4, 4), to ~1e-12 relative, with
-    ``F(b, b') = relu(b) relu(b')`` (default) or any ``inner(m1, m2, s1, s2, r) = E[F(X, Y)]`` of a
-    Gaussian pair (e.g. :func:`erf_erf_noncentral`).
+def quadrant_expectation(S, inner, weight=lambda x, y: x * y):
+    """E[w(a, a') 1{a > 0, a' > 0} F(b, b')] for (a, a', b, b') ~ N(0, S), S (4, 4), to ~1e-12
+    relative, with ``inner(m1, m2, s1, s2, r) = E[F(X, Y)]`` of a Gaussian pair and ``w = weight``
+    (default ``x y``: relu(a) relu(a')).
 
     Condition on (a, a') = L η (Cholesky): (b, b') | (a, a') is Gaussian and E[F(b, b') | a, a']
     is ``inner``. The quadrant a, a' > 0 is a wedge in polar coordinates of η;
@@ -237,11 +237,17 @@ def relu4_adaptive(S, inner=relu_relu_noncentral):
         def f(rad):
             x, y = rad * a1, rad * a2
             m1, m2 = M[0, 0] * x + M[0, 1] * y, M[1, 0] * x + M[1, 1] * y
-            return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * x * y * inner(m1, m2, s1, s2, r)
+            return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * weight(x, y) * inner(m1, m2, s1, s2, r)
 
         return integrate.quad(f, 0.0, 14.0, epsabs=0.0, epsrel=1e-13, limit=200)[0]
 
     return integrate.quad(radial, lo, hi, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+
+
+def relu4_adaptive(S, inner=relu_relu_noncentral):
+    """E[relu(a) relu(a') F(b, b')] for (a, a', b, b') ~ N(0, S) (:func:`quadrant_expectation`),
+    ``F = relu ⊗ relu`` by default or any ``inner`` (e.g. :func:`erf_erf_noncentral`)."""
+    return quadrant_expectation(S, inner)
 
 
 def relu_times_erf_correlated(Kaa, Kbb, Kab):
@@ -293,3 +299,73 @@ def two_factor_orthant(L):
         return np.exp(-0.5 * (x * x + y * y)) / (2 * np.pi) * np.prod(special.ndtr((L[:, 0] * x + L[:, 1] * y) / d))
 
     return integrate.dblquad(f, -9.0, 9.0, -9.0, 9.0, epsabs=1e-15, epsrel=1e-13)[0]
+
+
+def gate_product(C, signs):
+    """``E[Π_k σ(s_k z_k)]`` for ``z ~ N(0, C)`` (k ≤ 4 factors, signs ±1) and the gate
+    ``σ(u) = (1 + erf u)/2``, ``σ(−u) = 1 − σ(u)``.
+
+    ``σ(u) = P(u + ε > 0)`` with ``ε ~ N(0, 1/2)``, one independent ε per factor (a variable that
+    appears twice gets two), so the product's mean is the orthant probability of
+    ``y = D (z + ε)``, ``Cov y = D (C + I/2) D``: closed forms up to 3 dimensions (Sheppard;
+    Steck's 1/8 + Σ arcsin ρ / (4π)), :func:`quadrant_expectation` with a bivariate normal
+    probability inside for 4."""
+    D = np.asarray(signs, float)
+    S = D[:, None] * (np.asarray(C, float) + 0.5 * np.eye(len(D))) * D[None, :]
+    sd = np.sqrt(np.diag(S))
+    R = S / np.outer(sd, sd)
+    if len(D) == 1:
+        return 0.5
+    if len(D) == 2:
+        return 0.25 + np.arcsin(R[0, 1]) / (2 * np.pi)
+    if len(D) == 3:
+        return 0.125 + (np.arcsin(R[0, 1]) + np.arcsin(R[0, 2]) + np.arcsin(R[1, 2])) / (4 * np.pi)
+    return quadrant_expectation(S, lambda m1, m2, s1, s2, r: owens_bvn(m1 / s1, m2 / s2, r),
+                                weight=lambda x, y: 1.0)
+
+
+def gru2_kernel(X, sigma_u=1.0, sigma_w=1.0, sigma_b=0.0, sigma_v=1.0):
+    """NNGP of ``netsor.zoo.gru(2, ...)`` on ``X`` (B, 2, d), indexed ``b·2 + t``, derived by hand.
+
+    Three independent Gaussian families in the limit (the matrices differ): the update gates'
+    pre-activations ``z_t``, the reset gates' ``ρ_t`` and the candidates' ``c_t``; with
+    ``e_t = erf(c_t)`` and ``σ_t = σ(z_t)``: ``h₁ = σ₁ e₁`` and ``h₂ = (1 − σ₂) σ₁ e₁ + σ₂ e₂``, so
+    every second moment of states is a sum of products of a gate expectation (:func:`gate_product`)
+    and an erf kernel (:func:`erf_kernel`). Covariances: ``G = σ_u² x·x'/d + σ_b²`` between tokens;
+    ``Cov(z₂, z₂') = Cov(ρ₂, ρ₂') = G + σ_w² E[h₁ h₁']``, ``Cov(c₂, c₂') = G + σ_w² E[h₁ h₁'] E[r₂ r₂']``
+    (the reset gate r₂ = σ(ρ₂) is independent of h₁), cross-step covariances ``G`` alone."""
+    B = X.shape[0]
+    tokens = X[:, :2].reshape(2 * B, -1)
+    G = sigma_u**2 * tokens @ tokens.T / tokens.shape[1] + sigma_b**2
+    first, second = np.arange(B) * 2, np.arange(B) * 2 + 1
+    G11, G22, G12 = G[np.ix_(first, first)], G[np.ix_(second, second)], G[np.ix_(first, second)]
+
+    def erf_k(Caa, Cbb, Cab):  # E[erf(u_a) erf(v_b)] of all pairs (u of the rows, v of the columns)
+        return erf_kernel(np.diag(Caa)[:, None], np.diag(Cbb)[None, :], Cab)
+
+    E11 = erf_k(G11, G11, G11)
+    H11 = np.array([[gate_product(G11[np.ix_([a, b], [a, b])], [1, 1]) for b in range(B)]
+                    for a in range(B)]) * E11
+    Cz2 = G22 + sigma_w**2 * H11
+    Er = 0.25 + np.arcsin(2 * Cz2 / np.sqrt(np.outer(1 + 2 * np.diag(Cz2), 1 + 2 * np.diag(Cz2)))) / (2 * np.pi)
+    Cc2 = G22 + sigma_w**2 * H11 * Er
+    E12, E22 = erf_k(G11, Cc2, G12), erf_k(Cc2, Cc2, Cc2)
+    # the z-family: order (z₁ of every sequence, z₂ of every sequence)
+    Cz = np.block([[G11, G12], [G12.T, Cz2]])
+
+    def gates(*factors):  # factors: (sequence, step, sign)
+        idx = [a + B * (t - 1) for a, t, _ in factors]
+        return gate_product(Cz[np.ix_(idx, idx)], [s for *_, s in factors])
+
+    H12, H22 = np.empty((B, B)), np.empty((B, B))
+    for a in range(B):
+        for b in range(B):
+            H12[a, b] = gates((a, 1, 1), (b, 1, 1), (b, 2, -1)) * E11[a, b] + gates((a, 1, 1), (b, 2, 1)) * E12[a, b]
+        for b in range(a, B):  # H22 is symmetric
+            H22[a, b] = H22[b, a] = (gates((a, 1, 1), (a, 2, -1), (b, 1, 1), (b, 2, -1)) * E11[a, b]
+                         + gates((a, 1, 1), (a, 2, -1), (b, 2, 1)) * E12[a, b]
+                         + gates((a, 2, 1), (b, 1, 1), (b, 2, -1)) * E12[b, a]
+                         + gates((a, 2, 1), (b, 2, 1)) * E22[a, b])
+    K = np.empty((B, 2, B, 2))
+    K[:, 0, :, 0], K[:, 0, :, 1], K[:, 1, :, 0], K[:, 1, :, 1] = H11, H12, H12.T, H22
+    return sigma_v**2 * K.reshape(2 * B, 2 * B)
