@@ -242,6 +242,20 @@ def test_point_expectation_with_kink_planes_meets_closed_forms():
     assert np.max(np.abs(value - want) / want) < 1e-10
 
 
+def test_point_expectation_refines_its_panels_until_it_meets_atol():
+    """``E tanh(x·tanh(y))²`` of independent x, y (found by the fuzz test, from a NetsorK moment of a
+    transposed program): along y the singularities approach the real line as |x| grows, so the
+    panels the scales of the arguments suggest leave an error estimate of 1.9e-7 — the limit then
+    refused any rtol below 1.1e-6. Narrower panels meet atol = 1e-12, and the true error (against
+    scipy's adaptive 2-D quadrature) is within the reported one."""
+    S = np.array([[2.657205, 0.0], [0.0, 1.0]])
+    F = joint_fn(2, lambda u: np.tanh(u[..., 0] * np.tanh(u[..., 1])) ** 2, key="tanh(x tanh y)^2")
+    want = adaptive_expectation(lambda u: np.tanh(u[0] * np.tanh(u[1])) ** 2, S)
+    value, err, se = joint.point_expectation(F, S[None], atol=1e-12)
+    assert err[0] <= 1e-12 and se[0] == 0.0
+    assert abs(value[0] - want) <= err[0] + 1e-13
+
+
 def adaptive_expectation(h, S):
     """``E h(u)``, ``u ~ N(0, S)`` in 2 dimensions, by scipy's adaptive 2-D quadrature split at u₁ = 0
     (the kink of the functions tested here)."""

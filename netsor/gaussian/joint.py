@@ -247,8 +247,12 @@ def _whitened_planes(F: JointFunction, L: Array) -> list[tuple[Array, Array]]:
 
 
 def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None = None,
-                       moments: bool = False) -> tuple[Array, Array]:
+                       moments: bool = False, refine: float = 1.0) -> tuple[Array, Array]:
     """``(E F(U), error estimate)`` by nested quadrature, for ``cov`` of shape (P, k, k).
+
+    ``refine`` narrows every axis's panels by that factor (up to the axis caps): for functions less
+    smooth than the scales of their arguments say (``tanh(x·tanh(y))``: along y its singularities
+    approach the real line as |x| grows).
 
     With ``hermite_order`` the result has shape (P, n_α + 1): the Hermite coefficients
     ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁ descending) and
@@ -262,7 +266,7 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     if r > NESTED_MAX_DIM:
         raise ValueError("nested_expectation: dimension too high")
     width = 1 if hermite_order is None else 4
-    spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0) if P else np.zeros(r)  # column norms
+    spread = refine * _spread(L, r)
     results = []
     for shifted in (False, True):
         order = hermite_order or 0
@@ -286,6 +290,11 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
         results.append(np.concatenate(parts))
     # two rules of the same order whose errors are independent-ish: twice their difference
     return results[0], 2.0 * np.abs(results[0] - results[1])
+
+
+def _spread(L: Array, r: int) -> Array:
+    """The largest scale of the arguments along each whitened axis: the column norms of ``L`` (P, k, r)."""
+    return np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0) if L.shape[0] else np.zeros(r)
 
 
 def _moment_integrals(F: JointFunction, u: Array, f: Array, w: Array) -> Array:
@@ -339,10 +348,19 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
         value, err = cone_expectation(F.cone, cov)
         return value, err, np.zeros_like(value)
     L, r = whiten(cov)
-    spread = np.max(np.sqrt(np.sum(L * L, axis=1)), axis=0)
-    if (r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1)
-            and rule_size(_whitened_planes(F, L[:1]), r, spread) <= NESTED_BUDGET):
+    spread = _spread(L, r)
+    planes = _whitened_planes(F, L[:1])
+    if r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1) and rule_size(planes, r, spread) <= NESTED_BUDGET:
         value, err = nested_expectation(F, cov)
+        # narrower panels where the estimate misses atol, while the rule grows (its axes are capped)
+        refine = 2.0
+        while atol is not None:
+            todo = np.flatnonzero(~(err <= atol))
+            size = rule_size(planes, r, refine * spread)
+            if not todo.size or size > NESTED_BUDGET or size == rule_size(planes, r, refine / 2 * spread):
+                break
+            value[todo], err[todo] = nested_expectation(F, cov[todo], refine=refine)
+            refine *= 2.0
         return value, err, np.zeros_like(value)
     for log2 in range(QMC_LOG2_POINTS, QMC_MAX_LOG2_POINTS + 1, 2):
         value, se = qmc_expectation(F, cov, seed, log2)
