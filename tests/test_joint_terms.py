@@ -341,3 +341,24 @@ def test_normal_cdf_gates_are_smoothed_steps():
     for cone, ref in [(gelu_step, gelu_step_ref), (relu_erf.times(relu_erf), square_ref)]:
         value, err = cone_expectation(cone, S2[None])
         assert abs(value[0] - ref) <= err[0] + 1e-13 * abs(ref), (value[0], ref)
+
+
+def test_orthant_dimension_of_a_product_without_forming_it():
+    """``F.product_orthant_dim(G)`` equals ``F.times(G).orthant_dim`` — plain steps on equal forms
+    merge, smoothed steps (independent noises) never do — on products of relus, steps and erf gates
+    of three arguments, and of a recurrent state's powers."""
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b, c = p.input(n), p.input(n), p.input(n)
+    A, B, C = ex.Var(a), ex.Var(b), ex.Var(c)
+    relu_a, step_b = ex.apply(relu_act, A), ex.apply(step_act, B)
+    erf_c, erf_b = ex.apply(erf_act, C), ex.apply(erf_act, B)
+    exprs = [ex.product([relu_a, step_b]), ex.product([relu_a, erf_c]), ex.linear(0.0, [(1.0, relu_a), (2.0, erf_b)]),
+             ex.product([step_b, ex.apply(step_act, A), erf_c]), ex.linear(1.0, [(0.5, erf_c)])]
+    cones = [cone_function(e, (a, b, c)) for e in exprs]
+    assert all(f is not None for f in cones)
+    for F in cones:
+        for G in cones:
+            assert F.product_orthant_dim(G) == F.times(G).orthant_dim
+    square = cones[3].times(cones[2])
+    assert square.product_orthant_dim(square) == square.times(square).orthant_dim == 6

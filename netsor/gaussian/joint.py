@@ -764,17 +764,18 @@ def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array | N
     (:meth:`~netsor.gaussian.orthant.ConeFunction.dominating`, ``gradient_bounds``): these moments
     are scales of error bounds, never to be underestimated. None when even those need larger orthants."""
     k = cone.dim
-    square = cone.times(cone)
-    fourth = square.times(square)
-    if cone.smoothed and max(square.orthant_dim, fourth.orthant_dim) > MAX_ORTHANT_DIM:
+    square = root = cone.times(cone)  # F⁴ = root², formed only once it is known to be integrable
+    fourth_dim = root.product_orthant_dim(root)
+    if cone.smoothed and max(square.orthant_dim, fourth_dim) > MAX_ORTHANT_DIM:
         bound = cone.dominating()
         bound_square = bound.times(bound)
         if square.orthant_dim > MAX_ORTHANT_DIM:
             square = bound_square
-        if fourth.orthant_dim > MAX_ORTHANT_DIM:
-            fourth = bound_square.times(bound_square)
-    if max(square.orthant_dim, fourth.orthant_dim) > MAX_ORTHANT_DIM:
+        if fourth_dim > MAX_ORTHANT_DIM:
+            root, fourth_dim = bound_square, bound_square.product_orthant_dim(bound_square)
+    if max(square.orthant_dim, fourth_dim) > MAX_ORTHANT_DIM:
         return None
+    fourth = root.times(root)
     cols = [cone_expectation(square, cov)[0], cone_expectation(fourth, cov)[0]]
     if not continuous:
         return np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
