@@ -27,9 +27,10 @@ def gru(steps: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float =
     outputs indexed ``b·steps + t``.
 
     Finite widths run at the usual speed. In the limit ``h_t`` is a product of gates of correlated
-    pre-activations from every earlier step: the expectation engine takes 2 steps (~1 s at rtol
-    1e-8: the erf gates are smoothed steps of the cone engine); from 3 steps on,
-    ``netsor.limit(..., method="auto")`` simulates the limit by joint randomised QMC
+    pre-activations from every earlier step: the expectation engine takes 2 steps (~0.2 s at rtol
+    1e-8: the erf gates are smoothed steps of the cone engine) and 3 steps at rtol 1e-4 (~40 s on 4
+    sequences: orthants of 5–6 gates by the Genz rule, ``method="expectations"``); from 3 steps on,
+    ``netsor.limit(..., method="auto")`` at rtol ≥ 1e-3 simulates the limit by joint randomised QMC
     (:mod:`netsor.interpret.simulation`; 10 steps on 4 sequences: ~1 % bounds in ~35 s on 2 cores —
     pass ``rtol=2e-2``).
     """
