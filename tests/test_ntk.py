@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from programs import weight_sharing
+from strategies import Recipe, build, inputs
 
 import netsor
 from netsor.errors import ProgramError, UnsupportedError
@@ -231,3 +232,14 @@ def test_ntk_bad_input_says_what_to_change():
         netsor.kernel(netsor.zoo.mlp(1), X, get="ntkk")
     with pytest.raises(ProgramError, match="Program"):
         netsor.ntk("mlp", X)
+
+
+def test_a_kink_at_a_vector_that_vanishes_in_the_limit_has_a_finite_ntk_bound():
+    """``h = |g − s·g|/2`` with the scalar ``s = exp(2θ)·exp(2θ)⁻¹ = 1`` (found by the fuzz test,
+    seed 6061): h and its gradient vanish in the limit, but the step kernel of |·|' at a form of zero
+    variance had a NaN bound and the NTK was refused ("no finite error bound"). Cauchy–Schwarz bounds
+    such a moment by its envelope: the NTK is 0, like the NNGP, with bound 0."""
+    recipe = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5), ("traced", 0, 1, "abs-diff")),
+                    readouts=(((2,), 1.0, 0.0, False),))
+    k = netsor.kernel(build(recipe), inputs(2, 4, 0))
+    assert np.all(k.ntk == 0) and np.all(k.ntk_error == 0) and np.all(k.nngp == 0)

@@ -215,8 +215,13 @@ class Moment:
         eta = bound.relative(left, right)
         if bound.dense is not None:
             eta += largest_ratio(bound.dense, left * right)
-            if eta > loose:
-                return cls(value, left, right, 0.0, bound.array())
+        if not eta < np.inf:
+            # no finite (or a NaN) bound from the rule — a kink of the backward pass at a form of zero
+            # variance, e.g. |g − s·g| with a scalar s = 1: Cauchy–Schwarz still bounds the moment,
+            # |Â − A| ≤ |Â| + l·r (inf where the value is not 0 on a zero envelope)
+            return cls(value, left, right, largest_ratio(np.abs(value), left * right) + 1.0, None)
+        if bound.dense is not None and eta > loose:
+            return cls(value, left, right, 0.0, bound.array())
         return cls(value, left, right, eta, None)
 
     def error(self) -> Array:
