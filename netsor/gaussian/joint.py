@@ -369,13 +369,6 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
     return _point_by_rules(F, cov, seed, atol)
 
 
-def _nested_takes(F: JointFunction, cov: Array) -> bool:
-    """Whether nested quadrature (deterministic) integrates ``E F(U)``, ``U ~ N(0, cov[p])``."""
-    L, r = whiten(cov)
-    return (r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1)
-            and rule_size(_whitened_planes(F, L[:1]), r, _spread(L, r)) <= NESTED_BUDGET)
-
-
 def _unless_missed(first: tuple[Array, Array, Array], atol: Array | float | None,
                    other: Callable[[Array, Array], tuple[Array, Array, Array]]) -> tuple[Array, Array, Array]:
     """The estimates ``first``, replaced by ``other(indices, atol)`` (the other rules, on the points
@@ -399,9 +392,9 @@ def _unless_missed(first: tuple[Array, Array, Array], atol: Array | float | None
 def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float | None
                     ) -> tuple[Array, Array, Array]:
     """:func:`point_expectation` without cone moments: nested quadrature or randomised QMC."""
-    if _nested_takes(F, cov):
-        L, r = whiten(cov)
-        spread, planes = _spread(L, r), _whitened_planes(F, L[:1])
+    L, r = whiten(cov)
+    spread, planes = _spread(L, r), _whitened_planes(F, L[:1])
+    if r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1) and rule_size(planes, r, spread) <= NESTED_BUDGET:
         value, err = nested_expectation(F, cov)
         # narrower panels where the estimate misses atol, while the rule grows (its axes are capped)
         refine = 2.0

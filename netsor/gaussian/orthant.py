@@ -50,6 +50,8 @@ from itertools import product
 import numpy as np
 from scipy import special, stats
 
+from netsor.groups import connected_groups
+
 Array = np.ndarray
 #: One term: (coefficient, polynomial factors (form indices, sorted, repeats allowed), step forms (sorted, distinct)).
 Term = tuple[float, tuple[int, ...], tuple[int, ...]]
@@ -560,20 +562,10 @@ def _standard_error(dev: Array) -> Array:
 def _dependent_groups(cov: _Cov, idx: list[int]) -> list[tuple[int, ...]]:
     """``idx`` split into groups with exactly zero covariance across at every point (connected
     components of the dependence graph), in order."""
-    group = {a: a for a in idx}
-
-    def root(a: int) -> int:
-        while group[a] != a:
-            a = group[a]
-        return a
-
-    for i, a in enumerate(idx):
-        for b in idx[i + 1:]:
-            if np.any(_entry(cov, a, b) != 0.0):
-                group[root(b)] = root(a)
+    label = connected_groups(len(idx), lambda i, j: bool(np.any(_entry(cov, idx[i], idx[j]) != 0.0)))
     out: dict[int, list[int]] = {}
-    for a in idx:
-        out.setdefault(root(a), []).append(a)
+    for a, g in zip(idx, label, strict=True):
+        out.setdefault(g, []).append(a)
     return [tuple(g) for g in out.values()]
 
 

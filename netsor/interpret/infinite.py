@@ -34,7 +34,6 @@ import zlib
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -54,6 +53,7 @@ from netsor.gaussian.pairs import (
     pair_expectation,
     product_activation,
 )
+from netsor.groups import connected_groups
 from netsor.interpret import bounds, pointcoef, propagation
 from netsor.interpret.functions import activation_of, joint_function, shifted
 from netsor.interpret.rules import (
@@ -435,25 +435,6 @@ class Analysis:
         if key not in self._functions:
             self._functions[key] = joint_function(m.expr, m.args)
         return self._functions[key]
-
-
-def connected_groups(n: int, linked: Callable[[int, int], bool]) -> list[int]:
-    """Labels 0, 1, … of the connected components of ``n`` items under ``linked(i, j)`` (i < j),
-    numbered in order of first appearance (union-find)."""
-    parent = list(range(n))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in combinations(range(n), 2):
-        if linked(i, j):
-            parent[find(i)] = find(j)
-    roots = [find(i) for i in range(n)]
-    first = {r: k for k, r in enumerate(dict.fromkeys(roots))}
-    return [first[r] for r in roots]
 
 
 def _contains(e: Expr, kind: type) -> bool:
