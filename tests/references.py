@@ -203,6 +203,29 @@ def quad_expect(f, q, breaks=()):
                for a, b in zip(cuts[:-1], cuts[1:], strict=True))
 
 
+def relu_of_linear_times_tanh(var_u, var_b, c):
+    """``(E h², E h·b)`` for ``h = relu(g·tanh b)``, ``g = u + c·b``, ``u ~ N(0, var_u)`` independent of
+    ``b ~ N(0, var_b)``. Given b, ``h = |tanh b|·relu(sgn(b)·g)`` with ``sgn(b)·g ~ N(c|b|, var_u)``, whose
+    first two moments of the positive part are closed forms; then adaptive quadrature over b, split at 0."""
+    s = np.sqrt(var_u)
+
+    def parts(x):
+        m = c * np.abs(x)
+        z = m / s
+        cdf, pdf = special.ndtr(z), np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+        return m, cdf, pdf
+
+    def second(x):
+        m, cdf, pdf = parts(x)
+        return np.tanh(x) ** 2 * ((m * m + var_u) * cdf + m * s * pdf)
+
+    def with_b(x):
+        m, cdf, pdf = parts(x)
+        return x * np.abs(np.tanh(x)) * (m * cdf + s * pdf)
+
+    return quad_expect(second, var_b, (0.0,)), quad_expect(with_b, var_b, (0.0,))
+
+
 def erf_erf_noncentral(m1, m2, s1, s2, r):
     """E[erf X · erf Y] for (X, Y) Gaussian with means m1, m2, sds s1, s2 and correlation r.
 

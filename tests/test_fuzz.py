@@ -222,7 +222,10 @@ def test_random_transposed_programs_coupled_run_is_the_sampler_and_converges(rec
     except (netsor.UnsupportedError, NumericalError):
         assume(False)
     assume(corrected)
-    runs = {w: netsor.coupled(p, X, width=w, samples=30, seed=seed, rtol=1e-6) for w in (64, 1024)}
+    try:  # the coupled run integrates more than the limit's lines (its per-line costs): it may refuse too
+        runs = {w: netsor.coupled(p, X, width=w, samples=30, seed=seed, rtol=1e-6) for w in (64, 1024)}
+    except NumericalError:
+        assume(False)
     finite = netsor.sample(p, X, width=64, samples=30, seed=seed, method="matrix-free")
     np.testing.assert_array_equal(runs[64].outputs_finite, finite)
     for name in corrected:

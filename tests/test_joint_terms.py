@@ -19,6 +19,7 @@ from references import (
     pairwise,
     relu4_adaptive,
     relu_kernel,
+    relu_of_linear_times_tanh,
     relu_times_erf_correlated,
     relu_times_linear_correlated,
     relu_times_relu_correlated,
@@ -147,6 +148,46 @@ def test_unknown_kinks_fall_back_to_qmc_with_a_standard_error():
     assert np.all(np.abs(K - ref) <= E)
     with pytest.raises(netsor.NumericalError, match="Monte-Carlo standard error"):
         netsor.nngp(build("opaque relu(a)·relu(c)"), X)  # 1e-8 is out of reach: said, not hidden
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_kink_on_the_zero_set_of_a_product_is_split_exactly(transposed):
+    """``h = relu(g·tanh b)``: relu's kink lies on ``{g = 0} ∪ {b = 0}``, the zero planes of the factors,
+    so the nested rule splits its panels there and meets the default rtol (it went to QMC and was
+    refused at 1e-6 before, found by the fuzz test on ``g = W Wᵀ b``, whose limit is
+    ``Ẑ + σ²·b`` with ``Var Ẑ = σ⁴ Var b``). Reference: a closed form given b, quadrature over b."""
+    p = netsor.Program()
+    n = p.dim("n")
+    b = p.gaussian(n, sigma=1.2)
+    if transposed:
+        W = p.matrix(n, n, sigma=0.9)
+        g, var_u, c = W @ (W.T @ b), 0.9**4 * 1.44, 0.81
+    else:
+        g, var_u, c = p.gaussian(n, sigma=0.7) - 0.6 * b, 0.49, -0.6
+    h = netsor.relu(g * netsor.tanh(b))
+    expr = p.line_of(h).expr
+    assert not expr.hidden_kinks and len(expr.kink_planes()) == 2
+    lim = netsor.limit(p)
+    (k_hh,), (e_hh,) = (x.ravel() for x in lim.cov(h, with_error=True))
+    (k_hb,), (e_hb,) = (x.ravel() for x in lim.cov(h, b, with_error=True))
+    ref_hh, ref_hb = relu_of_linear_times_tanh(var_u, 1.44, c)
+    assert abs(k_hh - ref_hh) <= e_hh + 1e-13 * ref_hh and e_hh <= 1e-8 * ref_hh
+    scale = np.sqrt(ref_hh * 1.44)
+    assert abs(k_hb - ref_hb) <= e_hb + 1e-13 * scale and e_hb <= 1e-8 * scale
+
+
+def test_kinks_off_the_zero_set_of_a_product_stay_hidden():
+    """A kink at a level other than 0, a sum, or a factor whose zeros are not a finite set (sin) leave
+    curved or unknown kink sets: the expression says so, and the engine does not split on wrong planes."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g, b = p.gaussian(n), p.gaussian(n)
+    for h in (netsor.relu(g * netsor.tanh(b) + 0.3), netsor.relu(g * netsor.sin(b)),
+              netsor.hard_tanh(g * netsor.tanh(b))):
+        assert p.line_of(h).expr.hidden_kinks
+    both = p.line_of(netsor.step(g * netsor.sigmoid(b) * netsor.relu(b - 0.5))).expr
+    planes = {(tuple((v.index, c) for v, c in terms), o) for terms, o in both.kink_planes()}
+    assert not both.hidden_kinks and planes == {(((g.index, 1.0),), 0.0), (((b.index, 1.0),), -0.5)}
 
 
 def _correlated_inputs(rho, seed):

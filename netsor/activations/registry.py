@@ -83,6 +83,10 @@ class Activation:
         True when φ(−x) = φ(x).
     kinks : tuple of float
         Points where φ or φ' jumps; quadrature splits its panels there.
+    zeros : tuple of float or None
+        The boundary of φ's zero set ``{x : φ(x) = 0}`` — its isolated zeros and the ends of the
+        intervals where φ vanishes (relu: ``(0,)``; sigmoid: ``()``); None when unknown or
+        infinite (sin). A kink at 0 of ψ(φ(a)·b) then lies on known hyperplanes.
     kinks_known : bool
         False when φ may have kinks or jumps that ``kinks`` does not list (a custom callable
         whose kinks nobody declared): the Gaussian engine then locates them numerically.
@@ -113,6 +117,7 @@ class Activation:
     odd: bool = False
     even: bool = False
     kinks: tuple[float, ...] = ()
+    zeros: tuple[float, ...] | None = None
     kinks_known: bool = True
     continuous: bool = True
     params: dict[str, Any] = field(default_factory=dict)
@@ -185,6 +190,7 @@ def _make_leaky_relu(alpha: float = 0.01) -> Activation:
     alpha = _alpha(alpha)
     return Activation(
         name="leaky_relu",
+        zeros=(0.0,),
         fn=lambda x: np.where(x > 0, x, alpha * x),
         deriv=lambda x: np.where(x > 0, 1.0, alpha),
         kernel=leaky_relu_kernel(alpha),
@@ -200,6 +206,7 @@ def _make_elu(alpha: float = 1.0) -> Activation:
     alpha = _alpha(alpha)
     return Activation(
         name="elu",
+        zeros=(0.0,),
         fn=lambda x: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
         deriv=lambda x: np.where(x > 0, 1.0, alpha * np.exp(np.minimum(x, 0.0))),
         smooth=False,
@@ -211,36 +218,36 @@ def _make_elu(alpha: float = 1.0) -> Activation:
 _FIXED: dict[str, Activation] = {
     a.name: a
     for a in [
-        Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like,
+        Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,),
                    kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0),
-        Activation("relu", fn=_relu, deriv=_step, kernel=arccos_kernel_1,
+        Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), kernel=arccos_kernel_1,
                    mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
-        Activation("step", fn=_step, deriv=np.zeros_like, kernel=arccos_kernel_0,
+        Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), kernel=arccos_kernel_0,
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
                    homogeneous=0.0),
-        Activation("erf", fn=special.erf, deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+        Activation("erf", fn=special.erf, zeros=(0.0,), deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
-        Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+        Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
                    mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True),
-        Activation("tanh", fn=np.tanh, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
-        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0),
+        Activation("tanh", fn=np.tanh, zeros=(0.0,), deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
+        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,),
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
                    kinks=(-1.0, 1.0)),
-        Activation("sigmoid", fn=special.expit, deriv=_sigmoid_deriv),
-        Activation("gelu", fn=_gelu, deriv=_gelu_deriv),
-        Activation("silu", fn=lambda x: x * special.expit(x), deriv=_silu_deriv),
-        Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), deriv=special.expit),
-        Activation("abs", fn=np.abs, deriv=np.sign, kernel=abs_kernel,
+        Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv),
+        Activation("gelu", fn=_gelu, zeros=(0.0,), deriv=_gelu_deriv),
+        Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), deriv=_silu_deriv),
+        Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), zeros=(), deriv=special.expit),
+        Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel,
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
                    even=True),
         Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a)), even=True),
-        Activation("exp", fn=np.exp, deriv=np.exp, kernel=exp_kernel,
+        Activation("exp", fn=np.exp, zeros=(), deriv=np.exp, kernel=exp_kernel,
                    mean=lambda a: np.exp(0.5 * np.asarray(a))),
-        Activation("gaussian", fn=lambda x: np.exp(-0.5 * x * x), deriv=lambda x: -x * np.exp(-0.5 * x * x),
+        Activation("gaussian", fn=lambda x: np.exp(-0.5 * x * x), zeros=(), deriv=lambda x: -x * np.exp(-0.5 * x * x),
                    kernel=gaussian_kernel, mean=lambda a: 1.0 / np.sqrt(1.0 + np.asarray(a)), even=True),
     ]
 }
@@ -278,21 +285,24 @@ def _recip_deriv(x: Array) -> Array:
 _UFUNCS: dict[Any, Activation] = {
     np.tanh: tanh, np.exp: exp, np.sin: sin, np.cos: cos, np.absolute: abs_, special.erf: erf,
     special.expit: sigmoid,
-    np.log: Activation("log", fn=np.log, deriv=lambda x: 1.0 / x, smooth=False, kinks=(0.0,), continuous=False),
-    np.sqrt: Activation("sqrt", fn=np.sqrt, deriv=lambda x: 0.5 / np.sqrt(x), smooth=False, kinks=(0.0,),
+    np.log: Activation("log", fn=np.log, zeros=(1.0,), deriv=lambda x: 1.0 / x, smooth=False, kinks=(0.0,),
+                       continuous=False),
+    np.sqrt: Activation("sqrt", fn=np.sqrt, zeros=(0.0,), deriv=lambda x: 0.5 / np.sqrt(x), smooth=False, kinks=(0.0,),
                         continuous=False, homogeneous=0.5),
-    np.reciprocal: Activation("reciprocal", fn=lambda x: 1.0 / x, deriv=_recip_deriv, smooth=False,
+    np.reciprocal: Activation("reciprocal", fn=lambda x: 1.0 / x, zeros=(), deriv=_recip_deriv, smooth=False,
                               kinks=(0.0,), continuous=False, homogeneous=-1.0),
-    np.expm1: Activation("expm1", fn=np.expm1, deriv=np.exp),
-    np.log1p: Activation("log1p", fn=np.log1p, deriv=lambda x: 1.0 / (1.0 + x), smooth=False, kinks=(-1.0,),
-                         continuous=False),
-    np.arctan: Activation("arctan", fn=np.arctan, deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
-    np.arcsinh: Activation("arcsinh", fn=np.arcsinh, deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x), odd=True),
-    np.sinh: Activation("sinh", fn=np.sinh, deriv=np.cosh, odd=True),
-    np.cosh: Activation("cosh", fn=np.cosh, deriv=np.sinh, even=True),
-    np.sign: Activation("sign", fn=np.sign, deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
+    np.expm1: Activation("expm1", fn=np.expm1, zeros=(0.0,), deriv=np.exp),
+    np.log1p: Activation("log1p", fn=np.log1p, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x), smooth=False,
+                         kinks=(-1.0,), continuous=False),
+    np.arctan: Activation("arctan", fn=np.arctan, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
+    np.arcsinh: Activation("arcsinh", fn=np.arcsinh, zeros=(0.0,), deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x),
+                           odd=True),
+    np.sinh: Activation("sinh", fn=np.sinh, zeros=(0.0,), deriv=np.cosh, odd=True),
+    np.cosh: Activation("cosh", fn=np.cosh, zeros=(), deriv=np.sinh, even=True),
+    np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
                         continuous=False, homogeneous=0.0),
-    special.ndtr: Activation("ndtr", fn=special.ndtr, deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),
+    special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(),
+                             deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),
 }
 
 

@@ -96,6 +96,15 @@ class Expr:
             planes.update((_plane_key(p), p) for p in child.kink_planes())
         return tuple(planes.values())
 
+    def zero_planes(self) -> tuple[AffineForm, ...] | None:
+        """Hyperplanes that contain the boundary of the expression's zero set, or None when it is
+        not known to lie on hyperplanes. Then a kink at 0 of ``ψ(expr)`` lies on them:
+        ``relu(g·tanh(b))`` is smooth off ``{g = 0} ∪ {b = 0}``."""
+        form = self.affine()
+        if form is None:
+            return None
+        return (form,) if form[0] else ()
+
     @property
     def hidden_kinks(self) -> bool:
         """True when the expression may be non-smooth off the hyperplanes of :meth:`kink_planes`
@@ -232,13 +241,34 @@ class Apply(Expr):
 
     def kink_planes(self) -> tuple[AffineForm, ...]:
         planes = dict((_plane_key(p), p) for p in self.child.kink_planes())
+        planes.update((_plane_key(p), p) for p in self._own_kink_planes() or ())
+        return tuple(planes.values())
+
+    def _own_kink_planes(self) -> tuple[AffineForm, ...] | None:
+        """Where φ's kinks put the expression's own non-smooth points: ``child = k`` for an
+        affine child; the boundary of the child's zero set for kinks at 0 only (the level set
+        ``child = 0`` of a product of affine factors and functions of them is a union of
+        hyperplanes; other level sets are curved); None when not on known hyperplanes."""
         form = self.child.affine()
         if form is not None:
             terms, offset = form
-            for k in self.act.kinks:
-                plane = (terms, offset - k)
-                planes[_plane_key(plane)] = plane
-        return tuple(planes.values())
+            return tuple((terms, offset - k) for k in self.act.kinks)
+        if not self.act.kinks:
+            return ()
+        if all(k == 0.0 for k in self.act.kinks):
+            return self.child.zero_planes()
+        return None
+
+    def zero_planes(self) -> tuple[AffineForm, ...] | None:
+        zeros = self.act.zeros
+        if zeros is None:
+            return None
+        if all(z == 0.0 for z in zeros):  # φ(c) vanishes where c does (or nowhere)
+            return self.child.zero_planes() if zeros else ()
+        form = self.child.affine()
+        if form is None:
+            return None
+        return tuple((form[0], form[1] - z) for z in zeros) if form[0] else ()
 
     @property
     def hidden_kinks(self) -> bool:
@@ -246,7 +276,7 @@ class Apply(Expr):
             return True
         if not self.act.registered and not self.act.smooth and not self.act.kinks:
             return True  # a custom φ whose kinks nobody told us
-        return bool(self.act.kinks) and self.child.affine() is None
+        return self._own_kink_planes() is None
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return Apply(self.act, self.child.map_vectors(f))
@@ -332,6 +362,15 @@ class Prod(Expr):
                         part = part * v
                 out = out + part
         return np.asarray(out, dtype=float)
+
+    def zero_planes(self) -> tuple[AffineForm, ...] | None:
+        planes: dict[Key, AffineForm] = {}
+        for factor in self.factors:
+            own = factor.zero_planes()
+            if own is None:
+                return None
+            planes.update((_plane_key(p), p) for p in own)
+        return tuple(planes.values())
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return Prod(tuple(g.map_vectors(f) for g in self.factors))
