@@ -1118,10 +1118,10 @@ class Run:
         forms = an.batchnorm_pair(comp)
         if forms is not None:
             return self.batchnorm(left, *forms)
-        union = _union(left.args, right.args)
-        cov, d_cov = self.block(union)
         pl, pr = an.projection(left), an.projection(right)
         if pl is not None and pr is not None:
+            union = _union(left.args, right.args)
+            cov, d_cov = self.block(union)
             cl, cr = _embed(pl, union), _embed(pr, union)
             a, da = _quadratic(cl, cov, d_cov, cl)
             b, db = _quadratic(cr, cov, d_cov, cr)
@@ -1136,7 +1136,10 @@ class Run:
                 return value, err + propagation.point_1d(a, da, moments_1d(h, a))
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+        # in the product's own argument order: it may have been registered before with its atoms in
+        # another order (the mirrored pair), and its joint function takes that order
         product = an.register(left.atoms + right.atoms)
+        cov, d_cov = self.block(product.args)
         stats = self.get(("pm", product.key))[0]
         value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key),
                                                  atol=self.term_rtol * np.sqrt(stats["m2"]))
