@@ -7,7 +7,8 @@ sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous
 products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
 products of activations), NetsorK steps (LayerNorm of a G-vector, a G-vector scaled by a moment,
 attention over two G-vectors), rarely an opaque function the tracer cannot see through, and on
-request (``batchnorm=True``) an activation of a BatchNorm output across the pool's G-vectors.
+request an activation of a BatchNorm output across the pool's G-vectors (``batchnorm=True``) or a
+product of normal-CDF gates of two pool vectors (``gates=True``).
 Readouts: one or two, of one or two vectors each, plain or concatenated (``readout_concat``).
 """
 
@@ -39,6 +40,19 @@ TRACED = {
 }
 
 
+def _gate(x):
+    return 0.5 * (1.0 + special.erf(x))
+
+
+#: Products of normal-CDF gates of two vectors (recipes(gates=True) only): their pairs are cone moments of
+#: up to 6 dependent gate forms, beyond the exact orthants (the Genz rule, or the deterministic rules where
+#: the functions are smooth and of rank ≤ 2).
+GATES = {
+    "gate3": lambda u, v: _gate(u) * _gate(v) * _gate(u - v),
+    "gate2*u": lambda u, v: u * _gate(v) * _gate(0.5 * u + v),
+}
+
+
 @dataclass(frozen=True)
 class Recipe:
     sigmas: tuple[tuple[float, float], ...]  # input layers (sigma, bias)
@@ -64,11 +78,15 @@ def step_strategy() -> st.SearchStrategy:
 
 
 @st.composite
-def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False) -> Recipe:
+def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False, gates: bool = False) -> Recipe:
     n_inputs = draw(st.integers(1, 2))
     sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
                    for _ in range(n_inputs))
     steps = list(draw(st.lists(step_strategy(), min_size=1, max_size=max_steps)))
+    if gates:  # a product of gates of two pool vectors, inserted at a drawn place
+        at = draw(st.integers(0, len(steps)))
+        steps.insert(at, ("gates", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
+                          draw(st.sampled_from(sorted(GATES)))))
     if opaque and draw(st.booleans()):
         steps.append(("opaque", draw(st.integers(0, 1000)), draw(st.integers(0, 1000))))
     if batchnorm:  # BatchNorm across the distinct G-vectors of the pool, then an activation
@@ -115,6 +133,9 @@ def build(recipe: Recipe) -> netsor.Program:
         elif op == "traced":
             _, i, j, name = step
             pool.append(netsor.nonlin(TRACED[name], pick(i), pick(j), name=name))
+        elif op == "gates":
+            _, i, j, name = step
+            pool.append(netsor.nonlin(GATES[name], pick(i), pick(j), name=name))
         elif op == "opaque":
             _, i, j = step
             pool.append(netsor.nonlin(_opaque_max, pick(i), pick(j), name="opaque_max"))
