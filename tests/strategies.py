@@ -40,7 +40,8 @@ TRACED = {
 }
 
 
-def _gate(x):
+def gate(x):
+    """The normal-CDF gate ``(1 + erf x)/2`` (GRU gates)."""
     return 0.5 * (1.0 + special.erf(x))
 
 
@@ -48,8 +49,8 @@ def _gate(x):
 #: up to 6 dependent gate forms, beyond the exact orthants (the Genz rule, or the deterministic rules where
 #: the functions are smooth and of rank ≤ 2).
 GATES = {
-    "gate3": lambda u, v: _gate(u) * _gate(v) * _gate(u - v),
-    "gate2*u": lambda u, v: u * _gate(v) * _gate(0.5 * u + v),
+    "gate3": lambda u, v: gate(u) * gate(v) * gate(u - v),
+    "gate2*u": lambda u, v: u * gate(v) * gate(0.5 * u + v),
 }
 
 

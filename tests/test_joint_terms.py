@@ -30,6 +30,7 @@ from references import (
     two_factor_orthant,
 )
 from scipy import integrate, special
+from strategies import gate as normal_cdf_gate
 
 import netsor
 from netsor.activations import abs_ as abs_act
@@ -213,10 +214,6 @@ def test_a_product_of_three_gates_of_correlated_forms_covers_its_error():
     assert abs(K[0, 0] - ref) <= E[0, 0] and E[0, 0] <= 1e-4 * ref
 
 
-def _gate(x):
-    return 0.5 * (1.0 + special.erf(x))
-
-
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(forms=st.lists(st.tuples(st.sampled_from([-1.0, -0.5, 0.5, 1.0]), st.sampled_from([-1.0, 0.0, 0.7, 1.0])),
                       min_size=2, max_size=3),
@@ -231,7 +228,7 @@ def test_random_products_of_gates_of_two_gaussians_meet_their_tolerance(forms, l
     def fn(u, v):
         out = u if linear else 1.0
         for alpha, beta in forms:
-            out = out * _gate(alpha * u + beta * v)
+            out = out * normal_cdf_gate(alpha * u + beta * v)
         return out
 
     p = netsor.Program()

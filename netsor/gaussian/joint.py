@@ -118,6 +118,11 @@ class JointFunction:
     name: str = "F"
     cone: ConeFunction | None = None
 
+    @property
+    def smooth(self) -> bool:
+        """No kink planes and no hidden kinks (normal-CDF gates, erf, their products with linear forms)."""
+        return not (self.planes or self.hidden_kinks)
+
     def __call__(self, u: Array) -> Array:
         with np.errstate(all="ignore"):
             out = np.asarray(self.fn(u), dtype=float)
@@ -378,7 +383,7 @@ def _smooth_of_rank_two(F: JointFunction, *covs: Array) -> bool:
     Hermite tables) are then cheap and converge exponentially, where the Genz rule's randomised QMC
     error falls like 1/points (``E h²`` of a product of three gates of two G-vectors: 1.1e-4 relative
     at 2^16 points, refused at rtol 1e-4; 5e-13 by the nested rule in 0.6 s)."""
-    return not (F.planes or F.hidden_kinks) and all(whiten(c)[1] <= 2 for c in covs)
+    return F.smooth and all(whiten(c)[1] <= 2 for c in covs)
 
 
 def _unless_missed(first: tuple[Array, Array, Array], atol: Array | float | None,
@@ -831,8 +836,7 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     # a smooth function of rank ≤ 2 with many terms: nested quadrature, exact to rounding (the cone
     # moments of a product of six gates bound it by dominating functions through F⁴'s 4096 terms: 0.25 s
     # a function, where the nested rule takes 0.04 s; with a few terms, those are the cheaper)
-    cone = F.cone is not None and not (len(F.cone.terms) > _FEW_TERMS and cov.shape[0]
-                                       and _smooth_of_rank_two(F, cov))
+    cone = F.cone is not None and not (len(F.cone.terms) > _FEW_TERMS and cov.shape[0] and r <= 2 and F.smooth)
     value = _cone_moments(F.cone, F.continuous, cov) if cone else None
     if value is None and r <= NESTED_MAX_DIM:
         value, err = nested_expectation(F, cov, moments=True)
