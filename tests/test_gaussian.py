@@ -364,6 +364,35 @@ def test_qmc_reports_a_standard_error_that_covers_the_error():
     np.testing.assert_array_equal(again, value)
 
 
+def test_qmc_refines_only_the_points_that_miss_atol_and_stops_when_out_of_reach():
+    """Randomised QMC in 5 dimensions: with an ``atol`` in reach, only the points whose error misses
+    it get 4× more points (until they meet it: Isserlis' value within the error); with an ``atol``
+    that no rate (points^-1.5) could reach from the first round, one round only."""
+    rng = np.random.default_rng(8)
+    cov = random_cov(rng, 4, 5)
+    cov[0] *= 1e-2  # a point of small variance: its first round already meets atol
+    rounds = []
+
+    def fn(u):
+        rounds.append(u.shape[:2])  # (points, QMC points per replicate)
+        return u[..., 0] * u[..., 1] * u[..., 2] * u[..., 3]
+
+    F = joint_fn(5, fn, key="isserlis4-rounds")
+    c = cov
+    want = c[:, 0, 1] * c[:, 2, 3] + c[:, 0, 2] * c[:, 1, 3] + c[:, 0, 3] * c[:, 1, 2]
+    _, first, _ = joint.point_expectation(F, cov, seed=2)
+    assert set(rounds) == {(4, 2**joint.QMC_LOG2_POINTS)}
+    atol = first[1:].min() / 2
+    assert first[0] <= atol
+    rounds.clear()
+    value, err, se = joint.point_expectation(F, cov, seed=2, atol=atol)
+    assert rounds[0] == (4, 2**joint.QMC_LOG2_POINTS) and all(r[0] <= 3 for r in rounds[joint.QMC_REPLICATES:])
+    assert len(rounds) > joint.QMC_REPLICATES and np.all(err <= atol) and np.all(np.abs(value - want) <= err)
+    rounds.clear()
+    _, err, _ = joint.point_expectation(F, cov, seed=2, atol=1e-6 * atol)
+    assert set(rounds) == {(4, 2**joint.QMC_LOG2_POINTS)} and np.all(err > 1e-6 * atol)
+
+
 def test_joint_pair_series_of_separable_functions_meets_products_of_closed_forms():
     """F(u₁, u₂) = relu(u₁)·erf(u₂) with independent arguments: E[F(U) F(V)] is the product of
     the arc-cosine and the arcsine kernels — through the two-dimensional Hermite series."""

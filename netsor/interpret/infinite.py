@@ -390,18 +390,33 @@ class Analysis:
         if key in self._components:
             return self._components[key]
         atoms = [(0, a) for a in self.monomials[k1].atoms] + [(1, a) for a in self.monomials[k2].atoms]
-        label = connected_groups(len(atoms), lambda i, j: any(
-            self.correlated(u, v) for u in atoms[i][1].args for v in atoms[j][1].args))
-        groups: dict[int, list[tuple[int, Any]]] = {}
-        for i, item in enumerate(atoms):
-            groups.setdefault(label[i], []).append(item)
         out = []
-        for items in groups.values():
+        for items in self._independent_groups(atoms, lambda item: item[1].args):
             left = tuple(a for side, a in items if side == 0)
             right = tuple(a for side, a in items if side == 1)
             out.append(Component(self.register(left) if left else None, self.register(right) if right else None))
         self._components[key] = out
         return out
+
+    def factors(self, m: Monomial) -> list[Monomial]:
+        """The structurally independent groups of the atoms of ``m`` (registered): ``E m`` is the
+        product of their means. A Netsor⊤ derivative or a NetsorK moment multiplies functions of
+        independent G-vectors (``E[f(g, b)·v]`` with ``v`` independent: 0, where one joint rule of
+        rank 3 took ~1 s to find 1e-20)."""
+        key = ("factors", m.key)
+        if key not in self._components:
+            self._components[key] = [self.register(tuple(group))
+                                     for group in self._independent_groups(list(m.atoms), lambda a: a.args)]
+        return self._components[key]
+
+    def _independent_groups(self, items: list[Any], args: Callable[[Any], tuple[Vector, ...]]) -> list[list[Any]]:
+        """``items`` split into the connected groups of structural correlation of their arguments."""
+        label = connected_groups(len(items), lambda i, j: any(
+            self.correlated(u, v) for u in args(items[i]) for v in args(items[j])))
+        groups: dict[int, list[Any]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(label[i], []).append(item)
+        return list(groups.values())
 
     def projection(self, m: Monomial) -> Projection | None:
         """``m`` as a function of one linear form of G-vectors, when it is one: a function of a
@@ -692,18 +707,9 @@ class MonomialPair(Quantity):
     def compute(self, key: Key, run: Run) -> Value:
         comps = run.an.components(key[1], key[2], run.diag)
         if run.diag:
-            value: Any = 1.0
-            err: Any = 0.0
-            for comp in comps:
-                if comp.right is None or comp.left is None:
-                    v, e = run.point(("mean", (comp.left or comp.right).key), "left")
-                else:
-                    v, e = run.same_point(comp)
-                # rounding of the expectation's evaluation, then (v₁ ± e₁)(v₂ ± e₂), exactly bounded
-                e = e + 16 * _EPS * np.abs(v)
-                err = np.abs(value) * e + err * (np.abs(v) + e)
-                value = value * v
-            return np.broadcast_to(np.asarray(value, dtype=float), run.shape), np.broadcast_to(err, run.shape)
+            return _product_of_means([run.point(("mean", (comp.left or comp.right).key), "left")
+                                      if comp.right is None or comp.left is None else run.same_point(comp)
+                                      for comp in comps], run.shape)
         factors = []
         for comp in comps:
             if comp.right is None:
@@ -723,13 +729,34 @@ class MonomialPair(Quantity):
         return np.broadcast_to(value, run.shape), bounds.product(factors, left, right).plus_rounding(16)
 
 
+def _product_of_means(factors: list[Value], shape: tuple[int, ...]) -> Value:
+    """The product of per-point expectations ``(value, error)`` of independent groups, its error
+    bounded exactly: the rounding of each expectation's evaluation, then (v₁ ± e₁)(v₂ ± e₂)."""
+    value: Any = 1.0
+    err: Any = 0.0
+    for v, e in factors:
+        e = e + 16 * _EPS * np.abs(v)
+        err = np.abs(value) * e + err * (np.abs(v) + e)
+        value = value * v
+    return np.broadcast_to(np.asarray(value, dtype=float), shape), np.broadcast_to(err, shape)
+
+
 class MonomialMean(Quantity):
+    """``E m(Z)`` per point: the product of the means of its independent groups, each a
+    one-dimensional rule (a function of one linear form), BatchNorm's, or the joint engine's."""
+
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         m = an.monomials[key[1]]
+        groups = an.factors(m)
+        if len(groups) > 1:
+            return [("mean", g.key) for g in groups], []
         return _block_keys(m.args) + ([] if an.batchnorm(m) is not None else [("pm", key[1])]), []
 
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
+        groups = run.an.factors(m)
+        if len(groups) > 1:
+            return _product_of_means([run.get(("mean", g.key)) for g in groups], run.shape)
         form = run.an.batchnorm(m)
         if form is not None:
             return run.batchnorm(m, form, None)
