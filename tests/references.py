@@ -186,9 +186,12 @@ def tanh_of_relu_plus(Kaa, Kbb, nodes_outer=48, nodes_inner=80):
                     W = np.outer(0.5 * (h1 - l1) * wo, 0.5 * (h2 - l2) * wo)
                     dens = np.exp(-0.5 * (Ainv[0, 0] * X * X + 2 * Ainv[0, 1] * X * Y + Ainv[1, 1] * Y * Y)) / (
                         2 * np.pi * np.sqrt(det))
-                    rx, ry = np.maximum(X, 0).reshape(-1), np.maximum(Y, 0).reshape(-1)
-                    f = (np.tanh(rx[:, None, None] + b1[None]) * np.tanh(ry[:, None, None] + b2[None]))
-                    inner = np.sum(f * Wz[None], axis=(1, 2)).reshape(X.shape)
+                    # the inner integral depends on (relu x, relu y) only: on a negative side of the
+                    # quadrant it is one value along that axis (the same sums, evaluated once)
+                    rx, ix = np.unique(np.maximum(x, 0), return_inverse=True)
+                    ry, iy = np.unique(np.maximum(y, 0), return_inverse=True)
+                    f = (np.tanh(rx[:, None, None, None] + b1) * np.tanh(ry[None, :, None, None] + b2))
+                    inner = np.sum(f * Wz, axis=(2, 3))[np.ix_(ix, iy)]
                     total += np.sum(W * dens * inner)
             out[i, j] = total
     return out
