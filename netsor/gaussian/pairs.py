@@ -679,7 +679,7 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         sl = slice(i, i + _PAIR_CHUNK * 16)
         sa, sb, sg = np.sqrt(a[sl]), np.sqrt(b[sl]), sign[sl]
         # Uniform panels of width ≲ 4/√max(a, b) also resolve oscillating φ (sin, cos).
-        grid = _uniform_grid(max(float(np.max(sa)), float(np.max(sb))))
+        grid = _uniform_grid(max(_resolved(phi, sa), _resolved(psi, sb)))
         extra = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
         extra = np.concatenate([np.stack(extra, axis=1) if extra else np.empty((sa.size, 0)),
                                 np.broadcast_to(grid, (sa.size, grid.size))], axis=1)
@@ -715,11 +715,11 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     extra = np.stack([np.where(np.abs(slope) > 0, k / safe, Z_MAX) for k in features(psi)]
                      + [k / sa for k in phi.kinks], axis=1)
     # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes
-    outer_grid = _uniform_grid(max(float(np.max(sa)), float(np.max(np.abs(slope)))))
+    outer_grid = _uniform_grid(max(_resolved(phi, sa), _resolved(psi, slope)))
     outer_edges = panel_edges(np.zeros(a.size), np.maximum(sa, np.abs(slope)), (0.0,),
                               extra_z=np.concatenate([extra, np.broadcast_to(outer_grid, (a.size, outer_grid.size))],
                                                      axis=1))
-    inner_grid = _uniform_grid(float(np.max(sb * s)))
+    inner_grid = _uniform_grid(_resolved(psi, sb * s))
     vals = []
     for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
         z1, w1 = rule_on_panels(outer_edges, nodes, weights)
@@ -734,6 +734,14 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
         vals.append(np.sum(w1 * f, axis=1))
     return vals[0], np.abs(vals[0] - vals[1])
+
+
+def _resolved(act: Activation, scales: Array) -> float:
+    """The spread of ``act(scale · z)`` that :func:`_uniform_grid` must resolve: the largest scale, or 0
+    for a positively homogeneous ``act`` (relu, step, abs, leaky_relu): it has no length scale of its
+    own — between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every
+    variance — so the Gaussian's panels suffice (relu pairs at variance 100 took 10⁶ nodes each)."""
+    return 0.0 if act.homogeneous is not None else float(np.max(np.abs(scales), initial=0.0))
 
 
 def _uniform_grid(spread: float, widest: float = 2.0) -> Array:
