@@ -384,8 +384,9 @@ def test_qmc_reports_a_standard_error_that_covers_the_error():
 
 def test_qmc_refines_only_the_points_that_miss_atol_and_stops_when_out_of_reach():
     """Randomised QMC in 5 dimensions: with an ``atol`` in reach, only the points whose error misses
-    it get 4× more points (until they meet it: Isserlis' value within the error); with an ``atol``
-    that no rate (points^-1.5) could reach from the first round, one round only."""
+    it get 4× more points (until they meet it: Isserlis' value within the error); points whose
+    ``atol`` no rate (points^-1.5) could bring within reach stop after the first round, the others
+    go on."""
     rng = np.random.default_rng(8)
     cov = random_cov(rng, 4, 5)
     cov[0] *= 1e-2  # a point of small variance: its first round already meets atol
@@ -406,9 +407,15 @@ def test_qmc_refines_only_the_points_that_miss_atol_and_stops_when_out_of_reach(
     value, err, se = joint.point_expectation(F, cov, seed=2, atol=atol)
     assert rounds[0] == (4, 2**joint.QMC_LOG2_POINTS) and all(r[0] <= 3 for r in rounds[joint.QMC_REPLICATES:])
     assert len(rounds) > joint.QMC_REPLICATES and np.all(err <= atol) and np.all(np.abs(value - want) <= err)
+    # an atol that the small point can still reach (its error falls ≥ 64× by 2^18 points, points^-1.5)
+    # and the others cannot (even at that rate they would stay above 10× it): only the small one goes on
     rounds.clear()
-    _, err, _ = joint.point_expectation(F, cov, seed=2, atol=1e-6 * atol)
-    assert set(rounds) == {(4, 2**joint.QMC_LOG2_POINTS)} and np.all(err > 1e-6 * atol)
+    tiny = math.sqrt(first[0] * first[1:].min()) / 640
+    assert first[0] * 2.0**-6 <= joint.QMC_SLACK * tiny < first[1:].min() * 2.0**-6
+    _, err, _ = joint.point_expectation(F, cov, seed=2, atol=tiny)
+    first_round, later = rounds[:joint.QMC_REPLICATES], rounds[joint.QMC_REPLICATES:]
+    assert set(first_round) == {(4, 2**joint.QMC_LOG2_POINTS)} and later and {r[0] for r in later} == {1}
+    assert np.all(err[1:] > tiny)
 
 
 def test_joint_pair_series_of_separable_functions_meets_products_of_closed_forms():

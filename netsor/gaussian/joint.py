@@ -438,9 +438,12 @@ def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float
     if atol is not None:
         atol = np.broadcast_to(np.asarray(atol, dtype=float), se.shape)
         for log2 in range(QMC_LOG2_POINTS + 2, QMC_MAX_LOG2_POINTS + 1, 2):
-            todo = np.flatnonzero(~(MC_ERROR_SIGMAS * se <= atol))  # only the points that missed go on
-            if not todo.size or np.any(MC_ERROR_SIGMAS * se[todo] * _qmc_reach(log2 - 2) > QMC_SLACK * atol[todo]):
-                break  # out of reach: the refusal says what these points reached
+            # only the points that missed go on, and of those only the ones some rate could still bring
+            # near atol (the others keep the error they reached: the kernel's check says so)
+            error = MC_ERROR_SIGMAS * se
+            todo = np.flatnonzero(~(error <= atol) & (error * _qmc_reach(log2 - 2) <= QMC_SLACK * atol))
+            if not todo.size:
+                break
             value[todo], se[todo] = qmc_expectation(F, cov[todo], seed, log2)
     return value, MC_ERROR_SIGMAS * se, se
 
