@@ -184,6 +184,7 @@ class Analysis:
         self._source_cov: dict[tuple[Vector, Vector], SourceCovariance | None] = {}
         self._correlated: dict[tuple[Vector, Vector], bool] = {}
         self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
+        self._factors: dict[Key, list[Monomial]] = {}
         self._functions: dict[Key, Any] = {}
         self.tile_plans: dict[tuple[Key, ...], Plan] = {}
         nesting: dict[Vector, int] = {}
@@ -403,11 +404,10 @@ class Analysis:
         product of their means. A Netsor⊤ derivative or a NetsorK moment multiplies functions of
         independent G-vectors (``E[f(g, b)·v]`` with ``v`` independent: 0, where one joint rule of
         rank 3 took ~1 s to find 1e-20)."""
-        key = ("factors", m.key)
-        if key not in self._components:
-            self._components[key] = [self.register(tuple(group))
-                                     for group in self._independent_groups(list(m.atoms), lambda a: a.args)]
-        return self._components[key]
+        if m.key not in self._factors:
+            self._factors[m.key] = [self.register(tuple(group))
+                                    for group in self._independent_groups(list(m.atoms), lambda a: a.args)]
+        return self._factors[m.key]
 
     def _independent_groups(self, items: list[Any], args: Callable[[Any], tuple[Vector, ...]]) -> list[list[Any]]:
         """``items`` split into the connected groups of structural correlation of their arguments."""
