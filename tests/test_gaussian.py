@@ -587,6 +587,23 @@ def test_shared_arc_cosine_angles_equal_fresh_ones_and_writeable_inputs_are_not_
     assert not np.array_equal(after, before)
 
 
+def test_the_arc_cosine_angle_equals_arctan2_to_one_ulp_of_pi_and_is_exact_at_colinear_pairs():
+    """``angle(S, c)`` (atan of S/c, shifted by π for negative c) against ``np.arctan2`` over 600
+    orders of magnitude of both arguments, signed zeros included: within one ulp of π; exactly 0 and
+    π where S = 0 (a point with itself and with its negative), π/2 where c = ±0."""
+    from netsor.activations.kernels import angle
+
+    rng = np.random.default_rng(4)
+    S = np.abs(rng.standard_normal(200_000)) * 10.0 ** rng.uniform(-300, 300, 200_000)
+    c = rng.standard_normal(200_000) * 10.0 ** rng.uniform(-300, 300, 200_000)
+    with np.errstate(all="raise"):  # no warning escapes (S/c overflows and divides by zero here)
+        got = angle(S, c)
+        edge = angle(np.array([0.0, 0.0, 1.0, 1.0, 5e-324]), np.array([2.0, -2.0, 0.0, -0.0, 1.0]))
+    assert np.max(np.abs(got - np.arctan2(S, c))) <= np.spacing(np.pi)
+    assert list(edge[:4]) == [0.0, np.pi, np.pi / 2, np.pi / 2] and 0.0 < edge[4] < 1e-300
+    assert angle(np.zeros(1), np.zeros(1))[0] == np.pi / 2  # ab below the smallest float: uncorrelated
+
+
 @pytest.mark.parametrize("name, lo, hi", [("tanh", 0.05, 20.0), ("gelu", 0.5, 3.0), ("hard_tanh", 0.2, 5.0),
                                           ("sin", 0.01, 40.0)])
 def test_interpolated_hermite_coefficients_are_within_their_reported_error(name, lo, hi):
