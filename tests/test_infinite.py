@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import references
 from programs import weight_sharing
 from scipy import integrate, special
 
@@ -334,3 +335,25 @@ def test_psd_verification():
         np.testing.assert_allclose(netsor.nngp(p, X, psd=psd), netsor.nngp(p, X, psd="skip"), rtol=1e-12)
     with pytest.raises(netsor.HyperParameterError):
         netsor.nngp(p, X, psd="maybe")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["two matrices", "one matrix"])
+def test_a_kinked_function_times_the_same_matrix_of_an_independent_gaussian_is_exact(shared):
+    """``y = step(W g) ⊙ (V v)``, ``g = U x``, ``v`` a Gaussian of the program (the same at every
+    input): ``K_ij = σ² E[step(u_i) step(u_j)]``, ``u ~ N(0, σ² G)``. With ``V = W`` the two
+    MatMuls share a matrix, but their covariance ``σ² E[Z^g Z^v]`` is exactly 0: they are
+    independent. They were kept joint, and the bound propagated through the step was the whole
+    scale (2 relative: ``Wv`` is perfectly correlated across inputs), so the kernel was refused
+    at any rtol below 2."""
+    sigma = 1.2
+    p = netsor.Program()
+    n = p.dim("n")
+    W = p.matrix(n, n, sigma=sigma)
+    V = W if shared else p.matrix(n, n, sigma=sigma)
+    p.readout(netsor.step(W @ p.input(n)) * (V @ p.gaussian(n)))
+    X = np.random.default_rng(0).standard_normal((3, 3))
+    G = sigma**2 * X @ X.T / 3
+    expected = sigma**2 * references.step_kernel(np.diag(G)[:, None], np.diag(G)[None, :], G)
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    assert np.max(np.abs(K - expected)) <= 1e-14 and np.all(np.abs(K - expected) <= E + 1e-15)
+    assert np.max(E) <= 1e-12

@@ -276,11 +276,13 @@ def tanh_derivative_mean(variance: float) -> float:
     return float(np.sum(weight / np.cosh(t) ** 2))
 
 
-def test_nonlinear_transpose_of_a_program_that_reads_data_by_simulation() -> None:
+def test_nonlinear_transpose_of_a_program_that_reads_data_by_the_engine_and_by_simulation() -> None:
     """``y = Wᵀ tanh(W g)``, ``g = U x``: ``Ż^y`` at input i is ``σ² E[tanh'(Z^{Wg}_i)] Z^g_i`` (a
-    different coefficient at every input, which the expectation engine does not take), so
+    different coefficient at every input: the engine carries it as a per-input scalar of the limit), so
     ``K_ij = σ² E[tanh(u_i) tanh(u_j)] + σ⁴ e_i e_j G_ij`` with ``u ~ N(0, σ² G)``, ``e_i = E tanh'(u_i)``.
-    The first term is the engine's kernel of ``tanh(W g)``; ``e_i`` a one-dimensional integral."""
+    The first term is the engine's kernel of ``tanh(W g)`` (no transposes), ``e_i`` a one-dimensional
+    midpoint rule. The engine meets the default rtol with bounds covering the error; the simulation
+    agrees within its own bounds."""
     sigma = 1.3
     p = netsor.Program()
     n = p.dim("n")
@@ -294,14 +296,46 @@ def test_nonlinear_transpose_of_a_program_that_reads_data_by_simulation() -> Non
     X = np.random.default_rng(2).standard_normal((4, 3)) * [[0.5], [1.0], [1.5], [1.0]]
     G = X @ X.T / 3
     e = np.array([tanh_derivative_mean(sigma**2 * G[i, i]) for i in range(4)])
-    expected = sigma**2 * netsor.nngp(q, X) + sigma**4 * np.outer(e, e) * G
-    with pytest.raises(netsor.UnsupportedError, match="method='qmc'"):
-        netsor.nngp(p, X)
-    lim = netsor.limit(p, X, rtol=1e-3)  # "auto": the engine refuses, the simulation takes it
-    K, E = lim.nngp(with_error=True)
+    K_q, E_q = netsor.limit(q, X).nngp(with_error=True)
+    expected = sigma**2 * K_q + sigma**4 * np.outer(e, e) * G
+    scale = np.sqrt(np.outer(np.diag(expected), np.diag(expected)))
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    reference_error = sigma**2 * E_q + 1e-11 * scale  # the first term's own bound, the midpoint rule's error
+    assert np.all(np.abs(K - expected) <= E + reference_error)
+    assert np.max(np.abs(K - expected) / scale) <= 1e-9 and np.max(E / scale) <= 1e-8
+    lim = netsor.limit(p, X, rtol=1e-3, method="qmc")
+    K_s, E_s = lim.nngp(with_error=True)
     assert isinstance(lim, netsor.SimulatedLimit)
-    assert np.all(np.abs(K - expected) <= E)
-    assert np.max(E / np.sqrt(np.outer(np.diag(expected), np.diag(expected)))) <= 1e-3
+    assert np.all(np.abs(K_s - expected) <= E_s)
+    assert np.max(E_s / scale) <= 1e-3
+
+
+@pytest.mark.parametrize("data", [True, False], ids=["with data", "no data"])
+def test_layernorm_between_a_matrix_and_its_transpose_is_exact(data) -> None:
+    """``y = Wᵀ LN(W g + b)``: in the limit LN(u) = u/√q_i (the mean of a centred vector is 0, its
+    population variance ``q_i = σ² G_ii + σ_b²``), so ``Ż^y_i = σ² Z^g_i / √q_i`` — a NetsorK scalar in
+    the coefficient of the correction, which the engine refused — and
+    ``K_ij = (σ² (σ² G_ij + σ_b²) + σ⁴ G_ij) / √(q_i q_j)``. With ``tanh`` after the LayerNorm the
+    correction is a derived per-input moment times the scalar; it agrees with the simulation."""
+    sigma, sigma_b = 1.2, 0.5
+    X = np.random.default_rng(0).standard_normal((3, 3)) * [[0.6], [1.0], [1.4]] if data else None
+    G = X @ X.T / 3 if data else np.ones((1, 1))
+    q = sigma**2 * np.diag(G) + sigma_b**2
+    expected = (sigma**2 * (sigma**2 * G + sigma_b**2) + sigma**4 * G) / np.sqrt(np.outer(q, q))
+    for act in (None, netsor.tanh):
+        p = netsor.Program()
+        n = p.dim("n")
+        W = p.matrix(n, n, sigma=sigma)
+        z = netsor.layernorm(W @ (p.input(n) if data else p.gaussian(n)) + p.bias(n, sigma=sigma_b))
+        p.readout(W.T @ (z if act is None else act(z)))
+        K, E = netsor.limit(p, X).nngp(with_error=True)
+        scale = np.sqrt(np.outer(np.diag(K), np.diag(K)))
+        assert np.max(E / scale) <= 1e-8
+        if act is None:
+            assert np.all(np.abs(K - expected) <= E + 1e-14 * scale)
+        else:
+            K_s, E_s = netsor.limit(p, X, method="qmc", rtol=2e-3).nngp(with_error=True)
+            assert np.all(np.abs(K - K_s) <= E + E_s)
 
 
 def test_non_gaussian_correction_by_simulation() -> None:
@@ -366,15 +400,6 @@ def test_ratio_with_no_coordinates() -> None:
 
 
 def test_unsupported_transposed_programs() -> None:
-    # nonlinear with data: E[∂φ] differs at every input
-    q = netsor.Program()
-    n = q.dim("n")
-    W = q.matrix(n, n)
-    q.readout(W.T @ netsor.tanh(W @ q.input(n)))
-    with pytest.raises(netsor.UnsupportedError, match="read no data"):
-        netsor.nngp(q, np.ones((2, 3)))
-    with pytest.raises(netsor.UnsupportedError, match="coupled run drives the expectation engine"):
-        netsor.coupled(q, np.ones((2, 3)), width=8, samples=2)
     # a correction that is a nonlinear vector: not Gaussian
     r = netsor.Program()
     n = r.dim("n")

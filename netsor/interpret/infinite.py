@@ -72,11 +72,15 @@ from netsor.ir.expr import (
     Apply,
     BatchNormalized,
     BatchNormPartial,
+    Const,
     Expr,
     Monomial,
     Polynomial,
     Var,
+    constant,
     expand,
+    linear,
+    product,
 )
 from netsor.ir.homogeneity import input_scaling
 from netsor.linalg import PSD_TOLERANCE, colinear_rows, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
@@ -173,6 +177,9 @@ class Analysis:
         #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
         self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
         self.moment_terms: dict[Vector, tuple[float, list[MomentTerm]]] = {}
+        #: Scalars of the limit that are not lines of the program: the per-input ``E[∂Z^h/∂Ẑ]`` of
+        #: Netsor⊤ corrections in programs that read data (:meth:`derivative`).
+        self.derived_scalars: list[Vector] = []
         self.polys: dict[Vector, Polynomial] = {}
         self.steps: dict[Vector, int | None] = {}
         self.monomials: dict[Key, Monomial] = {}
@@ -299,16 +306,26 @@ class Analysis:
         """The MatMul lines of ``matrix`` seen so far, in program order."""
         return self._uses.get(matrix, [])
 
-    def derivative(self, vector: Vector, source: Vector) -> tuple[float, float]:
-        """``E[∂Z^vector / ∂Ẑ^source]`` and a bound on its error: a coefficient of ``sources`` for a
-        G-vector (with its error from earlier corrections); for an H-vector ``h = φ(g¹, …, gᵏ)``,
-        ``Σᵢ E[∂ᵢφ(Z)] · ∂Z^{gⁱ}/∂Ẑ^source`` (the symbolic derivative of the NonLin expression,
-        integrated by the Gaussian engine at the one symbolic point of a program that reads no
-        data), its error the engine's plus the coefficients' times ``|E[∂ᵢφ]|``."""
+    def derivative(self, vector: Vector, source: Vector, scale: float = 1.0) -> tuple[float | Vector, float]:
+        """``scale · E[∂Z^vector / ∂Ẑ^source]`` and a bound on its error: a coefficient of ``sources``
+        for a G-vector (with its error from earlier corrections); for an H-vector
+        ``h = φ(g¹, …, gᵏ)``, ``Σᵢ E[∂ᵢφ(Z)] · ∂Z^{gⁱ}/∂Ẑ^source`` (the symbolic derivative of the
+        NonLin expression): at the one symbolic point of a program that reads no data a number,
+        integrated here by the Gaussian engine (its error the engine's plus the coefficients' times
+        ``|E[∂ᵢφ]|``); in a program that reads data a different number at every input, so a scalar
+        of the limit, :meth:`_derivative_scalar`."""
         if vector in self.sources:
             coefficient = self.sources[vector].get(source, 0.0)
-            self._check_plain(vector, coefficient)
-            return coefficient, self.source_errors.get(vector, {}).get(source, 0.0)
+            error = scale * self.source_errors.get(vector, {}).get(source, 0.0)
+            if isinstance(coefficient, pointcoef.PointCoefficient):  # NetsorK scalars (LayerNorm's 1/σ)
+                if error:
+                    raise UnsupportedError(
+                        f"the Netsor⊤ correction through {vector.name}, whose coefficients are NetsorK scalars "
+                        "with numerical errors of earlier corrections, is not in the expectation engine; the "
+                        "simulation takes it: method='qmc', rtol=1e-3")
+                expr = linear(0.0, [(scale, _coefficient_expr(coefficient))])
+                return self._derived_scalar(FunctionForm(expr), f"∂{vector.name}/∂Ẑ^{source.name}"), 0.0
+            return scale * coefficient, error
         if vector in self.steps:
             return 0.0, 0.0
         line = self.program.line_of(vector)
@@ -317,23 +334,50 @@ class Analysis:
         terms = [g for g in line.expr.args if g.kind != "scalar" and source in self.sources[g]]
         if not terms:
             return 0.0, 0.0
-        if self.program.reads_data:
-            raise UnsupportedError(
-                f"the Netsor⊤ correction of a MatMul of the nonlinear vector {vector.name} needs "
-                f"E[∂Z^{vector.name}/∂Ẑ], a different number at every input point: the infinite-width "
-                "interpreter computes it only for programs that read no data (initial vectors from "
-                "p.gaussian); with data, the simulation estimates it (Stein's lemma): netsor.limit(p, X, "
-                "method='qmc', rtol=1e-3)")
+        if self.program.reads_data or any(isinstance(self.sources[g][source], pointcoef.PointCoefficient)
+                                          for g in terms):
+            return self._derivative_scalar(line, terms, source, scale), 0.0
         value, err = 0.0, 0.0
         for g in terms:
             c = self.sources[g][source]
-            self._check_plain(g, c)
             e = self.source_errors.get(g, {}).get(source, 0.0)
             v, ev = self._point_expectation(differentiate(line.expr, g))
             value += c * v
             err += abs(c) * ev + e * (abs(v) + ev)
         self.derivative_error = max(self.derivative_error, err)
-        return value, err
+        return scale * value, scale * err
+
+    def _derivative_scalar(self, line: NonLinLine, terms: list[Vector], source: Vector, scale: float
+                           ) -> float | Vector:
+        """``scale · Σᵢ cᵢ E[∂ᵢφ(Z)]`` per input (``cᵢ`` the coefficient of ``Ẑ^source`` in ``gⁱ``, a number
+        or NetsorK scalars) as a NetsorK moment of the limit that is not a line of the program
+        (:meth:`_derived_scalar`), entering ``Ż`` as a per-input coefficient
+        (:mod:`netsor.interpret.pointcoef`)."""
+        parts = []
+        for g in terms:
+            c = self.sources[g][source]
+            if self.source_errors.get(g, {}).get(source, 0.0):
+                raise UnsupportedError(
+                    f"the Netsor⊤ correction through {line.out.name}, where {g.name}'s own correction is "
+                    "numerical and its derivative differs at every input, is not in the expectation engine; "
+                    "the simulation takes it: method='qmc', rtol=1e-3")
+            parts.append((scale, product([_coefficient_expr(c), differentiate(line.expr, g)])))
+        expr = linear(0.0, parts)
+        if isinstance(expr, Const):  # the same at every input (e.g. 0: the derivative of a step)
+            return expr.value
+        return self._derived_scalar(MomentForm(expr), f"E[∂{line.out.name}/∂Ẑ^{source.name}]")
+
+    def _derived_scalar(self, form: MomentForm | FunctionForm, name: str) -> Vector:
+        """A scalar of the limit that is not a line of the program — a per-input coefficient of a
+        Netsor⊤ correction — registered with the program's own (``scalars``, ``moment_terms``) and
+        computed per input with its error bound by the same rule (:class:`ScalarLimit`). Its index
+        is negative: it orders before the program's scalars and names no line."""
+        theta = Vector(-1 - len(self.derived_scalars), self.program.scalar_dim, "scalar", name, self.program)
+        self.derived_scalars.append(theta)
+        self.scalars[theta] = form
+        if isinstance(form, MomentForm):
+            self.moment_terms[theta] = self._moment_terms(theta, form.expr)
+        return theta
 
     @staticmethod
     def _check_plain(vector: Vector, coefficient: pointcoef.Coefficient) -> None:
@@ -367,10 +411,21 @@ class Analysis:
         return Polynomial(0.0, ((1.0, self.monomials[Monomial((Var(v),)).key]),))
 
     def source_cov(self, s1: Vector, s2: Vector) -> SourceCovariance | None:
+        """The covariance rule of two sources, None where they are independent: by their lines'
+        rule, and also where it is ``scale · E[Z^a Z^b]`` of two structurally uncorrelated G-vectors
+        (``W a`` and ``W b`` with ``a`` from the data and ``b`` a Gaussian of the program: exactly 0,
+        so the two Gaussian sources are independent — kept joint, a kinked function of one times
+        the other had a Hellinger-type bound that is infinite where the other is the same vector at
+        every input)."""
         key = (s1, s2)
         if key not in self._source_cov:
             l1, l2 = self.program.line_of(s1), self.program.line_of(s2)
-            self._source_cov[key] = rule_for(l1).source_covariance(l1, l2)
+            cov = rule_for(l1).source_covariance(l1, l2)
+            if cov is not None and cov.moment is not None:
+                a, b = cov.moment
+                if a in self.sources and b in self.sources and not self.correlated(a, b):
+                    cov = None
+            self._source_cov[key] = cov
         return self._source_cov[key]
 
     def correlated(self, g1: Vector, g2: Vector) -> bool:
@@ -454,6 +509,13 @@ class Analysis:
 
 def _contains(e: Expr, kind: type) -> bool:
     return isinstance(e, kind) or any(_contains(c, kind) for c in e.children())
+
+
+def _coefficient_expr(c: pointcoef.Coefficient) -> Expr:
+    """A source coefficient as an expression over the program's scalars (a number: a constant)."""
+    if not isinstance(c, pointcoef.PointCoefficient):
+        return constant(float(c))
+    return linear(0.0, [(w, product([Var(s) for s in scalars])) for w, scalars in c.terms])
 
 
 def _scalar_factors(m: Monomial, what: str) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:

@@ -352,9 +352,9 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         has no transposed MatMul — exact there — and the real transposes (Netsor⊤) otherwise,
         where gradient independence is wrong (for ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives
         Θ = 4.54 instead of 5.29 — finite networks: 5.30 ± 0.02 at width 1024,
-        ``tests/test_empirical_ntk.py``). The expectation engine takes the real transposes of
-        linear programs and of nonlinear ones that read no data; the simulation (``method="qmc"``)
-        takes any.
+        ``tests/test_empirical_ntk.py``). The expectation engine takes the real transposes where
+        every Netsor⊤ correction is linear in G-vectors (with data, its coefficients ``E[∂φ]`` are
+        per-input scalars of the limit); the simulation (``method="qmc"``) takes any.
     method : {"auto", "expectations", "qmc"}
         As for :func:`netsor.limit`: ``"qmc"`` estimates every second moment of the forward and
         backward programs by the joint randomised QMC simulation (Netsor⊤ included) and

@@ -5,12 +5,11 @@ every output, scaled by ``√n`` (``δx = √n ∂y/∂x``, so that they have O(
 
 * **Gradient independence** (programs without transposed MatMuls): every ``Wᵀ`` of the backward
   pass is an independent copy ``W̃`` of ``W`` (same law). Valid when the forward pass uses no
-  transposes and the readout is independent of everything else (Yang, Tensor Programs II/IV),
-  and the only way the infinite-width engine can take programs that read data.
+  transposes and the readout is independent of everything else (Yang, Tensor Programs II/IV).
 * **Exact transposes** (programs whose forward pass uses ``Wᵀ``): there the assumption fails —
   the backward ``Wᵀ`` is correlated with the forward ``Wᵀ`` — so the backward pass uses the real
   ``W`` (a Netsor⊤ program), and its limit is the exact NTK as far as the Netsor⊤ engine takes it
-  (linear programs and nonlinear ones that read no data; the simulation takes any). Gradients
+  (every correction linear in G-vectors, with data or without; the simulation takes any). Gradients
   are scaled by the square root of their own dim's size, so a backward ``Wᵀ δg`` carries the
   factor ``√(n_h / n_g)`` (1 unless dims have different ratios).
 

@@ -40,9 +40,10 @@ class SourceForm:
     """``Z = Ẑ + Σ coef · Z^vector``: a Gaussian source ``Ẑ`` (its covariance with other sources is
     the rule's :meth:`LineRule.source_covariance`) plus a ``correction`` linear in earlier
     G-vectors (the ``Ż`` of a MatMul in a program with transposes; empty otherwise), each
-    coefficient with a bound on its numerical error in ``errors`` (same order; empty: exact)."""
+    coefficient — a number, or a scalar of the limit where it differs from input to input — with
+    a bound on its numerical error in ``errors`` (same order; empty: exact)."""
 
-    correction: tuple[tuple[float, Vector], ...] = ()
+    correction: tuple[tuple[float | Vector, Vector], ...] = ()
     errors: tuple[float, ...] = ()
 
 
@@ -87,9 +88,12 @@ class LimitContext(Protocol):
         """The MatMul lines of ``matrix`` before the current line, in program order."""
         ...
 
-    def derivative(self, vector: Vector, source: Vector) -> tuple[float, float]:
-        """``E[∂Z^vector / ∂Ẑ^source]`` for a source vector ``source`` and a bound on its numerical
-        error (raises :class:`~netsor.errors.UnsupportedError` where it cannot be computed)."""
+    def derivative(self, vector: Vector, source: Vector, scale: float = 1.0) -> tuple[float | Vector, float]:
+        """``scale · E[∂Z^vector / ∂Ẑ^source]`` for a source vector ``source`` and a bound on its
+        numerical error: a number, or — where it differs from input to input (a nonlinear
+        ``vector`` of a program that reads data) — a scalar of the limit (kind ``"scalar"``, not a
+        line of the program) whose per-input value carries its own error (raises
+        :class:`~netsor.errors.UnsupportedError` where it cannot be computed)."""
         ...
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from netsor.errors import NumericalError
 from netsor.interpret.forward import CoupledState, FiniteState
 from netsor.interpret.rules.base import LimitContext, LineRule, SourceCovariance, SourceForm
-from netsor.ir import Line, MatMulLine, Matrix
+from netsor.ir import Line, MatMulLine, Matrix, Vector
 from netsor.linalg import psd_sqrt
 
 Array = np.ndarray
@@ -112,6 +112,8 @@ class MatMulRule(LineRule):
         g_lim = zhat.copy()
         other_args, other_values, _ = uses[not line.transposed]
         for c, arg in state.limit.limit.analysis.corrections[line.out]:
+            if isinstance(c, Vector):  # a per-input E[∂Z/∂Ẑ] (a program that reads data): not a line's value
+                c = state.limit.limit.scalar(c)[None, :, None]
             g_lim += c * other_values[other_args.index(arg)]
         if fin.last_use_of(W) > fin.position:
             history[line.transposed] = extend_history(history[line.transposed], h_fin, g_fin)
@@ -161,10 +163,10 @@ class MatMulRule(LineRule):
         correction, errors = [], []
         for use in context.uses(line.matrix):
             if use.transposed != line.transposed:
-                c, e = context.derivative(line.arg, use.out)
-                if c != 0.0 or e > 0.0:
-                    correction.append((scale * c, use.arg))
-                    errors.append(scale * e)
+                c, e = context.derivative(line.arg, use.out, scale)
+                if isinstance(c, Vector) or c != 0.0 or e > 0.0:
+                    correction.append((c, use.arg))
+                    errors.append(e)
         return SourceForm(tuple(correction), tuple(errors))
 
     def source_covariance(self, line: MatMulLine, other: Line) -> SourceCovariance | None:
