@@ -171,9 +171,9 @@ def test_random_programs_simulated_limit_agrees_with_the_expectation_engine(reci
 def test_random_transposed_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed):
     """Netsor⊤: the engine's kernel is finite, exactly symmetric and PSD within its bounds, and the
     simulation's Ż (Stein's lemma on its copies) meets the engine's (exact for linear programs,
-    symbolic derivatives integrated at 1e-12 for nonlinear data-free ones), on random programs with
-    a rectangular and a square matrix used both ways; programs the engine refuses (nonlinear with
-    data, non-Gaussian Ż) are skipped."""
+    symbolic derivatives integrated at 1e-12 for nonlinear data-free ones, per-input scalars of the
+    limit with data), on random programs with a rectangular and a square matrix used both ways;
+    programs the engine refuses (non-Gaussian Ż) are skipped."""
     p = build_transposed(recipe)
     X = inputs(2, 3, seed) if recipe.data else None
     try:
