@@ -357,3 +357,30 @@ def test_a_kinked_function_times_the_same_matrix_of_an_independent_gaussian_is_e
     K, E = netsor.limit(p, X).nngp(with_error=True)
     assert np.max(np.abs(K - expected)) <= 1e-14 and np.all(np.abs(K - expected) <= E + 1e-15)
     assert np.max(E) <= 1e-12
+
+
+def test_an_independent_centred_gaussian_factor_makes_the_expectation_exactly_zero(monkeypatch):
+    """``E[relu(u_i) · step(u_j) v_j]`` with ``v`` a G-vector independent of ``u``: the factor
+    ``E v = 0`` makes it exactly 0 with a zero bound, and the pair of the other group (relu with
+    step: a Mehler series with colinear fallbacks, ~10 s on 200 inputs in an NTK) is never
+    computed; so is a mean ``E[relu(u) v]``."""
+    from netsor.gaussian import pairs
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pair of the other group was computed")
+
+    monkeypatch.setattr(pairs, "_series_pair", refuse)
+    p = netsor.Program()
+    n = p.dim("n")
+    u = p.matrix(n, n, sigma=1.2) @ p.input(n)
+    v = p.matrix(n, n) @ p.gaussian(n)
+    h, d = netsor.relu(u), netsor.step(u) * v
+    theta = netsor.inner(netsor.relu(u), v)  # a NetsorK moment: E[relu(u) v] per input
+    p.readout(h)
+    p.readout(d)
+    X = np.random.default_rng(0).standard_normal((5, 3))
+    lim = netsor.limit(p, X)
+    K, E = lim.cov(h, d, with_error=True)
+    assert np.all(K == 0.0) and np.all(E == 0.0)
+    value, error = lim.scalar(theta, with_error=True)
+    assert np.all(value == 0.0) and np.all(error == 0.0)

@@ -744,7 +744,10 @@ class MonomialPair(Quantity):
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         own: list[Key] = []
         side: list[Key] = []
-        for comp in an.components(key[1], key[2], diag):
+        comps = an.components(key[1], key[2], diag)
+        if _vanishes(comps):  # only the envelopes of the zero
+            return [], [] if diag else [("pm", m.key) for comp in comps for m in (comp.left, comp.right) if m]
+        for comp in comps:
             if comp.left is None or comp.right is None:
                 only = comp.left or comp.right
                 (own if diag else side).append(("mean", only.key))
@@ -768,6 +771,15 @@ class MonomialPair(Quantity):
 
     def compute(self, key: Key, run: Run) -> Value:
         comps = run.an.components(key[1], key[2], run.diag)
+        if _vanishes(comps):
+            zero = np.zeros(run.shape)
+            if run.diag:
+                return zero, zero
+            left = np.prod([np.sqrt(run.point(("pm", c.left.key), "left")[0]["m2"]) for c in comps if c.left],
+                           axis=0) * np.ones((run.shape[0], 1))
+            right = np.prod([np.sqrt(run.point(("pm", c.right.key), "right")[0]["m2"]) for c in comps if c.right],
+                            axis=0) * np.ones((1, run.shape[1]))
+            return zero, bounds.zero(left, right)
         if run.diag:
             return _product_of_means([run.point(("mean", (comp.left or comp.right).key), "left")
                                       if comp.right is None or comp.left is None else run.same_point(comp)
@@ -791,6 +803,19 @@ class MonomialPair(Quantity):
         return np.broadcast_to(value, run.shape), bounds.product(factors, left, right).plus_rounding(16)
 
 
+def _single_gaussian(m: Monomial) -> bool:
+    """``m`` is one G-vector: its mean is exactly 0."""
+    return len(m.atoms) == 1 and isinstance(m.atoms[0], Var)
+
+
+def _vanishes(comps: list[Component]) -> bool:
+    """Some independent group is one G-vector on one side only: its mean, a factor of the
+    expectation, is exactly 0 (``E[relu(g) step(g') v']`` with ``v`` independent: the other
+    groups' pair — here a Mehler series with colinear fallbacks, 10 s on 200 inputs — is never
+    needed)."""
+    return any((c.left is None) != (c.right is None) and _single_gaussian(c.left or c.right) for c in comps)
+
+
 def _product_of_means(factors: list[Value], shape: tuple[int, ...]) -> Value:
     """The product of per-point expectations ``(value, error)`` of independent groups, its error
     bounded exactly: the rounding of each expectation's evaluation, then (v₁ ± e₁)(v₂ ± e₂)."""
@@ -810,6 +835,8 @@ class MonomialMean(Quantity):
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         m = an.monomials[key[1]]
         groups = an.factors(m)
+        if len(groups) > 1 and any(_single_gaussian(g) for g in groups):
+            return [], []  # exactly 0 (compute)
         if len(groups) > 1:
             return [("mean", g.key) for g in groups], []
         return _block_keys(m.args) + ([] if an.batchnorm(m) is not None else [("pm", key[1])]), []
@@ -817,6 +844,8 @@ class MonomialMean(Quantity):
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
         groups = run.an.factors(m)
+        if len(groups) > 1 and any(_single_gaussian(g) for g in groups):
+            return np.zeros(run.shape), np.zeros(run.shape)  # a centred Gaussian factor, independent of the rest
         if len(groups) > 1:
             return _product_of_means([run.get(("mean", g.key)) for g in groups], run.shape)
         form = run.an.batchnorm(m)
