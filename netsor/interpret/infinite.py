@@ -177,9 +177,10 @@ class Analysis:
         #: Scalars (NetsorK): how each is computed at one input (see :class:`ScalarLimit`).
         self.scalars: dict[Vector, MomentForm | FunctionForm] = {}
         self.moment_terms: dict[Vector, tuple[float, list[MomentTerm]]] = {}
-        #: Scalars of the limit that are not lines of the program: the per-input ``E[∂Z^h/∂Ẑ]`` of
-        #: Netsor⊤ corrections in programs that read data (:meth:`derivative`).
-        self.derived_scalars: list[Vector] = []
+        #: Scalars of the limit that are not lines of the program: per-input coefficients of Netsor⊤
+        #: corrections (``E[∂Z^h/∂Ẑ]`` in programs that read data, NetsorK scalars), by request
+        #: ``(vector, source, scale)`` of :meth:`derivative`.
+        self.derived_scalars: dict[tuple[Vector, Vector, float], float | Vector] = {}
         self.polys: dict[Vector, Polynomial] = {}
         self.steps: dict[Vector, int | None] = {}
         self.monomials: dict[Key, Monomial] = {}
@@ -324,7 +325,7 @@ class Analysis:
                         "with numerical errors of earlier corrections, is not in the expectation engine; the "
                         "simulation takes it: method='qmc', rtol=1e-3")
                 expr = linear(0.0, [(scale, _coefficient_expr(coefficient))])
-                return self._derived_scalar(FunctionForm(expr), f"∂{vector.name}/∂Ẑ^{source.name}"), 0.0
+                return self._derived_scalar((vector, source, scale), FunctionForm(expr)), 0.0
             return scale * coefficient, error
         if vector in self.steps:
             return 0.0, 0.0
@@ -362,18 +363,25 @@ class Analysis:
                     "numerical and its derivative differs at every input, is not in the expectation engine; "
                     "the simulation takes it: method='qmc', rtol=1e-3")
             parts.append((scale, product([_coefficient_expr(c), differentiate(line.expr, g)])))
-        expr = linear(0.0, parts)
-        if isinstance(expr, Const):  # the same at every input (e.g. 0: the derivative of a step)
-            return expr.value
-        return self._derived_scalar(MomentForm(expr), f"E[∂{line.out.name}/∂Ẑ^{source.name}]")
+        return self._derived_scalar((line.out, source, scale), MomentForm(linear(0.0, parts)))
 
-    def _derived_scalar(self, form: MomentForm | FunctionForm, name: str) -> Vector:
-        """A scalar of the limit that is not a line of the program — a per-input coefficient of a
-        Netsor⊤ correction — registered with the program's own (``scalars``, ``moment_terms``) and
-        computed per input with its error bound by the same rule (:class:`ScalarLimit`). Its index
-        is negative: it orders before the program's scalars and names no line."""
+    def _derived_scalar(self, request: tuple[Vector, Vector, float], form: MomentForm | FunctionForm
+                        ) -> float | Vector:
+        """A scalar of the limit that is not a line of the program — the per-input coefficient
+        ``request = (vector, source, scale)`` of a Netsor⊤ correction — registered with the
+        program's own (``scalars``, ``moment_terms``) and computed per input with its error bound
+        by the same rule (:class:`ScalarLimit`); a number where the expression is constant (0: the
+        derivative of a step). Its index is negative: it orders before the program's scalars and
+        names no line."""
+        if request in self.derived_scalars:
+            return self.derived_scalars[request]
+        vector, source, _ = request
+        if isinstance(form.expr, Const):
+            self.derived_scalars[request] = form.expr.value
+            return form.expr.value
+        name = f"E[∂{vector.name}/∂Ẑ^{source.name}]"
         theta = Vector(-1 - len(self.derived_scalars), self.program.scalar_dim, "scalar", name, self.program)
-        self.derived_scalars.append(theta)
+        self.derived_scalars[request] = theta
         self.scalars[theta] = form
         if isinstance(form, MomentForm):
             self.moment_terms[theta] = self._moment_terms(theta, form.expr)
