@@ -141,11 +141,8 @@ class MatMulRule(LineRule):
             cross = (past.args @ h.T) / copies
             gram = np.block([[past.gram, cross], [cross.T, own]])
         coef, resid, _ = limit_conditional(np.sqrt(scale), gram, B)
-        vals, vecs = np.linalg.eigh(resid)
-        vals, vecs = vals[::-1], vecs[:, ::-1]  # largest variance first: the best-spread QMC dimensions
-        keep = vals > DEGENERACY_TOLERANCE * max(float(np.trace(own)) * scale, np.finfo(float).tiny)
-        root = vecs[:, keep] * np.sqrt(vals[keep])
-        normals = state.chunk.normal((int(keep.sum()), state.sizes[W.out_dim]))[0]
+        root = _conditional_root(resid, np.diag(own) * scale)
+        normals = state.chunk.normal((root.shape[1], state.sizes[W.out_dim]))[0]
         zhat = root @ normals
         if past is not None:
             zhat += coef.T @ past.zhat
@@ -200,6 +197,20 @@ class SimulatedUses:
             normals = np.vstack([past.normals, self.normals])
         return SimulatedUses(np.vstack([past.args, self.args]), self.gram, np.vstack([past.zhat, self.zhat]), mix,
                              normals)
+
+
+def _conditional_root(resid: Array, variance: Array) -> Array:
+    """``L`` (B, r) with ``L Lᵀ = resid``, dropping the directions whose variance is below
+    ``DEGENERACY_TOLERANCE`` relative to the inputs' own variances ``variance`` (B,) — each input
+    on its own scale: a cut relative to the sum over inputs dropped the whole Ẑ of an input whose
+    variance is 10 orders below another's. Columns by decreasing (relative) variance: the
+    best-spread QMC dimensions first."""
+    d = np.sqrt(np.maximum(variance, 0.0))
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    vals, vecs = np.linalg.eigh(resid * inv[:, None] * inv[None, :])
+    vals, vecs = vals[::-1], vecs[:, ::-1]
+    keep = vals > DEGENERACY_TOLERANCE
+    return d[:, None] * vecs[:, keep] * np.sqrt(vals[keep])
 
 
 def stein_correction(h: Array, other: SimulatedUses, scale: float) -> Array:
