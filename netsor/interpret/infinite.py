@@ -816,6 +816,11 @@ def _single_gaussian(m: Monomial) -> bool:
     return len(m.atoms) == 1 and isinstance(m.atoms[0], Var)
 
 
+def _has_centred_factor(groups: list[Monomial]) -> bool:
+    """A monomial's independent groups include one G-vector alone: its mean is exactly 0."""
+    return len(groups) > 1 and any(_single_gaussian(g) for g in groups)
+
+
 def _vanishes(comps: list[Component]) -> bool:
     """Some independent group is one G-vector on one side only: its mean, a factor of the
     expectation, is exactly 0 (``E[relu(g) step(g') v']`` with ``v`` independent: the other
@@ -843,7 +848,7 @@ class MonomialMean(Quantity):
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         m = an.monomials[key[1]]
         groups = an.factors(m)
-        if len(groups) > 1 and any(_single_gaussian(g) for g in groups):
+        if _has_centred_factor(groups):
             return [], []  # exactly 0 (compute)
         if len(groups) > 1:
             return [("mean", g.key) for g in groups], []
@@ -852,8 +857,8 @@ class MonomialMean(Quantity):
     def compute(self, key: Key, run: Run) -> Value:
         m = run.an.monomials[key[1]]
         groups = run.an.factors(m)
-        if len(groups) > 1 and any(_single_gaussian(g) for g in groups):
-            return np.zeros(run.shape), np.zeros(run.shape)  # a centred Gaussian factor, independent of the rest
+        if _has_centred_factor(groups):
+            return np.zeros(run.shape), np.zeros(run.shape)
         if len(groups) > 1:
             return _product_of_means([run.get(("mean", g.key)) for g in groups], run.shape)
         form = run.an.batchnorm(m)
