@@ -15,7 +15,7 @@ from references import abs_kernel, pairwise, relu_kernel, step_kernel
 import netsor
 from netsor.interpret.finite import run_finite
 from netsor.ir.homogeneity import input_degrees, input_parities, input_scaling
-from netsor.linalg import colinear_rows
+from netsor.linalg import colinear_rows, identical_rows, mirror_upper
 
 
 def _exactly_colinear(x, y):
@@ -44,6 +44,40 @@ def test_colinear_rows_agree_with_exact_rational_arithmetic():
     for i, j, r in zip(ii, jj, s, strict=True):
         k = np.flatnonzero(A[i])[0]
         assert r == B[j, k] / A[i, k] and r > 0
+
+
+def test_colinear_rows_of_one_set_with_itself():
+    """``colinear_rows(A, A)`` (one input set: every row its own byte-identical candidate) finds
+    exactly the colinear pairs of distinct rows, both ways round, and no row with itself."""
+    rng = np.random.default_rng(6)
+    base = rng.integers(-3, 4, size=(5, 4)).astype(float)
+    A = np.vstack([base, 2.0 * base[:2], -0.5 * base[3:4], base[:1], np.zeros((1, 4)), rng.standard_normal((3, 4))])
+    ii, jj, _ = colinear_rows(A, A, negative=True)
+    found = set(zip(ii.tolist(), jj.tolist(), strict=True))
+    want = {(i, j) for i in range(len(A)) for j in range(len(A))
+            if A[i].tobytes() != A[j].tobytes() and (_exactly_colinear(A[i], A[j]) or _exactly_colinear(A[i], -A[j]))}
+    assert found == want and len(want) >= 6
+
+
+@pytest.mark.parametrize("one_set", [True, False])
+def test_identical_rows_are_all_byte_identical_pairs_in_order(one_set):
+    """Every pair of byte-identical rows (repeats, -0.0 apart from 0.0, NaN rows equal to themselves),
+    ``i`` ascending then ``j`` — against the pairwise definition."""
+    rng = np.random.default_rng(7)
+    A = rng.integers(-1, 2, size=(40, 3)).astype(float)
+    A[3, 0], A[5] = -0.0, np.nan
+    B = A if one_set else np.vstack([A[rng.permutation(40)[:25]], rng.integers(-1, 2, size=(10, 3))])
+    want = [(i, j) for i in range(len(A)) for j in range(len(B)) if A[i].tobytes() == B[j].tobytes()]
+    ii, jj = identical_rows(A, B)
+    assert list(zip(ii.tolist(), jj.tolist(), strict=True)) == want
+    assert len(want) > len(A) // 2  # the small integer alphabet repeats rows
+
+
+def test_mirror_upper_copies_the_upper_triangle_across_tiles():
+    A = np.random.default_rng(8).standard_normal((300, 300))
+    want = np.triu(A) + np.triu(A, 1).T
+    assert np.array_equal(mirror_upper(A.copy(), tile=64), want)
+    assert np.array_equal(mirror_upper(A.copy()), want)
 
 
 def test_colinear_rows_of_sequences_scale_the_whole_sequence():

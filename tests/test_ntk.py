@@ -261,3 +261,33 @@ def test_a_kink_at_a_vector_that_vanishes_in_the_limit_has_a_finite_ntk_bound():
                     readouts=(((2,), 1.0, 0.0, False),))
     k = netsor.kernel(build(recipe), inputs(2, 4, 0))
     assert np.all(k.ntk == 0) and np.all(k.ntk_error == 0) and np.all(k.nngp == 0)
+
+
+def test_block_ratio_bound_is_at_least_every_entrys_ratio():
+    """The check of a kernel block without a pass over it (``_Block.ratio_bound``, the mediant of the
+    terms' relative bounds) is never below the largest ratio of the block's bound to its scale, and
+    is exact when one term dominates; with a dense bound in a term it defers to the pass (inf)."""
+    from netsor.interpret.ntk import Moment, _Block
+
+    rng = np.random.default_rng(3)
+    n = 30
+
+    def moment(eta, dense=None):
+        left, right = rng.uniform(0.1, 2.0, (n, 1)), rng.uniform(0.1, 2.0, (1, n))
+        return Moment(rng.uniform(-1, 1, (n, n)) * left * right, left, right, eta, dense)
+
+    for trial in range(20):
+        block = _Block(rng.uniform(0, 1), np.empty((n, n)))
+        etas = 10.0 ** rng.uniform(-14, -4, 4)
+        block.add(rng.uniform(0.1, 3.0), moment(etas[0]), None)
+        block.add(rng.uniform(0.1, 3.0), moment(etas[1]), moment(etas[2]))
+        block.add(1.0, moment(etas[3]), None)
+        exact = float(np.max(block.error() / block.scale()))
+        assert block.ratio_bound() >= exact
+        assert block.ratio_bound() <= 1.01 * max(etas[3], etas[2] + etas[1] + etas[1] * etas[2], etas[0])
+    single = _Block(0.0, np.empty((n, n)))
+    single.add(2.0, moment(1e-6), None)
+    assert single.ratio_bound() == pytest.approx(float(np.max(single.error() / single.scale())), rel=1e-12)
+    dense = _Block(0.0, np.empty((n, n)))
+    dense.add(1.0, moment(0.0, dense=np.full((n, n), 1e-3)), moment(1e-8))
+    assert dense.ratio_bound() == np.inf

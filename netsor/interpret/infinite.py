@@ -83,7 +83,15 @@ from netsor.ir.expr import (
     product,
 )
 from netsor.ir.homogeneity import input_scaling
-from netsor.linalg import PSD_TOLERANCE, colinear_rows, ensure_psd, largest_ratio, mirror_upper, symmetrized_upper
+from netsor.linalg import (
+    PSD_TOLERANCE,
+    colinear_rows,
+    ensure_psd,
+    identical_rows,
+    largest_ratio,
+    mirror_upper,
+    symmetrized_upper,
+)
 from netsor.validate import (
     check_choice,
     check_memory_budget,
@@ -1795,14 +1803,7 @@ class Limit:
     def _identical_pairs(self) -> tuple[Array, Array]:
         """Index arrays (i, j) of all pairs with ``X[i] == X2[j]`` exactly (the diagonal of a
         kernel of one input set, and any repeated input)."""
-        rows2: dict[bytes, list[int]] = {}
-        for j, x in enumerate(self.X2):
-            rows2.setdefault(x.tobytes(), []).append(j)
-        pairs = [(i, j) for i, x in enumerate(self.X) for j in rows2.get(x.tobytes(), ())]
-        if not pairs:
-            return np.empty(0, dtype=int), np.empty(0, dtype=int)
-        ii, jj = zip(*pairs, strict=True)
-        return np.array(ii), np.array(jj)
+        return identical_rows(self.X, self.X2)
 
     def checked(self, value: Array, err: Array | bounds.TiledBound, scale: Array | tuple[Array, Array],
                 what: str, with_error: bool) -> Any:

@@ -272,12 +272,28 @@ class _Block:
             ea, eb = a.error(), b.error()
             self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
 
-    def result(self) -> tuple[Array, Array]:
-        """The block's error bound and its scale, of the block's shape (the block is in ``target``)."""
-        shape = self.K.shape
-        E = _rank_sum(self.error_cols, shape) + self.dense + _EPS * self.bias**2
-        S = _rank_sum(self.scale_cols, shape) + self.bias**2
-        return E, S
+    def error(self) -> Array:
+        """The block's error bound, of the block's shape (the block is in ``target``)."""
+        return _rank_sum(self.error_cols, self.K.shape) + self.dense + _EPS * self.bias**2
+
+    def scale(self) -> Array:
+        """The block's scale ``bias² + Σ coef · l_A l_B · r_A r_B``, of the block's shape."""
+        return _rank_sum(self.scale_cols, self.K.shape) + self.bias**2
+
+    def ratio_bound(self) -> float:
+        """An upper bound of ``max error / scale`` over the block without a pass over it, or inf.
+
+        Where no term has a dense bound, term k's error is ``η_k`` times its own scale term (the same
+        rank-one factors), so every entry's ratio is a mediant of the ``η_k`` (and of ``eps`` for
+        the bias): at most their largest."""
+        if not isinstance(self.dense, float):  # a dense bound was added (it starts as the float 0)
+            return np.inf
+        ratios = [_EPS]
+        for (weight, _, _), (coef, _, _) in zip(self.error_cols, self.scale_cols, strict=True):
+            if not coef > 0.0:  # a mediant needs positive weights
+                return np.inf
+            ratios.append(weight / coef)
+        return max(ratios)
 
 
 class _CheckedEntries:
@@ -423,8 +439,10 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
                 block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if tiled else np.empty(checked.shape))
                 for coef, pa, pb in terms[(r, s, name == "ntk")]:
                     block.add(coef, moments[pa], None if pb is None else moments[pb])
-                err, scale = block.result()
-                worst[name].append(checked.largest_ratio(err, scale, r, s, lim.rtol))
+                err = block.error()
+                ratio = block.ratio_bound()
+                worst[name].append((ratio, (0, 0)) if ratio <= lim.rtol
+                                   else checked.largest_ratio(err, block.scale(), r, s, lim.rtol))
                 if not tiled:
                     K[rows, r, cols, s], E[rows, r, cols, s] = block.K, err
                     if lim.symmetric:  # the mirrored entries (the diagonal's are the same)

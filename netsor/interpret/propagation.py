@@ -25,7 +25,6 @@ Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -117,9 +116,9 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
     if c_bound.dense is not None:
         eps += largest_ratio(c_bound.dense, root_a * root_b)
     if angle is not None:
-        where = _off_diagonal(angle.shape) if skip_diagonal else True
-        smallest = float(np.min(angle, where=where, initial=np.pi))
-        largest = float(np.max(angle, where=where, initial=0.0))
+        pairs = _off_diagonal(angle) if skip_diagonal else angle
+        smallest = float(np.min(pairs, initial=np.pi))
+        largest = float(np.max(pairs, initial=0.0))
         rho_max = max(np.cos(smallest), -np.cos(largest)) + 4 * _EPS  # the rounding of θ and cos
     else:
         with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance: inf or NaN, never accepted
@@ -130,14 +129,22 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
         rho_max = float(np.max(rho, initial=0.0))
     rho_max = min(rho_max, 1.0)
     change = float(modulus(np.ones(1), np.ones(1), np.full(1, rho_max), np.full(1, eps))[0])
-    return change * largest_ratio(np.ones(1), env_l) * largest_ratio(np.ones(1), env_r)
+    return change * _reciprocal_min(env_l) * _reciprocal_min(env_r)
 
 
-@functools.lru_cache(maxsize=8)
-def _off_diagonal(shape: tuple[int, ...]) -> Array:
-    mask = ~np.eye(*shape, dtype=bool)
-    mask.flags.writeable = False
-    return mask
+def _off_diagonal(A: Array) -> Array:
+    """The entries of the square array ``A`` off its diagonal, as a strided view (rows of the
+    flattened array shifted by one: each row's last entry is the next diagonal one), or a copy."""
+    n = A.shape[0]
+    if n < 2 or not A.flags.c_contiguous:
+        return A[~np.eye(n, dtype=bool)]
+    return A.reshape(-1)[1:].reshape(n - 1, n + 1)[:, :-1]
+
+
+def _reciprocal_min(envelope: Array) -> float:
+    """``max 1/envelope`` (inf where an entry is 0 or NaN)."""
+    smallest = float(np.min(envelope, initial=np.inf))
+    return 1.0 / smallest if smallest > 0.0 else np.inf
 
 
 def _side_maxima(factors: Array, envelope: Array) -> Array:
