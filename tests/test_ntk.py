@@ -276,7 +276,7 @@ def test_block_ratio_bound_is_at_least_every_entrys_ratio():
         left, right = rng.uniform(0.1, 2.0, (n, 1)), rng.uniform(0.1, 2.0, (1, n))
         return Moment(rng.uniform(-1, 1, (n, n)) * left * right, left, right, eta, dense)
 
-    for trial in range(20):
+    for _ in range(20):
         block = _Block(rng.uniform(0, 1), np.empty((n, n)))
         etas = 10.0 ** rng.uniform(-14, -4, 4)
         block.add(rng.uniform(0.1, 3.0), moment(etas[0]), None)

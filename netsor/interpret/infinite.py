@@ -44,7 +44,7 @@ from netsor.activations.kernels import known_angle, remembered_angles
 from netsor.allocator import reused_memory
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
-from netsor.gaussian.batchnorm import batchnorm_expectation, centred_covariance
+from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
 from netsor.gaussian.pairs import (
     CoefficientMemo,
     is_elementary,
@@ -1093,6 +1093,8 @@ class Run:
         self.geometry_uses = dict(geometry_uses or {})
         self.geometries: dict[Hashable, tuple[Array, Array, Array, Array, Array, bounds.Bound, Any]] = {}
         self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}
+        #: BatchNorm expectations between two batches, every (b, c) of a pair of batch forms
+        self.batch_pairs: dict[Hashable, tuple[Array, Array]] = {}
         self.stderr = 0.0
         self._all_proportional = proportional
         if diag:
@@ -1303,19 +1305,37 @@ class Run:
                                      0 if other is None else other.index, cov, d_cov,
                                      rtol=self.term_rtol, memo=self.memo)
 
-    def batchnorm_identical_only(self, comp: Component) -> tuple[Array, bounds.Bound]:
-        """A tile term with a BatchNorm output on a side: only tiles of identical inputs (whose
-        entries take per-point values, :meth:`Limit._pairs`) are supported; returned as exact zeros."""
-        if not _identical_rows(self.X_left, self.X_right).all():
-            raise UnsupportedError(
-                f"E[{comp.left.expr.describe()} · {comp.right.expr.describe()}] between two different program "
-                "inputs: BatchNorm couples the examples of one batch, and its kernel across two different batches "
-                "(a B-dimensional joint expectation of 2B Gaussians) is not implemented by the expectation engine; "
-                "pass the batch as one input X of shape (1, B, d) (outputs indexed by the example b), or simulate "
-                "the limit: netsor.limit(..., method='qmc', rtol=1e-3)")
+    def batchnorm_tile(self, comp: Component) -> tuple[Array, bounds.Bound]:
+        """A tile term with a BatchNorm output on a side. Between two different inputs (two batches)
+        both sides must be BatchNorm forms of positively homogeneous activations: the joint
+        expectation of the two batches is a two-dimensional Laplace integral
+        (:func:`~netsor.gaussian.batchnorm.batchnorm_cross_expectation`). Entries of identical inputs
+        take per-point values (:meth:`Limit._pairs`): zeros here."""
         env_l = np.sqrt(self.point(("pm", comp.left.key), "left")[0]["m2"])
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
-        return np.zeros(self.shape), bounds.zero(env_l, env_r)
+        rows, cols = np.nonzero(~_identical_rows(self.X_left, self.X_right))
+        if not rows.size:
+            return np.zeros(self.shape), bounds.zero(env_l, env_r)
+        fl, fr = self.an.batchnorm(comp.left), self.an.batchnorm(comp.right)
+        if fl is None or fr is None:
+            raise UnsupportedError(
+                f"E[{comp.left.expr.describe()} · {comp.right.expr.describe()}] between two different program "
+                "inputs: BatchNorm couples the examples of one batch, and the expectation engine takes two batches "
+                "jointly only when both sides are BatchNorm outputs under positively homogeneous activations "
+                "(relu, step, abs, leaky_relu, identity); pass the batches as one input, or simulate the limit: "
+                "netsor.limit(..., method='qmc', rtol=1e-3)")
+        key = (fl.args, fr.args, fl.act.key, fr.act.key)
+        if key not in self.batch_pairs:  # every (b, c) of the two batches at once: one integral grid
+            (cov_x, d_x), (cov_y, d_y) = self.block(fl.args, "left"), self.block(fr.args, "right")
+            C, dC = self.cross(fl.args, fr.args)
+            joint, d_joint = (np.block([[x[rows], c[rows, cols]], [np.swapaxes(c[rows, cols], 1, 2), y[cols]]])
+                              for x, y, c in ((cov_x, cov_y, C), (d_x, d_y, dC)))
+            self.batch_pairs[key] = batchnorm_cross_expectation(fl.act, fr.act, joint, d_joint,
+                                                                rtol=self.term_rtol, memo=self.memo)
+        value, err = self.batch_pairs[key]
+        out, bound = np.zeros(self.shape), np.zeros(self.shape)
+        out[rows, cols], bound[rows, cols] = value[:, fl.index, fr.index], err[:, fl.index, fr.index]
+        return out, bounds.from_dense(bound, env_l, env_r, keep_dense=True)
 
     @functools.cached_property
     def proportional(self) -> tuple[Array, Array, Array]:
@@ -1387,7 +1407,7 @@ class Run:
         an = self.an
         left, right = comp.left, comp.right
         if an.batchnorm(left) is not None or an.batchnorm(right) is not None:
-            return self.batchnorm_identical_only(comp)
+            return self.batchnorm_tile(comp)
         s_left = self.point(("pm", left.key), "left")[0]
         s_right = self.point(("pm", right.key), "right")[0]
         env_l, env_r = np.sqrt(s_left["m2"]), np.sqrt(s_right["m2"])
