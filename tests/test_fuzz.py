@@ -26,11 +26,13 @@ extrapolated in 1/n, agrees with the limit within 4.5 standard errors.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from strategies import ACTIVATIONS, build, build_transposed, inputs, recipes, transpose_recipes
+from strategies import ACTIVATIONS, Recipe, build, build_transposed, inputs, recipes, transpose_recipes
 
 import netsor
 from netsor.errors import NumericalError
@@ -242,8 +244,17 @@ def test_random_transposed_programs_coupled_run_is_the_sampler_and_converges(rec
         assert ratio + 3 * ratio * np.hypot(*rel) >= 2.5**2, (name, mean, rel)
 
 
+#: A scalar softmax over one token makes s = e^θ · (1/e^θ) = 1 up to rounding, so g₁ − s·g₁ has zero
+#: variance: the mean of gate(g₁ − g₇) had an error on a zero envelope, a relative bound of inf, and
+#: inf · 0 gave NaN bounds (or "no finite error bound") off the diagonal (campaign seed 17171).
+ZERO_VARIANCE_GATE = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5), ("gates", 0, 1, "gate3")),
+                            readouts=(((0, 86), 1.0, 0.0, False),))
+
+
 @settings(SIMULATION_SETTINGS, max_examples=60)
 @given(recipe=recipes(max_steps=3, gates=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+@example(recipe=ZERO_VARIANCE_GATE, B=2, seed=0)
+@example(recipe=dataclasses.replace(ZERO_VARIANCE_GATE, readouts=(((86,), 1.0, 0.0, False),)), B=2, seed=0)
 def test_random_programs_with_gate_products_simulated_limit_agrees_with_the_expectation_engine(recipe, B, seed):
     """Products of normal-CDF gates of two vectors of a random program (cone moments of up to 6 dependent
     gate forms: the Genz rule, or nested quadrature and the Mehler series where smooth and of rank ≤ 2):

@@ -64,10 +64,15 @@ def zero(left: Array, right: Array) -> Bound:
 
 
 def from_dense(err: Array, left: Array, right: Array, keep_dense: bool = False) -> Bound:
-    """A dense bound on the envelope: as ``eta = max(err / envelope)``, or kept dense."""
-    if keep_dense:
-        return Bound(0.0, left, right, np.asarray(err, dtype=float))
-    return Bound(largest_ratio(err, left * right), left, right)
+    """A dense bound on the envelope: as ``eta = max(err / envelope)``, or kept dense — also where
+    that ratio is not finite (an error on a zero envelope, e.g. the mean of a monomial whose
+    variance is 0 up to its bound: ``eta = inf`` would make ``eta · 0`` NaN downstream)."""
+    if not keep_dense:
+        eta = largest_ratio(err, left * right)
+        if eta < np.inf:
+            return Bound(eta, left, right)
+    return Bound(0.0, left, right, np.broadcast_to(np.asarray(err, dtype=float), np.broadcast_shapes(
+        np.shape(err), np.shape(left), np.shape(right))).copy())
 
 
 def combination(parts: Sequence[tuple[float, Bound]], left: Array, right: Array, size: float = 1.0) -> Bound:
