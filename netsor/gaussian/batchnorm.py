@@ -18,6 +18,9 @@ memos are reused). ``C`` is eigen-decomposed once, in an orthonormal basis of ``
 its error is estimated by comparing steps ``h`` and ``2h``, and the truncated tails are bounded
 analytically (``Var_s w_b ≤ min(C_bb, 1/(2s))``, ``det(I + 2sC) ≥ Π (2sλᵢ)``).
 
+Between two batches (:func:`batchnorm_cross_expectation`) each batch's norm takes its own Laplace
+integral: a two-dimensional integral of the same closed-form kernels.
+
 Errors of ``Σ`` are propagated to first order by central differences in each entry of ``Σ``
 (times its bound), plus the second-order term from the same differences.
 """
@@ -174,7 +177,7 @@ def _propagated(evaluate: Callable[[Array, Array, Array], tuple[Array, Array]], 
 
     A difference's evaluations enter the bound scaled by ``δ/t`` (the entry's error over the
     difference step, usually ≪ 1), so they are asked for ``atol · t/(2Kδ)`` only (K entries: their
-    errors add up to at most ``atol``; capped at 10⁶ atol)."""
+    errors add up to at most ``atol``; capped at 10¹² atol)."""
     P, n = cov.shape[0], cov.shape[-1]
     if d_cov is None:
         return evaluate(cov, np.zeros_like(cov), np.full(P, atol))
@@ -191,7 +194,7 @@ def _propagated(evaluate: Callable[[Array, Array, Array], tuple[Array, Array]], 
     shift = step[:, :, None, None] * unit[None]  # (P, K, n, n)
     stack = np.concatenate([cov[:, None], cov[:, None] + shift, cov[:, None] - shift], axis=1)
     noise = np.concatenate([d_cov[:, None]] + 2 * [np.broadcast_to(d_cov[:, None], shift.shape)], axis=1)
-    loose = atol * np.minimum(step / (2 * K * np.maximum(delta, 1e-300)), 1e6)  # (P, K)
+    loose = atol * np.minimum(step / (2 * K * np.maximum(delta, 1e-300)), 1e12)  # (P, K)
     tolerances = np.concatenate([np.full((P, 1), atol), loose, loose], axis=1)
     values, errs = evaluate(stack.reshape(-1, n, n), noise.reshape(-1, n, n), tolerances.ravel())
     rest = values.shape[1:]
@@ -452,9 +455,9 @@ def _cross_integrand(phi: Activation, psi: Activation, k1: float, k2: float, axe
     p1 = np.einsum("qki,qbk->qbi", U, ends[0][None] * shrink[:, None, :])  # (n₁, B, r)
     p2 = np.einsum("qki,qbk->qbi", U, ends[1][None] * shrink[:, None, :])
     damp = 1.0 / (1.0 + 2.0 * s2[None, :, None] * mu[:, None, :])  # (n₁, n₂, r)
-    a = np.maximum(np.einsum("qbi,qri->qrb", p1 * p1, damp), 1e-300)
-    bb = np.maximum(np.einsum("qci,qri->qrc", p2 * p2, damp), 1e-300)
-    cc = np.einsum("qbi,qci,qri->qrbc", p1, p2, damp)
+    a = np.maximum(np.matmul(damp, np.swapaxes(p1 * p1, 1, 2)), 1e-300)  # (n₁, n₂, B)
+    bb = np.maximum(np.matmul(damp, np.swapaxes(p2 * p2, 1, 2)), 1e-300)
+    cc = np.matmul(p1[:, None] * damp[:, :, None, :], np.swapaxes(p2, 1, 2)[:, None])  # (n₁, n₂, B, B)
     log_det = (np.sum(np.log1p(2.0 * s1[:, None] * alpha[None, :]), axis=1)[:, None]
                + np.sum(np.log1p(2.0 * s2[None, :, None] * mu[:, None, :]), axis=2))
     rho = np.clip(cc / np.sqrt(a[..., :, None] * bb[..., None, :]), -1.0, 1.0)

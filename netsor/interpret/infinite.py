@@ -10,7 +10,8 @@ factors (arguments with no correlated sources); each group is one call to the Ga
 a one-argument rule (closed forms, Stein, Mehler series) when each side is a function of one
 G-vector, else the multi-dimensional engine (:mod:`netsor.gaussian.joint`). Monomials ``φ(u_b)`` of
 BatchNorm outputs of one batch of G-vectors with positively homogeneous φ take one-dimensional
-integrals instead (:mod:`netsor.gaussian.batchnorm`), at one input only (a batch is one input).
+integrals instead (:mod:`netsor.gaussian.batchnorm`) at one input (a batch is one input), and
+two-dimensional ones between two inputs (two batches).
 
 Errors. Every quantity is a pair (value, error bound): the engine's own error of each
 expectation plus the first-order propagation of the errors of its input covariances
