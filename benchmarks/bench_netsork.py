@@ -3,7 +3,9 @@ same size measured in the same run.
 
 Goals (issue: NetsorK): the transformer with 2 layers on 4 sequences of 8 tokens under 10 s; the
 LayerNorm MLP is reported beside the plain MLP of the same depth (LayerNorm adds per-input
-scalars: the ratio shows their cost). Medians of ``--repeats`` after a warm-up, calls interleaved.
+scalars: the ratio shows their cost); the BatchNorm MLP (depth 3) on one batch of 4 and on two
+(the kernel between batches: two-dimensional Laplace integrals), with its largest bound. Medians
+of ``--repeats`` after a warm-up, calls interleaved.
 
 Run::
 
@@ -33,18 +35,27 @@ def main(argv=None) -> int:
     transformer = netsor.zoo.transformer(2, tokens=8)
     layernorm = netsor.zoo.layernorm_mlp(3, "relu", 1.0, 0.1)
     plain = netsor.zoo.mlp(3, "relu", 1.0, 0.1)
+    batchnorm = netsor.zoo.batchnorm_mlp(3, "relu", batch=4)
+    X_batches = rng.standard_normal((2, 4, 5))
     calls = {"transformer": lambda: netsor.nngp(transformer, X_seq),
              "layernorm_mlp": lambda: netsor.nngp(layernorm, X),
-             "mlp": lambda: netsor.nngp(plain, X)}
-    med, _ = interleaved_medians(calls, args.repeats)
+             "mlp": lambda: netsor.nngp(plain, X),
+             "batchnorm_one_batch": lambda: netsor.limit(batchnorm, X_batches[:1]).nngp(with_error=True),
+             "batchnorm_two_batches": lambda: netsor.limit(batchnorm, X_batches).nngp(with_error=True)}
+    med, results = interleaved_medians(calls, args.repeats)
+    K, E = results["batchnorm_two_batches"]
+    bn_bound = float(np.max(E / np.sqrt(np.outer(np.diag(K), np.diag(K)))))
     fig = {"loadavg_start": load, "cpus": os.cpu_count(), "median_s": med,
-           "layernorm_over_mlp": med["layernorm_mlp"] / med["mlp"]}
+           "layernorm_over_mlp": med["layernorm_mlp"] / med["mlp"], "batchnorm_two_batches_bound": bn_bound}
     print(f"NetsorK kernels ({os.cpu_count()} CPUs), medians of {args.repeats}")
     print(f"  transformer, 2 layers, 4 sequences × 8 tokens   {med['transformer']:8.3f} s "
           f"(goal < 10 s: {'met' if med['transformer'] < 10 else 'MISSED'})")
     print(f"  LayerNorm MLP depth 3, N = 500                   {med['layernorm_mlp'] * 1e3:8.1f} ms")
     print(f"  MLP depth 3, N = 500 (same run)                  {med['mlp'] * 1e3:8.1f} ms   "
           f"LayerNorm / plain = {fig['layernorm_over_mlp']:.2f}")
+    print(f"  BatchNorm MLP depth 3, one batch of 4            {med['batchnorm_one_batch']:8.3f} s")
+    print(f"  BatchNorm MLP depth 3, two batches of 4          {med['batchnorm_two_batches']:8.3f} s   "
+          f"largest bound / √(K_ii K_jj) = {bn_bound:.1e}")
     return finish(fig, args.json)
 
 
