@@ -317,3 +317,20 @@ def test_two_batches_in_the_engine() -> None:
         netsor.nngp(q, np.random.default_rng(11).standard_normal((2, 3, 2)))
 
 
+
+
+def test_negative_degree_after_batchnorm_is_a_clear_error() -> None:
+    """1/u_b (homogeneous of degree −1, infinite moments) has no Laplace representation: the exact rule
+    refuses it (it crashed with a math domain error), and the engine says its bound is out of reach."""
+    reciprocal = netsor.activations.activation(np.reciprocal)
+    with pytest.raises(UnsupportedError, match="degree ≥ 0"):
+        batchnorm_expectation(reciprocal, reciprocal, 0, 1, np.eye(4)[None])
+    with pytest.raises(UnsupportedError, match="degree ≥ 0"):
+        batchnorm_cross_expectation(reciprocal, relu, np.eye(8)[None])
+    p = netsor.Program("batchnorm reciprocal")
+    xs = [p.data(step=b) for b in range(4)]
+    U = p.matrix(p.dim("n"), xs[0].dim)
+    gs = [U @ x for x in xs]
+    p.readout(*[netsor.nonlin(np.reciprocal, u) for u in netsor.batchnorm(gs)])
+    with pytest.raises(netsor.NetsorError):
+        netsor.nngp(p, np.random.default_rng(0).standard_normal((1, 4, 3)))

@@ -83,8 +83,9 @@ def batchnorm_expectation(phi: Activation, psi: Activation | None, b: int, c: in
     value, error : arrays, shape (P,)
     """
     k1, k2 = phi.homogeneous, (0.0 if psi is None else psi.homogeneous)
-    if k1 is None or k2 is None:
-        raise UnsupportedError("the exact BatchNorm expectation needs positively homogeneous activations")
+    if k1 is None or k2 is None or k1 < 0 or k2 < 0:
+        raise UnsupportedError("the exact BatchNorm expectation needs positively homogeneous activations of "
+                               "degree ≥ 0")
     cov = np.asarray(cov, dtype=float)
     scale = math.sqrt(float(second_moment(phi, np.ones(1))[0][0])
                       * (1.0 if psi is None else float(second_moment(psi, np.ones(1))[0][0])))

@@ -590,7 +590,8 @@ def _batchnorm_form(m: Monomial) -> BatchNormForm | None:
     atom, act = m.atoms[0], identity
     if isinstance(atom, Apply):
         atom, act = atom.child, atom.act
-    if not isinstance(atom, BatchNormalized) or act.homogeneous is None:
+    # a negative degree (1/u) has no Laplace representation, and its moments are infinite
+    if not isinstance(atom, BatchNormalized) or act.homogeneous is None or act.homogeneous < 0:
         return None
     if not all(isinstance(e, Var) and e.vector.kind == "G" for e in atom.operands) or len(m.args) != len(atom.operands):
         return None
