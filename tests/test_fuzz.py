@@ -51,8 +51,12 @@ def kernel(p, X, X2=None):
             return K, E, rtol
         except NumericalError as exc:
             message = str(exc)
-            # out of reach at this tolerance, an overflow, or a BatchNorm over a batch without spread
-            assert any(w in message for w in ("rtol", "non-finite", "NaN", "no spread")), message
+            # out of reach at this tolerance, an overflow, a BatchNorm over a batch without spread, or a
+            # scalar that is infinite in the limit (LayerNorm of a vector of variance 0): refusals that say why
+            assert any(w in message for w in ("rtol", "non-finite", "NaN", "no spread", "not finite in the limit")), \
+                message
+            if "not finite in the limit" in message:
+                return None
     return None
 
 
@@ -158,8 +162,15 @@ SIMULATION_SETTINGS = settings(max_examples=120, deadline=None, derandomize=True
                                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
+#: |g − g| = 0 through a matrix into LayerNorm: 1/√0 in the limit, refused naming the scalar (seed 21212)
+ZERO_VARIANCE_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("traced", 0, 0, "abs-diff"), ("matmul", 1, 0, 0.5),
+                                                              ("layernorm", 1), ("matmul", 0, 0, 0.5)),
+                                 readouts=(((448,), 1.0, 0.0, False),))
+
+
 @SIMULATION_SETTINGS
 @given(recipe=recipes(max_steps=4, opaque=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+@example(recipe=ZERO_VARIANCE_LAYERNORM, B=2, seed=0)
 def test_random_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, B, seed):
     """Two independent interpreters of the limit: the expectation engine and the joint QMC
     simulation (one round of 16 × 2^12 copies) agree within the sum of their bounds."""
