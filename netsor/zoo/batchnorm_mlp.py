@@ -21,7 +21,8 @@ def batchnorm_mlp(depth: int, activation: str | Activation = "relu", sigma_w: fl
     ``N(0, sigma_w²/n)``). Readout ``y_b = v·h^depth_b/√n``, ``v ~ N(0, 1)``, no bias.
 
     The NNGP kernel is exact (to ``rtol``) for positively homogeneous φ (relu, step, identity,
-    abs, leaky_relu) on one batch; kernels between two different batches are not implemented.
+    abs, leaky_relu), within a batch (one-dimensional integrals) and between batches (N > 1:
+    two-dimensional ones); the NTK and other activations by the QMC simulation (``method="qmc"``).
     """
     depth = check_count(depth, "depth")
     batch = check_count(batch, "batch")
