@@ -506,3 +506,17 @@ def test_independent_groups_of_forms_factorise_exactly():
     L = rng.standard_normal((5, 3))
     with pytest.raises(SingularOrthant):
         orthant((L @ L.T)[None], list(range(5)))
+
+
+def test_a_signed_zero_in_the_second_input_set_is_not_an_identical_input():
+    """X2 equal to X but for a −0.0: the tile skipped that entry as "identical" (value equality) while the
+    per-point values replace only byte-identical pairs, so the entry came out 0 instead of K_00 (0.29);
+    both now use one definition, and the cross kernel equals the kernel within its bounds."""
+    p = build("tanh(relu(a) + c)")
+    X = np.array([[0.0, 1.0, 0.5], [0.3, -0.2, 1.1]])
+    X2 = X.copy()
+    X2[0, 0] = -0.0
+    K, E = netsor.limit(p, X, rtol=1e-6).nngp(with_error=True)
+    K2, E2 = netsor.limit(p, X, X2, rtol=1e-6).nngp(with_error=True)
+    assert K[0, 0] > 0.2
+    assert np.all(np.abs(K2 - K) <= E + E2)

@@ -1526,10 +1526,12 @@ def _linear_pair(pl: Projection | None, pr: Projection | None) -> bool:
 
 
 def _identical_rows(A: Array, B: Array) -> Array:
-    """(len(A), len(B)) mask of pairs of identical input rows."""
-    a = A.reshape(A.shape[0], -1)
-    b = B.reshape(B.shape[0], -1)
-    return np.all(a[:, None, :] == b[None, :, :], axis=-1)
+    """(len(A), len(B)) mask of pairs of byte-identical input rows: the pairs that take per-point
+    values (:attr:`Limit._identical_pairs`, the same definition — a row equal in value but with
+    ``-0.0`` for ``0.0`` is not one of them, so its tile entry must be computed)."""
+    mask = np.zeros((A.shape[0], B.shape[0]), dtype=bool)
+    mask[identical_rows(A, B)] = True
+    return mask
 
 
 def _embed(proj: Projection, args: tuple[Vector, ...]) -> Array:
