@@ -87,8 +87,7 @@ def batchnorm_expectation(phi: Activation, psi: Activation | None, b: int, c: in
         raise UnsupportedError("the exact BatchNorm expectation needs positively homogeneous activations of "
                                "degree ≥ 0")
     cov = np.asarray(cov, dtype=float)
-    scale = math.sqrt(float(second_moment(phi, np.ones(1))[0][0])
-                      * (1.0 if psi is None else float(second_moment(psi, np.ones(1))[0][0])))
+    scale = _unit_scale(phi, psi)
     atol = 0.1 * rtol * scale
     return _propagated(lambda stack, noise, tol: _expectation(phi, psi, k1, k2, b, c, stack, noise, rtol, tol, scale,
                                                               memo), cov, d_cov, atol)
@@ -138,7 +137,7 @@ def batchnorm_cross_expectation(phi: Activation, psi: Activation, cov: Array, d_
     cov = np.asarray(cov, dtype=float)
     if k1 == 0 and k2 == 0 and phi.kernel_modulus is not None and phi.key == psi.key:
         return _cross_scale_free(phi, psi, cov, d_cov, rtol, memo)
-    scale = math.sqrt(float(second_moment(phi, np.ones(1))[0][0]) * float(second_moment(psi, np.ones(1))[0][0]))
+    scale = _unit_scale(phi, psi)
     atol = 0.1 * rtol * scale
     return _propagated(lambda stack, noise, tol: _cross(phi, psi, k1, k2, stack, noise, rtol, tol, memo),
                        cov, d_cov, atol)
@@ -163,10 +162,22 @@ def _cross_scale_free(phi: Activation, psi: Activation, cov: Array, d_cov: Array
     # the kernel evaluates c/√(ab) to a few eps: a change of c by that much, besides Σ's errors
     delta = dc + np.abs(c) * 0.5 * (da / a + db / b) + 8 * _EPS * np.sqrt(a * b)
     err = np.broadcast_to(err, value.shape) + phi.kernel_modulus(a, b, c, delta)
-    ones = np.array([-1.0, 1.0])
-    size = float(np.max(np.abs(phi.fn(ones)))) * float(np.max(np.abs(psi.fn(ones))))
     flat = (a <= da) | (b <= db)  # a batch without spread within its bounds: only the range is known
-    return np.where(flat, 0.0, value), np.where(flat, size, err)
+    return np.where(flat, 0.0, value), np.where(flat, _range(phi, psi, B, 0.0), err)
+
+
+def _unit_scale(phi: Activation, psi: Activation | None) -> float:
+    """``√(E φ(z)² E ψ(z)²)``, ``z ~ N(0, 1)`` (``E ψ² = 1`` for no ψ): the scale of the results."""
+    return math.sqrt(float(second_moment(phi, np.ones(1))[0][0])
+                     * (1.0 if psi is None else float(second_moment(psi, np.ones(1))[0][0])))
+
+
+def _range(phi: Activation, psi: Activation | None, B: int, m: float) -> float:
+    """``(B−1)^m max|φ(±1)| max|ψ(±1)| ≥ |φ(u_b) ψ(u_c)|`` for homogeneous φ, ψ of total degree 2m
+    (``|u_b| ≤ √(B−1)``): all that is known of a batch without spread within its bounds."""
+    ones = np.array([-1.0, 1.0])
+    size = float(np.max(np.abs(phi.fn(ones)))) * (1.0 if psi is None else float(np.max(np.abs(psi.fn(ones)))))
+    return (B - 1) ** m * size
 
 
 def _propagated(evaluate: Callable[[Array, Array, Array], tuple[Array, Array]], cov: Array,
@@ -234,9 +245,7 @@ def _expectation(phi: Activation, psi: Activation | None, k1: float, k2: float, 
     else:
         value, err = _integral(phi, psi, k1, k2, m, qb, qc, lam, kept, rtol, atol, scale, memo)
     if flat.any():
-        ones = np.array([-1.0, 1.0])
-        size = float(np.max(np.abs(phi.fn(ones)))) * (1.0 if psi is None else float(np.max(np.abs(psi.fn(ones)))))
-        value[flat], err[flat] = 0.0, (B - 1) ** m * size
+        value[flat], err[flat] = 0.0, _range(phi, psi, B, m)
     return value, err
 
 
@@ -330,15 +339,13 @@ def _cross(phi: Activation, psi: Activation, k1: float, k2: float, cov: Array, d
     floor = 2 * B * np.max(np.abs(d_cov) + 16 * _EPS * np.abs(cov), axis=(1, 2))
     root = vecs * np.sqrt(np.where(lam > floor[:, None], lam, 0.0))[:, None, :]  # reduced ≈ root rootᵀ
     first, second = root[:, :B - 1], root[:, B - 1:]
-    ones = np.array([-1.0, 1.0])
-    size = float(np.max(np.abs(phi.fn(ones)))) * float(np.max(np.abs(psi.fn(ones))))
     value, err = np.empty((N, B, B)), np.empty((N, B, B))
     for p in range(N):
         spreads = [np.linalg.eigvalsh(r @ r.T) for r in (first[p], second[p])]
         spreads = [s[s > floor[p]] for s in spreads]
         if not (spreads[0].size and spreads[1].size):
             # a batch without spread within the bounds: only the range |φ(u_b)| ≤ (B−1)^{k/2} max|φ(±1)| is known
-            value[p], err[p] = 0.0, (B - 1) ** (0.5 * (k1 + k2)) * size
+            value[p], err[p] = 0.0, _range(phi, psi, B, 0.5 * (k1 + k2))
             continue
         value[p], err[p] = _cross_integral(phi, psi, k1, k2, first[p], second[p], basis @ first[p],
                                            basis @ second[p], spreads, rtol, float(atol[p]), memo)
@@ -357,22 +364,26 @@ class _Envelope:
         self.rho = spread.size / 4
         self.D = math.sqrt(unit) * 4.0 ** (-m - self.rho) * float(np.prod(spread ** -0.25))
 
+    @property
+    def crossing(self) -> float:
+        """Where the two bounds of ``g`` cross (its bulk)."""
+        return math.log(self.D / self.A) / (self.m + self.rho)
+
     def total(self) -> float:
         """``∫ g`` over the whole line (or the constant, for m = 0)."""
         if self.m == 0.0:
             return self.A
-        crossing = math.log(self.D / self.A) / (self.m + self.rho)
-        return self.A * math.exp(self.m * crossing) / self.m + self.D * math.exp(-self.rho * crossing) / self.rho
+        return self.tails(self.crossing, self.crossing)
 
     def interval(self, tau: float) -> tuple[float, float, float, float]:
         """``(t_lo, t_hi)`` whose tails of ``g`` are each at most ``tau``, and the centre and width of
         the bulk of ``g`` (where its two bounds cross; their decay lengths ``1/m + 1/ρ``)."""
         lo = math.log(tau * self.m / self.A) / self.m
         hi = math.log(self.D / (tau * self.rho)) / self.rho
-        crossing = math.log(self.D / self.A) / (self.m + self.rho)
-        return lo, max(hi, lo + 1.0), min(max(crossing, lo), hi), WIDTH * (1 / self.m + 1 / self.rho)
+        return lo, max(hi, lo + 1.0), min(max(self.crossing, lo), hi), WIDTH * (1 / self.m + 1 / self.rho)
 
     def tails(self, lo: float, hi: float, *_: float) -> float:
+        """``∫ g`` below ``lo`` and above ``hi`` (at the crossing from both sides: the whole line)."""
         return self.A * math.exp(self.m * lo) / self.m + self.D * math.exp(-self.rho * hi) / self.rho
 
 
