@@ -1315,7 +1315,7 @@ class Run:
         take per-point values (:meth:`Limit._pairs`): zeros here."""
         env_l = np.sqrt(self.point(("pm", comp.left.key), "left")[0]["m2"])
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
-        rows, cols = np.nonzero(~_identical_rows(self.X_left, self.X_right))
+        rows, cols = np.nonzero(~self.identical)
         if not rows.size:
             return np.zeros(self.shape), bounds.zero(env_l, env_r)
         fl, fr = self.an.batchnorm(comp.left), self.an.batchnorm(comp.right)
@@ -1338,6 +1338,11 @@ class Run:
         out, bound = np.zeros(self.shape), np.zeros(self.shape)
         out[rows, cols], bound[rows, cols] = value[:, fl.index, fr.index], err[:, fl.index, fr.index]
         return out, bounds.from_dense(bound, env_l, env_r, keep_dense=True)
+
+    @functools.cached_property
+    def identical(self) -> Array:
+        """Mask (b1, b2) of the tile's pairs of identical inputs (they take per-point values)."""
+        return _identical_rows(self.X_left, self.X_right)
 
     @functools.cached_property
     def proportional(self) -> tuple[Array, Array, Array]:
@@ -1472,7 +1477,7 @@ class Run:
         # diagonal tile of a symmetric term (same monomial on both sides) only the upper triangle
         # is computed, and mirrored.
         mirror = self.left is self.right and self.rows == self.cols and left.key == right.key
-        wanted = ~_identical_rows(self.X_left, self.X_right)
+        wanted = ~self.identical
         if mirror:
             wanted &= np.triu(np.ones(self.shape, dtype=bool), 1)
         todo = np.flatnonzero(wanted.ravel())
