@@ -77,8 +77,18 @@ KERNEL_PROGRAMS = dict(recipe=recipes(max_steps=5, opaque=True), B=st.integers(2
                        seed=st.integers(0, 2**16), duplicate=st.booleans())
 
 
+#: A jump on a tie that is exact in arithmetic: ``where(a·g > g, …)`` with ``a`` the softmax weight of one token
+#: (1), then an opaque max; the whitened rows of ``a·g`` and ``g`` differed in the last bits, and the cross kernel
+#: depended on how the inputs were split, 33 % off within its bound (seed 23232)
+ROUNDED_TIE = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5), ("traced", 189, 0, "where"),
+                                                  ("matmul", 0, 0, 0.5), ("act", 0, "relu"), ("act", 0, "relu"),
+                                                  ("opaque", 512, 0)),
+                     readouts=(((0, 174), 1.0, 0.0, False),))
+
+
 @FAST
 @given(**KERNEL_PROGRAMS)
+@example(recipe=ROUNDED_TIE, B=2, d=3, seed=3, duplicate=False)
 def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
     check_kernel_properties(recipe, B, d, seed, duplicate)
 
