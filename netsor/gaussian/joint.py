@@ -172,25 +172,22 @@ def whiten(cov: Array) -> tuple[Array, int]:
     r = max(1, int(keep.sum(axis=-1).max(initial=1)))
     vals, vecs, keep = vals[..., -r:], vecs[..., -r:], keep[..., -r:]
     L = vecs * np.sqrt(np.where(keep, vals, 0.0))[..., None, :]
-    return _tied_rows(L, _RANK_TOL * top[..., 0]), r
+    return _tied_rows(L, cov, _RANK_TOL * top[..., 0]), r
 
 
-def _tied_rows(L: Array, tol: Array) -> Array:
-    """``L`` (P, k, r) with each row replaced by the first row within ``tol`` (P,) of it in squared
-    distance, and rows of squared norm ≤ ``tol`` by zeros."""
-    k = L.shape[-2]
-    if L.ndim < 3 or not L.shape[0]:
+def _tied_rows(L: Array, cov: Array, tol: Array) -> Array:
+    """``L`` (P, k, r) with each row replaced by the first row ``j`` with ``Var(u_i − u_j) ≤ tol``
+    (P,) (read from ``cov``), and the rows of arguments of variance ≤ ``tol`` by zeros."""
+    if not L.shape[0]:
         return L
-    zero = np.einsum("pkr,pkr->pk", L, L) <= tol[:, None]
-    L = np.where(zero[..., None], 0.0, L)
-    if k < 2:
-        return L
-    diff = L[:, :, None, :] - L[:, None, :, :]
-    close = np.einsum("pijr,pijr->pij", diff, diff) <= tol[:, None, None]
+    var = np.diagonal(cov, axis1=-2, axis2=-1)
+    zero = var <= tol[:, None]
+    close = var[:, :, None] + var[:, None, :] - 2.0 * cov <= tol[:, None, None]
     first = np.argmax(close, axis=-1)  # the first row close to each row (itself at the latest)
-    if np.all(first == np.arange(k)):
+    if not zero.any() and np.all(first == np.arange(L.shape[1])):
         return L
-    return np.take_along_axis(L, first[..., None], axis=1)
+    L = np.take_along_axis(L, first[..., None], axis=1)
+    return np.where(np.take_along_axis(zero, first, axis=1)[..., None], 0.0, L)
 
 
 # ------------------------------------------------------------------ nested quadrature
