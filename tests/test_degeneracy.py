@@ -185,3 +185,49 @@ def test_kernel_explain_without_degeneracy(capsys):
 
 def test_kernel_explain_is_a_flag(capsys):
     assert "--explain" in run_error(["kernel", "mlp", "--random", "3,4", "--explain=yes"], capsys)
+
+
+JOINT_OF_DOUBLED = {  # a function of (a, b = 2a), and the same function of a alone
+    "relu(a)·relu(b)": (lambda a, b: netsor.relu(a) * netsor.relu(b), lambda a: 2.0 * netsor.relu(a) * netsor.relu(a)),
+    "step(b)·a": (lambda a, b: netsor.step(b) * a, netsor.relu),
+    "relu(b − 2a)·a + relu(a)": (lambda a, b: netsor.relu(b - 2.0 * a) * a + netsor.relu(a), netsor.relu),
+}
+
+
+def _readout_of_doubled(fn, *, doubled_argument: bool) -> netsor.Program:
+    p = netsor.Program()
+    n = p.dim("n")
+    h = netsor.relu(p.input(n, sigma=1.0))
+    W = p.matrix(n, n, sigma=1.3)
+    a = W @ h
+    p.readout(fn(a, W @ (2.0 * h)) if doubled_argument else fn(a))
+    return p
+
+
+@pytest.mark.parametrize("joint", sorted(JOINT_OF_DOUBLED))
+def test_joint_terms_of_a_degenerate_pair_have_the_kernel_of_their_one_argument_form(joint):
+    """``b = W(2h) = 2a`` in the limit: functions of (a, b) are functions of a alone — relu(a)·relu(2a) =
+    2 relu(a)², step(2a)·a = relu(a), relu(0)·a + relu(a) = relu(a). The joint terms' tied step forms made
+    singular orthants, whose rounding was amplified into bounds of 47× the kernel (refused at every
+    rtol); the cone forms are now written in ``a`` alone where ``b = 2a`` at every point."""
+    of_pair, of_one = JOINT_OF_DOUBLED[joint]
+    K, E = netsor.limit(_readout_of_doubled(of_pair, doubled_argument=True), X).nngp(with_error=True)
+    K_ref, E_ref = netsor.limit(_readout_of_doubled(of_one, doubled_argument=False), X).nngp(with_error=True)
+    assert np.all(np.abs(K - K_ref) <= E + E_ref + 1e-14)
+    assert np.max(E) <= 1e-9 * np.max(np.abs(K))
+
+
+def test_a_jump_on_a_degenerate_pair_sees_the_tie_in_every_rule():
+    """``where(b > 2a, a, a/2)`` with ``b = 2a``, through a function the tracer cannot see (randomised
+    QMC over the whitened arguments): the whitened row of b is exactly 2× that of a, so every node takes
+    ``a/2`` — the kernel is ¼ of a's, within the QMC bound (the eigensolver's rows put the nodes on a
+    rounding-chosen side of the jump)."""
+    def opaque(u, v):
+        u, v = np.asarray(u), np.asarray(v)  # np.asarray stops the tracer
+        return np.where(v > 2.0 * u, u, 0.5 * u)
+
+    p = _readout_of_doubled(lambda a, b: netsor.nonlin(opaque, a, b, name="opaque_where"), doubled_argument=True)
+    q = _readout_of_doubled(lambda a: a, doubled_argument=False)
+    K, E = netsor.limit(p, X, rtol=1e-3).nngp(with_error=True)
+    K_a = netsor.nngp(q, X)
+    assert np.all(np.abs(K - 0.25 * K_a) <= E + 1e-14)

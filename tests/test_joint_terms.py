@@ -581,3 +581,38 @@ def test_whitening_gives_arguments_equal_to_rounding_equal_rows():
     B = rng.standard_normal((50, 3, 3))
     L, r = whiten(B @ np.swapaxes(B, 1, 2))
     assert r == 3 and np.all(np.abs(L[:, 1] - L[:, 0]).max(axis=-1) > 0)
+
+
+def test_relu_of_tied_arguments_has_the_kernel_of_one_argument():
+    """``relu(g')·relu(g)`` with ``g' = a·g``, ``a`` the softmax weight of one token (1): the kernel of
+    ``relu(g)²`` within both bounds (the tied step forms made a singular orthant: bounds 26× the kernel)."""
+    X = np.random.default_rng(5).standard_normal((5, 3))
+    kernels = []
+    for tied in (True, False):
+        p = netsor.Program("tie")
+        n = p.dim("n")
+        g = p.input(n, sigma=0.8)
+        g_tied = netsor.attention([g], [g], [g], temperature=0.5)[0] if tied else g
+        p.readout(relu_act(g_tied) * relu_act(g))
+        kernels.append(netsor.limit(p, X).nngp(with_error=True))
+    (K, E), (K_ref, E_ref) = kernels
+    assert np.all(np.abs(K - K_ref) <= E + E_ref) and np.max(E) <= 1e-9 * np.max(K)
+
+
+def test_a_cone_form_in_tied_arguments_equals_the_function_on_their_subspace():
+    """``ConeFunction.tied``: with ``u₁ = 2u₀`` and ``u₂ = 0`` the written-down function equals the
+    original there — relu(u₀)·relu(u₁) (parallel forms merge, the scale moves into the coefficient),
+    step(u₁ − 2u₀)·u₀ (a vanishing plain step: 0), a gate of u₂ (a vanishing smoothed step: ½) — with
+    fewer forms, no parallel steps, and nothing of u₁ or u₂ left."""
+    from netsor.gaussian.orthant import ConeFunction
+
+    normals = np.array([[1.0, 0, 0], [0, 1.0, 0], [-2.0, 1.0, 0], [0, 0, 1.0], [1.0, 1.0, 0], [0, 0, 1.0]])
+    F = ConeFunction(normals, ((1.0, (0, 1), (0, 1)), (0.5, (0,), (2,)), (2.0, (), (4, 5))),
+                     noise=np.array([0, 0, 0, 0, 0.5, 0.7]), labels=np.array([0, 0, 0, 0, 1, 2]))
+    T = F.tied(np.array([0, 0, -1]), np.array([1.0, 2.0, 0.0]))
+    u0 = np.random.default_rng(0).standard_normal(1000)
+    u = np.stack([u0, 2.0 * u0, np.zeros_like(u0)], axis=1)
+    np.testing.assert_allclose(T(u), F(u), rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(T(u), 2 * np.maximum(u0, 0) ** 2 + 2 * special.ndtr(3 * u0 / np.sqrt(0.5)) * 0.5,
+                               rtol=1e-14, atol=1e-14)
+    assert T.normals.shape[0] == 2 and not T.parallel_steps and np.all(T.normals[:, 1:] == 0)

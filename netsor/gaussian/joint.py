@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
@@ -159,11 +159,11 @@ def whiten(cov: Array) -> tuple[Array, int]:
     """``(L, r)``: factors ``L`` of shape (P, k, r) with ``L Lᵀ = cov[p]`` (rank-reduced to the
     largest rank r among the points; columns of smaller-rank points are zero).
 
-    Arguments equal to within the rank tolerance (``Var(u_i − u_j) ≤ _RANK_TOL · λ_max``) get
-    bitwise-equal rows, and arguments of variance below it zero rows: in exact arithmetic they
-    are equal (zero), and a function with a jump there (``step(u_i − u_j)``, ``u_i > u_j``) must
-    see the exact tie, not the sign of an eigensolver's rounding (which varied with the points'
-    order and gave kernels 30 % off within a bound of 1e-5, issue 7's fuzz seed 23232).
+    Arguments that are multiples of others (:func:`colinear_arguments`: equal, 2×, zero) get exactly
+    that multiple of their rows: in exact arithmetic they are, and a function with a jump there
+    (``step(u_i − u_j)``, ``u_i > u_j``) must see the exact tie, not the sign of an eigensolver's
+    rounding (which varied with the points' order and gave kernels 33 % off within a bound of 5e-6,
+    issue 7's fuzz seed 23232).
     """
     cov = np.asarray(cov, dtype=float)
     vals, vecs = np.linalg.eigh(0.5 * (cov + np.swapaxes(cov, -1, -2)))
@@ -172,22 +172,75 @@ def whiten(cov: Array) -> tuple[Array, int]:
     r = max(1, int(keep.sum(axis=-1).max(initial=1)))
     vals, vecs, keep = vals[..., -r:], vecs[..., -r:], keep[..., -r:]
     L = vecs * np.sqrt(np.where(keep, vals, 0.0))[..., None, :]
-    return _tied_rows(L, cov, _RANK_TOL * top[..., 0]), r
+    if L.ndim < 3 or not L.shape[0]:
+        return L, r
+    source, ratio = colinear_arguments(cov)
+    if np.all(source == np.arange(L.shape[1])):
+        return L, r
+    # the ratio as the program wrote it (2.0, not 2(1 + 2⁻⁵²)): u_j − 2u_i is then exactly 0 at every node
+    return np.take_along_axis(L, np.maximum(source, 0)[..., None], axis=1) * _round_significant(ratio)[..., None], r
 
 
-def _tied_rows(L: Array, cov: Array, tol: Array) -> Array:
-    """``L`` (P, k, r) with each row replaced by the first row ``j`` with ``Var(u_i − u_j) ≤ tol``
-    (P,) (read from ``cov``), and the rows of arguments of variance ≤ ``tol`` by zeros."""
-    if not L.shape[0]:
-        return L
+def colinear_arguments(cov: Array) -> tuple[Array, Array]:
+    """Arguments that are multiples of earlier ones, per point of ``cov`` (P, k, k): ``(source,
+    ratio)`` (P, k) with ``u_j = ratio · u_source`` where ``Var(u_j − c u_i) ≤ _RANK_TOL · max_l Var u_l``
+    (``c = Cov(u_i, u_j)/Var u_i``; the first such ``i``) — equal up to what the rank reduction drops —
+    ``source = j`` and ratio 1 for the others, ``source = −1`` and ratio 0 where ``Var u_j`` itself is
+    that small."""
+    k = cov.shape[-1]
     var = np.diagonal(cov, axis1=-2, axis2=-1)
-    zero = var <= tol[:, None]
-    close = var[:, :, None] + var[:, None, :] - 2.0 * cov <= tol[:, None, None]
-    first = np.argmax(close, axis=-1)  # the first row close to each row (itself at the latest)
-    if not zero.any() and np.all(first == np.arange(L.shape[1])):
-        return L
-    L = np.take_along_axis(L, first[..., None], axis=1)
-    return np.where(np.take_along_axis(zero, first, axis=1)[..., None], 0.0, L)
+    tol = _RANK_TOL * np.max(var, axis=-1, initial=0.0)[:, None]
+    zero = var <= tol
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = cov / np.where(zero, np.inf, var)[:, :, None]  # ratio[p, i, j] = Cov(u_i, u_j) / Var u_i
+    colinear = (var[:, None, :] - ratio * cov <= tol[..., None]) & ~zero[:, :, None]
+    colinear[:, np.arange(k), np.arange(k)] = True
+    source = np.argmax(colinear, axis=1)  # the first i for each j (j itself at the latest)
+    ratio = np.take_along_axis(ratio, source[:, None, :], axis=1)[:, 0]
+    ratio[source == np.arange(k)] = 1.0
+    return np.where(zero, -1, source), np.where(zero, 0.0, ratio)
+
+
+def _round_significant(x: Array, digits: int = 12) -> Array:
+    """``x`` rounded to ``digits`` significant digits (an integer over an exact power of ten: the
+    nearest float, so 1 − 2⁻⁵³ gives 1.0 and 0.6(1 + 2⁻⁵²) the float of the literal 0.6 — the
+    coefficients a program writes); entries below 1e-10 in magnitude, or not finite, unchanged."""
+    with np.errstate(all="ignore"):
+        shift = digits - 1 - np.floor(np.log10(np.abs(x)))
+        ok = np.isfinite(shift) & (np.abs(x) >= 1e-10) & (shift <= 22)
+        shift = np.where(ok, shift, 0.0)
+        up, down = shift >= 0, 10.0 ** np.abs(shift)  # 10^s is exact for |s| ≤ 22
+        rounded = np.where(up, np.round(x * down) / down, np.round(x / down) * down)
+    return np.where(ok, rounded, x)
+
+
+def colinear_sources(cov: Array) -> tuple[Array, Array] | None:
+    """:func:`colinear_arguments` where they hold at every point with one ratio (to 1e-10 relative):
+    ``(source, ratio)`` (k,), or None when no argument is such a fixed multiple."""
+    if not cov.shape[0] or cov.shape[-1] < 2:
+        return None
+    source, ratio = colinear_arguments(cov)
+    fixed = np.all(source == source[0], axis=0) & np.all(np.abs(ratio - ratio[0]) <= 1e-10 * np.abs(ratio[0]), axis=0)
+    source = np.where(fixed, source[0], np.arange(cov.shape[-1]))
+    if np.all(source == np.arange(cov.shape[-1])):
+        return None
+    return source, np.where(fixed, ratio[0], 1.0)
+
+
+def untied(F: JointFunction, cov: Array) -> JointFunction:
+    """``F`` with its cone form written in fewer arguments where some are fixed multiples of others
+    (or zero) at every point of ``cov`` (:func:`colinear_sources`,
+    :meth:`~netsor.gaussian.orthant.ConeFunction.tied`): such forms made singular orthants, whose
+    rounding errors were amplified into bounds of 20–50× the kernel — ``relu(W h)·relu(W(2h))`` (a
+    degenerate program rewritten as ``g₂ = 2g₁``), ``relu(a·g)·relu(g)`` with ``a`` the softmax weight
+    of one token."""
+    if F.cone is None:
+        return F
+    colinear = colinear_sources(np.asarray(cov, dtype=float))
+    if colinear is None:
+        return F
+    cone = F.cone.tied(*colinear)
+    return F if cone.parallel_steps else replace(F, cone=cone)
 
 
 # ------------------------------------------------------------------ nested quadrature
@@ -397,6 +450,7 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
     cov = np.asarray(cov, dtype=float)
     if not cov.shape[0]:
         return np.empty(0), np.empty(0), np.empty(0)
+    F = untied(F, cov)
     if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
         return cone_expectation(F.cone, cov)
     # a smooth function of rank ≤ 2 (gates of two G-vectors): the nested rule, exact to rounding and cheap
@@ -726,6 +780,7 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     M = C.shape[0]
     if not M:
         return np.zeros(0), np.zeros(0), np.zeros(0)
+    F, G = untied(F, cov_x), untied(G, cov_y)
     cones = F.cone is not None and G.cone is not None
     if cones and F.cone.orthant_dim + G.cone.orthant_dim <= MAX_ORTHANT_DIM:
         return cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)  # exact
@@ -921,6 +976,7 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     is not known to be absolutely continuous)."""
     cov = np.asarray(cov, dtype=float)
     k = F.dim
+    F = untied(F, cov)
     _, r = whiten(cov) if cov.shape[0] else (None, 1)
     # a smooth function of rank ≤ 2 with many terms: nested quadrature, exact to rounding (the cone
     # moments of a product of six gates bound it by dominating functions through F⁴'s 4096 terms: 0.25 s

@@ -237,6 +237,52 @@ class ConeFunction:
                                     for c, p, s in other.terms]
         return merged.with_terms(_collect(terms))
 
+    def tied(self, source: Array, ratio: Array) -> ConeFunction:
+        """The function where each argument ``j`` equals ``ratio[j] · u_{source[j]}`` (itself when
+        ``source[j] == j``; 0 when ``source[j] < 0``), written in the sources alone: equal to ``F`` on
+        that subspace, where the arguments' law lives when they are so tied at every point. Normals
+        that cancel to rounding (``step(g₂ − 2g₁)`` with ``g₂ = 2g₁``) are exact zeros; forms that
+        become equal merge (``1{x > 0}² = 1{x > 0}``: an orthant of fewer forms, where the tied forms
+        made a singular one); a plain step of a form that vanishes is 0 (``step(0) = 0``), a smoothed
+        one its noise's ``P(ε > 0) = 1/2``; a polynomial factor that vanishes drops its term."""
+        normals, size = self.normals.copy(), np.abs(self.normals)
+        for j, (i, c) in enumerate(zip(np.asarray(source).tolist(), np.asarray(ratio).tolist(), strict=True)):
+            if i != j:
+                if i >= 0:
+                    normals[:, i] += c * normals[:, j]
+                    size[:, i] += abs(c) * size[:, j]
+                normals[:, j] = 0.0
+        normals[np.abs(normals) <= 1e-12 * size] = 0.0
+        # plain forms merge by direction (1{λx > 0} = 1{x > 0} and λx = λ·x for λ > 0: the scale moves into
+        # the coefficients), smoothed ones only when equal (their noise is not rescaled)
+        keys: list[tuple[tuple[float, ...], float, int]] = []
+        first: list[int] = []
+        remap, scale = [], []
+        forms = zip(normals, self.noise.tolist(), self.labels.tolist(), strict=True)
+        for q, (normal, noise, label) in enumerate(forms):
+            norm = float(np.linalg.norm(normal))
+            plain = noise == 0 and norm > 0
+            key = (tuple(np.round(normal / norm, 12).tolist()) if plain else tuple(normal.tolist()), noise, label)
+            if key not in keys:
+                keys.append(key)
+                first.append(q)
+            remap.append(keys.index(key))
+            scale.append(norm / float(np.linalg.norm(normals[first[remap[-1]]])) if plain else 1.0)
+        zero = [not np.any(normals[q]) for q in first]
+        terms = []
+        for c, poly, steps in self.terms:
+            p = tuple(sorted(remap[q] for q in poly))
+            st = sorted({remap[q] for q in steps})
+            if any(zero[q] for q in p) or any(zero[q] and keys[q][1] == 0 for q in st):
+                continue
+            coef = c * math.prod(scale[q] for q in poly) * 0.5 ** sum(zero[q] for q in st)
+            terms.append((coef, p, tuple(q for q in st if not zero[q])))
+        used = sorted({q for _, p, st in terms for q in p + st})
+        index = {q: n for n, q in enumerate(used)}
+        terms = [(c, tuple(index[q] for q in p), tuple(index[q] for q in st)) for c, p, st in terms]
+        return ConeFunction(normals[[first[q] for q in used]].reshape(len(used), self.dim), _collect(terms),
+                            np.array([keys[q][1] for q in used]), np.array([keys[q][2] for q in used], dtype=int))
+
     def with_terms(self, terms: tuple[Term, ...]) -> ConeFunction:
         """The same forms with other terms."""
         return ConeFunction(self.normals, terms, self.noise, self.labels)
