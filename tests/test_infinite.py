@@ -384,3 +384,49 @@ def test_an_independent_centred_gaussian_factor_makes_the_expectation_exactly_ze
     assert np.all(K == 0.0) and np.all(E == 0.0)
     value, error = lim.scalar(theta, with_error=True)
     assert np.all(value == 0.0) and np.all(error == 0.0)
+
+
+def test_a_vector_and_its_step_read_out_together_have_closed_form_cross_kernels():
+    """``g = U x + b`` (a bias vector of its own) read out with ``step(g)``: ``E[g step(g')] = c/√(2π b)``
+    both ways round. The propagated error of these mixed pairs used the pair's wrong kernel — the
+    identity's ``c`` (a bound of 0.3 of the kernel: refused even at rtol 1e-3, found by the
+    random-program tests) or the step kernel's modulus (below the true change) — and is now the exact
+    change of the Stein form over the covariance's error box."""
+    from references import pairwise, step_kernel
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.2) + p.bias(n, 0.3)
+    p.readout(netsor.step(g), g, sigma=0.7)
+    X = np.random.default_rng(146).standard_normal((3, 3))
+    K_g = 1.44 * X @ X.T / 3 + 0.09
+    a, b, c = pairwise(K_g)
+    ref = np.empty((3, 2, 3, 2))
+    ref[:, 0, :, 0] = step_kernel(a, b, c)
+    ref[:, 0, :, 1] = c / np.sqrt(2 * np.pi * a)  # E[step(g_i) g_j]
+    ref[:, 1, :, 0] = c / np.sqrt(2 * np.pi * b)  # E[g_i step(g_j)]
+    ref[:, 1, :, 1] = K_g
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    ref = 0.49 * ref.reshape(6, 6)
+    assert np.all(np.abs(K - ref) <= E + 1e-15) and np.max(E) <= 1e-13
+
+
+def test_the_propagated_change_of_a_stein_pair_is_its_largest_change_over_the_error_box():
+    """``E[step(u) v] = c/√(2π a)`` over ``a ± δa, c ± δc`` (δ of 1e-3 relative, to be seen): the bound is
+    the exact largest change (a grid of the box never exceeds it), where the step kernel's modulus used
+    before was below it (2.4× at c = 0)."""
+    from netsor.activations import identity, step
+    from netsor.activations.kernels import arccos_kernel_0_modulus
+    from netsor.interpret.infinite import _stein_change
+
+    a, b = np.array([[1.0], [0.5]]), np.array([[1.0, 2.0]])
+    c = np.array([[0.0, 0.7], [0.3, -0.9]])
+    da, db, dc = 1e-3 * a, 1e-3 * b, 1e-3 * np.ones_like(c)
+    value = c / np.sqrt(2 * np.pi * a)
+    bound = _stein_change(step, identity, a, da, b, db, c, dc, value)
+    grid = np.linspace(-1.0, 1.0, 21)
+    true = max(np.max(np.abs((c + sc * dc) / np.sqrt(2 * np.pi * (a + sa * da)) - value)) for sa in grid for sc in grid)
+    np.testing.assert_allclose(np.max(bound), true, rtol=1e-9)
+    assert np.all(bound >= np.abs(dc / np.sqrt(2 * np.pi * a)) * (1 - 1e-9))
+    old = arccos_kernel_0_modulus(a, b, c, dc + np.abs(c) * 0.5 * (da / a + db / b))
+    assert old[0, 0] < bound[0, 0] / 2

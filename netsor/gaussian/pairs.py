@@ -234,10 +234,11 @@ def is_elementary(phi: Activation, psi: Activation) -> bool:
 
     Otherwise each call runs the Mehler series, whose fixed setup cost favours fewer, larger calls.
     """
-    return _same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
+    return same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
 
 
-def _same_kernel(phi: Activation, psi: Activation) -> bool:
+def same_kernel(phi: Activation, psi: Activation) -> bool:
+    """``E[φ(u) ψ(v)]`` is φ's own kernel (and its modulus φ's): the same registered activation."""
     return phi.kernel is not None and (phi is psi or (phi.registered and psi.registered
                                                       and phi.key == psi.key))
 
@@ -287,7 +288,7 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         raise HyperParameterError("errors='relative' needs envelope=(l, r): a column and a row of positive "
                                   "per-point factors (e.g. the square roots of E φ(u)² and E ψ(v)²)")
     if not (zero_a.any() or zero_b.any()):
-        if errors is not True and _same_kernel(phi, psi):
+        if errors is not True and same_kernel(phi, psi):
             return _full(phi.kernel(a, b, c), shape), None
         if relative and not is_elementary(phi, psi):
             value, rel = _series_pair(phi, psi, a, b, c, memo, rtol, envelope)
@@ -321,7 +322,7 @@ def _full(x: Array, shape: tuple[int, ...]) -> Array:
 
 def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
                   memo: CoefficientMemo | None, rtol: float) -> tuple[Array, Array]:
-    if _same_kernel(phi, psi):
+    if same_kernel(phi, psi):
         value = np.asarray(phi.kernel(a, b, c), dtype=float)
         scale = np.sqrt(np.abs(phi.kernel(a, a, a) * phi.kernel(b, b, b)))
         return value, _ROUNDING * (np.abs(value) + scale)
