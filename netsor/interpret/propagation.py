@@ -17,7 +17,10 @@ bound uses the χ² distance between the two Gaussian laws instead, valid for an
 ``|δE| ≤ √E[F²G²] · ‖Σ^{−1/2} δΣ Σ^{−1/2}‖_F / √2``, with ``E[F²G²] ≤ √(E F⁴ E G⁴)`` and
 ``‖Σ^{−1/2} δΣ Σ^{−1/2}‖ ≤ ‖δ̃‖ / (1 − ‖R‖)`` (``δ̃`` the errors whitened per point, ``R`` the
 whitened cross-correlation). It grows as the two points become colinear, as the true
-sensitivity of a jump does; identical points take the per-point value instead.
+sensitivity of a jump does; identical points take the per-point value instead. Near colinear
+pairs (‖R‖ > 0.99) whiten the joint covariance itself, on its range where it is singular — two
+uses of one bias vector at two inputs are one variable, and their covariances are exact: the χ²
+distance is then that of two laws on one subspace (and infinite if an error could leave it).
 
 Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed value lie within
 ``±√(E F² E G²)``).
@@ -235,9 +238,40 @@ def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c
     R = np.einsum("mij,mjk,mkl->mil", _inv_sqrt(cov_x)[rows], C, _inv_sqrt(cov_y)[cols])
     norm_r = np.minimum(np.sqrt(np.maximum(np.linalg.eigvalsh(np.einsum("mij,mkj->mik", R, R))[..., -1], 0.0)),
                         1.0)
-    whitened = ex + ey + 2.0 * _ratio(_frobenius(d_c), np.sqrt(lx * ly))
-    bound = (left["m4"] * right["m4"]) ** 0.25 * _ratio(whitened, _SQRT2 * (1.0 - norm_r))
+    whitened = _ratio(ex + ey + 2.0 * _ratio(_frobenius(d_c), np.sqrt(lx * ly)), 1.0 - norm_r)
+    near = np.flatnonzero(norm_r > _NEAR_COLINEAR)
+    if near.size:  # the joint law's own whitening: exact on its range (shared sources, e.g. a bias)
+        joint, d_joint = _joint(cov_x[rows[near]], cov_y[cols[near]], C[near]), _joint(
+            d_x[rows[near]], d_y[cols[near]], d_c[near])
+        whitened[near] = np.minimum(whitened[near], _range_whitened(joint, d_joint))
+    bound = (left["m4"] * right["m4"]) ** 0.25 * whitened / _SQRT2
     return _cap(bound, scale)
+
+
+#: Pairs whose whitened cross-correlation is above this take the joint covariance's own whitening.
+_NEAR_COLINEAR = 0.99
+
+
+def _joint(cov_x: Array, cov_y: Array, C: Array) -> Array:
+    """The joint (M, k₁ + k₂, k₁ + k₂) matrices of per-pair blocks."""
+    return np.concatenate([np.concatenate([cov_x, C], axis=2), np.concatenate([np.swapaxes(C, 1, 2), cov_y], axis=2)],
+                          axis=1)
+
+
+def _range_whitened(cov: Array, d_cov: Array) -> Array:
+    """``‖Σ^{+½} δΣ Σ^{+½}‖_F`` bounded over ``|δΣ| ≤ d_cov`` entrywise (M, k, k), on the range of Σ: the
+    χ² distance of two Gaussian laws on one subspace. That needs δΣ to vanish on the null space, i.e.
+    every error bound to be 0 where a null vector of Σ lives (two uses of one bias vector, whose
+    covariances are exact) — else inf. The per-side whitening divides by ``1 − ‖R‖``, which is 0 there."""
+    vals, vecs = np.linalg.eigh(cov)
+    top = np.maximum(vals[:, -1:], 1e-300)
+    null = vals <= 1e-12 * top  # (M, k)
+    support = (np.abs(vecs) > 1e-8) & null[:, None, :]  # (M, coordinate, eigenvector)
+    # the errors on the coordinates of a null vector: d[i, j] for i, j both in its support
+    leak = np.einsum("mia,mij,mja->ma", support.astype(float), d_cov, support.astype(float))
+    scaled = np.abs(vecs) / np.sqrt(np.where(null, np.inf, vals))[:, None, :]
+    whitened = _frobenius(np.einsum("mia,mij,mjb->mab", scaled, d_cov, scaled))
+    return np.where(np.any(leak > 0, axis=-1), np.inf, whitened)
 
 
 def point_joint(cov: Array, d_cov: Array, stats: dict[str, Array]) -> Array:
