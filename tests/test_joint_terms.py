@@ -616,3 +616,23 @@ def test_a_cone_form_in_tied_arguments_equals_the_function_on_their_subspace():
     np.testing.assert_allclose(T(u), 2 * np.maximum(u0, 0) ** 2 + 2 * special.ndtr(3 * u0 / np.sqrt(0.5)) * 0.5,
                                rtol=1e-14, atol=1e-14)
     assert T.normals.shape[0] == 2 and not T.parallel_steps and np.all(T.normals[:, 1:] == 0)
+
+
+def test_a_jump_of_a_vector_against_its_layernorm_has_the_relu_kernel_of_either_side():
+    """``step(g − LN(g))·g = step((1 − 1/σ) g)·g`` (σ² = K(x, x)): ``relu(g)`` where σ > 1 and ``g·1{g < 0}
+    = −relu(−g)`` where σ < 1 — arc-cosine kernels with the signs of both sides. The step form and the
+    factor g are one form per input, rescaled by an input-dependent 1/σ: a singular orthant whose rounding
+    was amplified into a bound of 9× the kernel at every rtol (random-program tests); such points now go to
+    the quadrature rules."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    p.readout(netsor.nonlin(lambda u, v: np.where(u > v, u, 0.0), g, netsor.layernorm(g), name="step(g − LN g)·g"))
+    X = np.random.default_rng(4).standard_normal((4, 3))
+    X *= (np.sqrt(3.0) * np.array([0.6, 0.8, 1.3, 2.0]) / np.linalg.norm(X, axis=1))[:, None]  # σ = 0.6 … 2
+    K_g = X @ X.T / 3
+    sign = np.where(np.diag(K_g) > 1, 1.0, -1.0)  # relu(g) or −relu(−g)
+    a, b = np.diag(K_g)[:, None], np.diag(K_g)[None, :]
+    ref = np.outer(sign, sign) * relu_kernel(a, b, np.outer(sign, sign) * K_g)
+    K, E = netsor.limit(p, X).nngp(with_error=True)  # rtol 1e-8
+    assert np.all(np.abs(K - ref) <= E + 1e-15) and np.max(E) <= 1e-8 * np.max(np.abs(K))

@@ -452,7 +452,11 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
         return np.empty(0), np.empty(0), np.empty(0)
     F = untied(F, cov)
     if F.cone is not None and F.cone.orthant_dim <= MAX_ORTHANT_DIM:
-        return cone_expectation(F.cone, cov)
+        singular = F.cone.singular_steps(cov)
+        if not singular.any():
+            return cone_expectation(F.cone, cov)
+        return _split(singular, lambda idx: cone_expectation(F.cone, cov[idx]),
+                      lambda idx: _point_by_rules(F, cov[idx], seed, _at(atol, idx)))
     # a smooth function of rank ≤ 2 (gates of two G-vectors): the nested rule, exact to rounding and cheap
     if F.cone is not None and F.cone.orthant_dim <= GENZ_MAX_DIM and not _smooth_of_rank_two(F, cov):
         try:  # the Genz rule, then the other rules where it ran out of points (see _unless_missed)
@@ -462,6 +466,23 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
         else:
             return _unless_missed(first, atol, lambda idx, a: _point_by_rules(F, cov[idx], seed, a))
     return _point_by_rules(F, cov, seed, atol)
+
+
+def _split(other: Array, exact: Callable[[Array], tuple[Array, Array, Array]],
+           rules: Callable[[Array], tuple[Array, Array, Array]]) -> tuple[Array, Array, Array]:
+    """Cone moments (``exact``) at the points where ``other`` is False, the other rules (``rules``)
+    where it is True (a singular orthant: parallel step forms); both called with the indices."""
+    out = tuple(np.zeros(other.size) for _ in range(3))
+    for idx, rule in ((np.flatnonzero(~other), exact), (np.flatnonzero(other), rules)):
+        if idx.size:
+            for full, part in zip(out, rule(idx), strict=True):
+                full[idx] = part
+    return out
+
+
+def _at(x: Array | float | None, idx: Array) -> Array | float | None:
+    """``x[idx]`` of a per-point array; a scalar or None as it is."""
+    return x[idx] if isinstance(x, np.ndarray) and x.ndim else x
 
 
 def _smooth_of_rank_two(F: JointFunction, *covs: Array) -> bool:
@@ -783,7 +804,12 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     F, G = untied(F, cov_x), untied(G, cov_y)
     cones = F.cone is not None and G.cone is not None
     if cones and F.cone.orthant_dim + G.cone.orthant_dim <= MAX_ORTHANT_DIM:
-        return cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)  # exact
+        singular = F.cone.singular_steps(cov_x) | G.cone.singular_steps(cov_y)
+        if not singular.any():
+            return cone_pair_expectation(F.cone, G.cone, cov_x, cov_y, C)  # exact
+        return _split(singular, lambda idx: cone_pair_expectation(F.cone, G.cone, cov_x[idx], cov_y[idx], C[idx]),
+                      lambda idx: _pair_by_rules(F, G, cov_x[idx], cov_y[idx], C[idx], rtol=rtol, memo=memo, seed=seed,
+                                                 scale=_at(scale, idx)))
     if not (cones and F.cone.orthant_dim + G.cone.orthant_dim <= GENZ_MAX_DIM):
         return _pair_by_rules(F, G, cov_x, cov_y, C, rtol=rtol, memo=memo, seed=seed, scale=scale)
 

@@ -357,6 +357,25 @@ class ConeFunction:
             groups.setdefault((poly, plain), []).append((c, tuple(q for q in steps if self.noise[q] > 0)))
         return groups
 
+    def singular_steps(self, cov: Array) -> Array:
+        """Per point of ``cov`` (P, k, k): a plain step form is parallel to another form there
+        (correlation ±1 to 1e-12), or has no variance — ``δ(x)·1{cx > 0}``, ``δ(x)·cx`` or ``1{0 > 0}``
+        in the recursion, the numerical twin of :attr:`parallel_steps` (``step(g − LN(g))·g``: one form,
+        rescaled per input by the LayerNorm). The rounding of such orthants was amplified into bounds of
+        9× the kernel."""
+        steps = sorted({q for _, _, st in self.terms for q in st if self.noise[q] == 0})
+        if not steps:
+            return np.zeros(cov.shape[0], dtype=bool)
+        used = sorted({q for _, poly, st in self.terms for q in (*poly, *st)})
+        forms = _forms(self.normals[used], cov, self.normals[used])
+        var = np.diagonal(forms, axis1=-2, axis2=-1)
+        size = np.max(np.abs(cov), axis=(-2, -1))[:, None] * np.sum(self.normals[used] ** 2, axis=1)
+        at = [used.index(q) for q in steps]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corr2 = forms[:, at] ** 2 / (var[:, at, None] * var[:, None, :])
+        corr2[:, np.arange(len(at)), at] = 0.0
+        return np.any(var[:, at] <= 1e-12 * size[:, at], axis=-1) | np.any(corr2 >= 1.0 - 1e-12, axis=(-2, -1))
+
     def form_covariance(self, cov: Array) -> Array:
         """Covariance (M, m, m) of the forms ``n·u + ε`` for ``Cov u = cov`` (M, k, k)."""
         forms = _forms(self.normals, cov, self.normals)
