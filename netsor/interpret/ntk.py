@@ -412,61 +412,66 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     if chosen == "qmc":
         return _simulated(grads, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
     lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
-    outs = grads.outputs
-    R = len(outs)
-    blocks, terms, pairs = _structure(grads, wanted)
-    loose = LOOSE_SHARE * lim.rtol
-    n1, n2 = lim.X.shape[0], lim.X2.shape[0]
-    out = {name: (np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))) for name in wanted}
-    # each kernel's largest ratio of a bound to its scale, checked block by block while the block is
-    # in cache: (ratio, entry) per block (appended from worker threads), the scales never stored
-    worst: dict[str, list[tuple[float, tuple[int, int]]]] = {name: [] for name in wanted}
-    per_point = lim.per_point_pairs(pairs)
 
-    def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
-        """Combine one block's second moments into every kernel's block (the moments are never
-        stored whole: memory for the kernels only). A block is a view of the kernel, filled in
-        place; for one input set only blocks on and above the diagonal come, and the kernel's
-        symmetry fills the rest (a transposed copy, not the terms again on transposed moments).
-        Pairs of identical inputs (index arrays) come last."""
-        moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
-        tiled = isinstance(rows, slice)
-        diagonal = tiled and lim.symmetric and rows == cols
-        checked = _CheckedEntries(rows, cols, tile[0][0].shape, diagonal, per_point if tiled else None, R)
+    def exact() -> Kernels:
+        """The kernels by the expectation engine (run again by ``lim.retried`` at tighter shares)."""
+        outs = grads.outputs
+        R = len(outs)
+        blocks, terms, pairs = _structure(grads, wanted)
+        loose = LOOSE_SHARE * lim.rtol
+        n1, n2 = lim.X.shape[0], lim.X2.shape[0]
+        out = {name: (np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))) for name in wanted}
+        # each kernel's largest ratio of a bound to its scale, checked block by block while the block is
+        # in cache: (ratio, entry) per block (appended from worker threads), the scales never stored
+        worst: dict[str, list[tuple[float, tuple[int, int]]]] = {name: [] for name in wanted}
+        per_point = lim.per_point_pairs(pairs)
+
+        def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
+            """Combine one block's second moments into every kernel's block (the moments are never
+            stored whole: memory for the kernels only). A block is a view of the kernel, filled in
+            place; for one input set only blocks on and above the diagonal come, and the kernel's
+            symmetry fills the rest (a transposed copy, not the terms again on transposed moments).
+            Pairs of identical inputs (index arrays) come last."""
+            moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
+            tiled = isinstance(rows, slice)
+            diagonal = tiled and lim.symmetric and rows == cols
+            checked = _CheckedEntries(rows, cols, tile[0][0].shape, diagonal, per_point if tiled else None, R)
+            for name in wanted:
+                K, E = out[name]
+                for r, s in blocks:
+                    block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if tiled else np.empty(checked.shape))
+                    for coef, pa, pb in terms[(r, s, name == "ntk")]:
+                        block.add(coef, moments[pa], None if pb is None else moments[pb])
+                    err = block.error()
+                    ratio = block.ratio_bound()
+                    worst[name].append((ratio, (0, 0)) if ratio <= lim.rtol
+                                       else checked.largest_ratio(err, block.scale(), r, s, lim.rtol))
+                    if not tiled:
+                        K[rows, r, cols, s], E[rows, r, cols, s] = block.K, err
+                        if lim.symmetric:  # the mirrored entries (the diagonal's are the same)
+                            K[cols, s, rows, r], E[cols, s, rows, r] = block.K, err
+                        continue
+                    E[rows, r, cols, s] = err
+                    if lim.symmetric and not diagonal:
+                        K[cols, s, rows, r], E[cols, s, rows, r] = block.K.T, err.T
+                if diagonal:  # its entries below the diagonal may be missing: the upper triangle holds
+                    flat = slice(rows.start * R, rows.stop * R)
+                    for A in (K, E):
+                        mirror_upper(A.reshape(n1 * R, n2 * R)[flat, flat])
+
+        lim.sweep_second_moments(pairs, consume, lower_blocks=False)
+        result: dict[str, tuple[Array, Array]] = {}
         for name in wanted:
-            K, E = out[name]
-            for r, s in blocks:
-                block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if tiled else np.empty(checked.shape))
-                for coef, pa, pb in terms[(r, s, name == "ntk")]:
-                    block.add(coef, moments[pa], None if pb is None else moments[pb])
-                err = block.error()
-                ratio = block.ratio_bound()
-                worst[name].append((ratio, (0, 0)) if ratio <= lim.rtol
-                                   else checked.largest_ratio(err, block.scale(), r, s, lim.rtol))
-                if not tiled:
-                    K[rows, r, cols, s], E[rows, r, cols, s] = block.K, err
-                    if lim.symmetric:  # the mirrored entries (the diagonal's are the same)
-                        K[cols, s, rows, r], E[cols, s, rows, r] = block.K, err
-                    continue
-                E[rows, r, cols, s] = err
-                if lim.symmetric and not diagonal:
-                    K[cols, s, rows, r], E[cols, s, rows, r] = block.K.T, err.T
-            if diagonal:  # its entries below the diagonal may be missing: the upper triangle holds
-                flat = slice(rows.start * R, rows.stop * R)
-                for A in (K, E):
-                    mirror_upper(A.reshape(n1 * R, n2 * R)[flat, flat])
+            K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
+            ratio, at = max(worst[name], default=(0.0, (0, 0)))
+            K, E = lim.checked_worst(K, E, ratio, at, name)
+            relative = lim.relative_error
+            result[name] = lim.psd_policy(K, E, relative, psd, name)
+        largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
+        nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
+        return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
 
-    lim.sweep_second_moments(pairs, consume, lower_blocks=False)
-    result: dict[str, tuple[Array, Array]] = {}
-    for name in wanted:
-        K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
-        ratio, at = max(worst[name], default=(0.0, (0, 0)))
-        K, E = lim.checked_worst(K, E, ratio, at, name)
-        relative = lim.relative_error
-        result[name] = lim.psd_policy(K, E, relative, psd, name)
-    largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
-    nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
-    return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
+    return lim.retried(exact)
 
 
 def _structure(grads: GradientProgram, wanted: tuple[str, ...]
