@@ -52,7 +52,9 @@ def owens_bvn(h, k, r):
     th = np.where(h != 0, special.owens_t(h, ah), np.where(k >= 0, 0.25, -0.25))
     tk = np.where(k != 0, special.owens_t(k, ak), np.where(h >= 0, 0.25, -0.25))
     beta = np.where((h * k < 0) | ((h * k == 0) & (h + k < 0)), 0.5, 0.0)
-    return 0.5 * special.ndtr(h) + 0.5 * special.ndtr(k) - th - tk - beta
+    # h = k = 0: both of Owen's arguments are 0/0 (the formula gave 0); Sheppard's orthant instead
+    return np.where((h == 0) & (k == 0), 0.25 + np.arcsin(r) / (2 * np.pi),
+                    0.5 * special.ndtr(h) + 0.5 * special.ndtr(k) - th - tk - beta)
 
 
 def relu_relu_noncentral(m1, m2, s1, s2, r):

@@ -1588,12 +1588,6 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-class _Overshoot(NumericalError):
-    """A result's bound exceeded ``rtol`` by ``factor``."""
-
-    def __init__(self, factor: float, message: str) -> None:
-        super().__init__(message)
-        self.factor = factor
 
 
 def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array, dc: Array,
@@ -1728,10 +1722,11 @@ class Limit:
         relu(2g + 1) − relu(2g − 1) − 1``: terms 4× the result) overshot rtol by 13 % at every rtol."""
         try:
             return compute()
-        except _Overshoot as exc:
-            if self.stderr or not 1.0 < exc.factor <= RETRY_REACH or self.term_share < TERM_SHARE:
+        except NumericalError as exc:
+            overshoot = getattr(exc, "overshoot", np.inf)
+            if self.stderr or not 1.0 < overshoot <= RETRY_REACH or self.term_share < TERM_SHARE:
                 raise
-            self.term_share = TERM_SHARE / (2.0 * exc.factor)
+            self.term_share = TERM_SHARE / (2.0 * overshoot)
             self._diag = {}  # per-point values at the looser tolerance
             try:
                 return compute()
@@ -1931,12 +1926,13 @@ class Limit:
                 "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
                 "variance of an input: inputs whose scales differ by many orders of magnitude); "
                 "rescale the inputs, or compute those entries separately (X2)")
-        raise _Overshoot(
-            worst / self.rtol,
+        refusal = NumericalError(
             f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
             f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
             f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
             f"{self._parallel_hint(*at, shape) if len(at) == 2 else ''}")
+        refusal.overshoot = worst / self.rtol  # read by Limit.retried
+        raise refusal
 
     def _parallel_hint(self, i: int, j: int, shape: tuple[int, ...]) -> str:
         """A hint for a refused entry of two nearly (anti-)parallel inputs: step-like kernels are only
