@@ -219,6 +219,8 @@ def colinear_sources(cov: Array) -> tuple[Array, Array] | None:
     ``(source, ratio)`` (k,), or None when no argument is such a fixed multiple."""
     if not cov.shape[0] or cov.shape[-1] < 2:
         return None
+    if np.all(colinear_arguments(cov[:1])[0] == np.arange(cov.shape[-1])):
+        return None  # none at the first point: none at every point (most calls, at the cost of one point)
     source, ratio = colinear_arguments(cov)
     fixed = np.all(source == source[0], axis=0) & np.all(np.abs(ratio - ratio[0]) <= 1e-10 * np.abs(ratio[0]), axis=0)
     source = np.where(fixed, source[0], np.arange(cov.shape[-1]))

@@ -367,6 +367,15 @@ class ConeFunction:
         if not steps:
             return np.zeros(cov.shape[0], dtype=bool)
         used = sorted({q for _, poly, st in self.terms for q in (*poly, *st)})
+        if self.dim <= 2 and not _parallel_rows(self.normals[used]):
+            # forms of distinct directions are parallel only where the arguments' covariance is singular
+            var = np.diagonal(cov, axis1=-2, axis2=-1)
+            det = var[:, 0] * var[:, -1] - cov[:, 0, -1] ** 2 if self.dim == 2 else var[:, 0]
+            if np.all(det > 1e-9 * np.prod(var, axis=-1)):
+                return np.zeros(cov.shape[0], dtype=bool)
+        starts = _run_starts(cov)
+        if starts.size < cov.shape[0]:  # per-pair rows repeat a point's block: once per run
+            return np.repeat(self.singular_steps(cov[starts]), np.diff(np.append(starts, cov.shape[0])))
         forms = _forms(self.normals[used], cov, self.normals[used])
         var = np.diagonal(forms, axis1=-2, axis2=-1)
         size = np.max(np.abs(cov), axis=(-2, -1))[:, None] * np.sum(self.normals[used] ** 2, axis=1)
@@ -382,6 +391,22 @@ class ConeFunction:
         if self.smoothed:
             forms = forms + np.diag(self.noise)
         return forms
+
+
+def _parallel_rows(n: Array) -> bool:
+    """Two rows of ``n`` (m, k) are parallel (or one is zero)."""
+    norms = np.sqrt(np.sum(n * n, axis=1))
+    gram = np.abs(n @ n.T)
+    np.fill_diagonal(gram, 0.0)
+    return bool(np.any(norms == 0.0) or np.any(gram >= (1.0 - 1e-12) * np.outer(norms, norms)))
+
+
+def _run_starts(x: Array) -> Array:
+    """Indices where a run of equal consecutive entries of ``x`` (M, …) starts (0 first)."""
+    if x.shape[0] < 2:
+        return np.arange(x.shape[0])
+    changes = np.any((x[1:] != x[:-1]).reshape(x.shape[0] - 1, -1), axis=1)
+    return np.concatenate([[0], np.flatnonzero(changes) + 1])
 
 
 def _sum_of_plain(F: ConeFunction, terms: list[Term]) -> ConeFunction:
