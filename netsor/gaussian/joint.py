@@ -470,12 +470,12 @@ def point_expectation(F: JointFunction, cov: Array, seed: int = 0, atol: Array |
     return _point_by_rules(F, cov, seed, atol)
 
 
-def _split(other: Array, exact: Callable[[Array], tuple[Array, Array, Array]],
+def _split(singular: Array, exact: Callable[[Array], tuple[Array, Array, Array]],
            rules: Callable[[Array], tuple[Array, Array, Array]]) -> tuple[Array, Array, Array]:
-    """Cone moments (``exact``) at the points where ``other`` is False, the other rules (``rules``)
+    """Cone moments (``exact``) at the points where ``singular`` is False, the other rules (``rules``)
     where it is True (a singular orthant: parallel step forms); both called with the indices."""
-    out = tuple(np.zeros(other.size) for _ in range(3))
-    for idx, rule in ((np.flatnonzero(~other), exact), (np.flatnonzero(other), rules)):
+    out = tuple(np.zeros(singular.size) for _ in range(3))
+    for idx, rule in ((np.flatnonzero(~singular), exact), (np.flatnonzero(singular), rules)):
         if idx.size:
             for full, part in zip(out, rule(idx), strict=True):
                 full[idx] = part

@@ -1573,12 +1573,8 @@ _BLAS = ThreadpoolController()
 
 def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run with single-threaded BLAS: the tiles are spread over our own threads, and BLAS
-    threads on top of them (or on a busy machine) make OpenBLAS spin — measured 10–20× slower.
-
-    And once more with each expectation's tolerance tightened where the result missed ``rtol`` by at
-    most ``RETRY_REACH`` without Monte Carlo: the tolerance is split over the expectations relative to
-    their own scales, and a sum whose terms cancel (``clip(2g) = relu(2g + 1) − relu(2g − 1) − 1``:
-    terms 4× the result) overshot it by 13 % at every rtol."""
+    threads on top of them (or on a busy machine) make OpenBLAS spin — measured 10–20× slower; and
+    once more at tighter shares of the tolerance where the result missed it (:meth:`Limit.retried`)."""
 
     @functools.wraps(method)
     def wrapped(self: Limit, *args: Any, **kwargs: Any) -> Any:
@@ -1586,8 +1582,6 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
             return self.retried(lambda: method(self, *args, **kwargs))
 
     return wrapped
-
-
 
 
 def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array, dc: Array,
