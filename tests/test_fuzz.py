@@ -67,7 +67,13 @@ def assert_engine_agrees_with_simulation(p, X, seed):
     assume(result is not None)
     K, E, _ = result
     lim = SimulatedLimit(p, X, rtol=1.0, seed=seed)
-    K_sim, E_sim = lim.nngp(psd="skip", with_error=True)
+    try:
+        K_sim, E_sim = lim.nngp(psd="skip", with_error=True)
+    except NumericalError as exc:
+        # an output that is exactly 0 in the limit (|g − g| with g = a·g, a = 1 a softmax weight): the engine
+        # says 0, the simulation's copies carry rounding residues of no scale, and it refuses saying why
+        assert np.any(np.diag(K) == 0.0) and "relative error" in str(exc), str(exc)
+        return lim
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
     assert np.all(np.abs(K_sim - K) <= E + E_sim + 1e-12 * scale)
     return lim
@@ -218,6 +224,15 @@ SIMULATION_SETTINGS = settings(max_examples=120, deadline=None, derandomize=True
                                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
+#: |g − hard_tanh(g)|/2 at small inputs: nonzero on a rare event, the simulation takes more rounds (seed 29292)
+RARE_OUTPUT = Recipe(sigmas=((0.8, 0.0),), steps=(("act", 474, "hard_tanh"), ("traced", 412, 157, "abs-diff"),
+                                                  ("traced", 412, 157, "abs-diff"), ("layernorm", 325)),
+                     readouts=(((1, 327), 1.0, 0.0, False),))
+#: |g' − g|/2 with g' = a·g, a = 1 the softmax weight of one token, through a matrix: exactly 0 in the limit
+#: (the engine's tie), rounding residues in the simulation, which refuses (seed 29292)
+ZERO_OUTPUT = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5), ("traced", 0, 1, "abs-diff"),
+                                                  ("matmul", 0, 0, 0.5), ("bias", 0.2)),
+                     readouts=(((327,), 1.0, 0.0, False),))
 #: |g − g| = 0 through a matrix into LayerNorm: 1/√0 in the limit, refused naming the scalar (seed 21212)
 ZERO_VARIANCE_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("traced", 0, 0, "abs-diff"), ("matmul", 1, 0, 0.5),
                                                               ("layernorm", 1), ("matmul", 0, 0, 0.5)),
@@ -227,12 +242,15 @@ ZERO_VARIANCE_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("traced", 0, 0, "
 @SIMULATION_SETTINGS
 @given(recipe=recipes(max_steps=4, opaque=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
 @example(recipe=ZERO_VARIANCE_LAYERNORM, B=2, seed=0)
+@example(recipe=RARE_OUTPUT, B=2, seed=0)
+@example(recipe=ZERO_OUTPUT, B=2, seed=0)
 def test_random_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, B, seed):
     """Two independent interpreters of the limit: the expectation engine and the joint QMC
-    simulation (one round of 16 × 2^12 copies) agree within the sum of their bounds."""
+    simulation (16 × 2^12 copies, more where an output is a rare event: |g − hard_tanh(g)| at small
+    inputs) agree within the sum of their bounds."""
     p = build(recipe)
     X = inputs(B, 3, seed)
-    assert assert_engine_agrees_with_simulation(p, X, seed).points == 2**12
+    assert assert_engine_agrees_with_simulation(p, X, seed).points >= 2**12
 
 
 @settings(SIMULATION_SETTINGS, max_examples=150)
