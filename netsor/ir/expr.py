@@ -96,6 +96,12 @@ class Expr:
             planes.update((_plane_key(p), p) for p in child.kink_planes())
         return tuple(planes.values())
 
+    def linear_pieces(self) -> tuple[AffineForm, ...] | None:
+        """Affine forms that the expression equals on the cells between its kink planes (it is
+        piecewise linear: ``g + relu(h) + 1`` is ``g + 1`` or ``g + h + 1``), or None when it is not."""
+        form = self.affine()
+        return None if form is None else (form,)
+
     def zero_planes(self) -> tuple[AffineForm, ...] | None:
         """Hyperplanes that contain the boundary of the expression's zero set, or None when it is
         not known to lie on hyperplanes. Then a kink at 0 of ``ψ(expr)`` lies on them:
@@ -150,6 +156,57 @@ def _once(key: Key, compute: Callable[[], Any]) -> Any:
 def _plane_key(plane: AffineForm) -> Key:
     terms, offset = plane
     return (tuple((v.index, c) for v, c in terms), offset)
+
+
+#: Most linear pieces followed through a piecewise-linear expression (beyond: its kinks are hidden).
+_MAX_PIECES = 16
+
+
+def _distinct(forms: list[AffineForm]) -> tuple[AffineForm, ...]:
+    return tuple({_plane_key(f): f for f in forms}.values())
+
+
+def _combined(left: AffineForm, right: AffineForm, coef: float) -> AffineForm:
+    """``left + coef · right``."""
+    acc = dict(left[0])
+    for v, c in right[0]:
+        acc[v] = acc.get(v, 0.0) + coef * c
+    return tuple((v, c) for v, c in acc.items() if c != 0.0), left[1] + coef * right[1]
+
+
+_SEGMENTS: dict[Any, tuple[tuple[float, float], ...] | None] = {}
+#: Where φ is read on each interval between its kinks (fractions of the interval).
+_SAMPLE = np.array([0.03, 0.19, 0.42, 0.61, 0.88, 0.97])
+
+
+def _linear_segments(act: Activation) -> tuple[tuple[float, float], ...] | None:
+    """``(slope, intercept)`` of φ on each interval between its kinks when φ is linear on every one
+    (relu, |·|, step, leaky relu, hard tanh, the identity), else None; read from φ's values at
+    six points of each interval, once per activation."""
+    if not act.registered:  # a user's φ: values at a few points say nothing of the rest
+        return None
+    if act.key not in _SEGMENTS:
+        edges = [-np.inf, *sorted(act.kinks), np.inf]
+        segments: list[tuple[float, float]] | None = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            if np.isinf(lo) and np.isinf(hi):
+                lo, hi = -1.5, 1.5
+            elif np.isinf(lo):
+                lo = hi - 3.0
+            elif np.isinf(hi):
+                hi = lo + 3.0
+            x = lo + (hi - lo) * _SAMPLE  # not symmetric: an odd φ (tanh) is not linear at −t, 0, t
+            with np.errstate(all="ignore"):
+                y = np.asarray(act.fn(x), dtype=float)
+            slope = (y[-1] - y[0]) / (x[-1] - x[0])
+            intercept = y[0] - slope * x[0]
+            misfit = np.max(np.abs(slope * x + intercept - y))
+            if not np.all(np.isfinite(y)) or not misfit <= 1e-12 * (1.0 + np.max(np.abs(y))):
+                segments = None
+                break
+            segments.append((float(slope), float(intercept)))
+        _SEGMENTS[act.key] = None if segments is None else tuple(segments)
+    return _SEGMENTS[act.key]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -246,18 +303,27 @@ class Apply(Expr):
 
     def _own_kink_planes(self) -> tuple[AffineForm, ...] | None:
         """Where φ's kinks put the expression's own non-smooth points: ``child = k`` for an
-        affine child; the boundary of the child's zero set for kinks at 0 only (the level set
-        ``child = 0`` of a product of affine factors and functions of them is a union of
-        hyperplanes; other level sets are curved); None when not on known hyperplanes."""
-        form = self.child.affine()
-        if form is not None:
-            terms, offset = form
-            return tuple((terms, offset - k) for k in self.act.kinks)
+        affine child, and for each linear piece of a piecewise-linear one (``clip(g + relu(h))``:
+        ``g ± 1 = 0`` and ``g + h ± 1 = 0``, hidden kinks before); the boundary of the child's zero
+        set for kinks at 0 only (the level set ``child = 0`` of a product of affine factors and
+        functions of them is a union of hyperplanes; other level sets are curved); None when not on
+        known hyperplanes."""
         if not self.act.kinks:
             return ()
+        pieces = self.child.linear_pieces()
+        if pieces is not None:
+            return tuple((terms, offset - k) for terms, offset in pieces for k in self.act.kinks if terms)
         if all(k == 0.0 for k in self.act.kinks):
             return self.child.zero_planes()
         return None
+
+    def linear_pieces(self) -> tuple[AffineForm, ...] | None:
+        segments = _linear_segments(self.act)
+        pieces = None if segments is None else self.child.linear_pieces()
+        if pieces is None or len(pieces) * len(segments) > _MAX_PIECES:
+            return None
+        return _distinct([(tuple((v, a * c) for v, c in terms if a * c != 0.0), a * offset + b)
+                          for terms, offset in pieces for a, b in segments])
 
     def zero_planes(self) -> tuple[AffineForm, ...] | None:
         zeros = self.act.zeros
@@ -322,6 +388,15 @@ class Sum(Expr):
                 acc[v] = acc.get(v, 0.0) + coef * c
             offset += coef * form[1]
         return tuple((v, c) for v, c in acc.items() if c != 0.0), offset
+
+    def linear_pieces(self) -> tuple[AffineForm, ...] | None:
+        pieces: tuple[AffineForm, ...] = ((), self.const),
+        for coef, term in self.terms:
+            own = term.linear_pieces()
+            if own is None or len(pieces) * len(own) > _MAX_PIECES:
+                return None
+            pieces = _distinct([_combined(left, right, coef) for left in pieces for right in own])
+        return pieces
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return Sum(self.const, tuple((c, t.map_vectors(f)) for c, t in self.terms))
