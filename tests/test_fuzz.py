@@ -121,6 +121,11 @@ STEP_ABOVE_A_RELU = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
 #: 1e-3; strict campaign seed 22); now planes of the nested quadrature
 CLIP_OF_A_RELU = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)), steps=(("act", 0, "relu"), ("traced", 1, 296, "clip")),
                         readouts=(((3,), 1.0, 0.0, False),))
+#: step(g) and LN(g) read out together: colinear forms at one input, the χ² bound divided by 1 − ρ = 0 (seed 41)
+STEP_AND_LAYERNORM = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
+                            steps=(("matmul", 0, 0, 0.5), ("attention", 0, 1, 0.5), ("act", 0, "relu"),
+                                   ("act", 676, "step"), ("layernorm", 384)),
+                            readouts=(((6, 7), 1.0, 0.0, False),))
 #: step(g − LN(g))·g: the step form and the factor g are one form rescaled per input (found by this test)
 JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), ("bias", 0.2), ("traced", 0, 1, "where"),
                                                              ("act", 0, "relu"), ("matmul", 0, 0, 0.5)),
@@ -135,6 +140,7 @@ JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), (
 @example(recipe=CANCELLING_CLIP, B=3, d=5, seed=0)
 @example(recipe=STEP_ABOVE_A_RELU, B=2, d=3, seed=0)
 @example(recipe=CLIP_OF_A_RELU, B=2, d=3, seed=1)
+@example(recipe=STEP_AND_LAYERNORM, B=2, d=3, seed=0)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless

@@ -494,3 +494,28 @@ def test_a_sum_of_cancelling_kinked_terms_meets_the_tolerance():
     lim = netsor.limit(p, X)
     K, E = lim.nngp(with_error=True)
     assert np.all(np.abs(K - ref) <= E + 1e-14) and lim.relative_error <= 1e-8
+
+
+def test_a_step_and_a_layernorm_of_one_vector_read_out_together():
+    """``step(g)`` and ``LN(g) = g/σ`` (σ² = K(x, x)) read out together: at one input the two forms are
+    colinear with a per-input ratio, and the χ² bound of the jump divided by ``1 − ρ = 0`` (capped at
+    twice the entry, refused at every rtol: random-program tests); a closed-form pair's exact change is
+    used instead. ``E[step(g_i) LN(g_j)] = c_ij/(σ_j √(2π K_ii))``, ``E[LN LN'] = ρ``, step·step the
+    arc-cosine kernel of order 0."""
+    from references import pairwise, step_kernel
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=0.8)
+    p.readout(netsor.step(g), netsor.layernorm(g))
+    X = np.random.default_rng(0).standard_normal((3, 3))
+    K = 0.64 * X @ X.T / 3
+    a, b, c = pairwise(K)
+    sd = np.sqrt(np.diag(K))
+    ref = np.empty((3, 2, 3, 2))
+    ref[:, 0, :, 0] = step_kernel(a, b, c)
+    ref[:, 0, :, 1] = c / (np.sqrt(2 * np.pi * a) * sd[None, :])
+    ref[:, 1, :, 0] = c / (np.sqrt(2 * np.pi * b) * sd[:, None])
+    ref[:, 1, :, 1] = c / np.outer(sd, sd)
+    K_engine, E = netsor.limit(p, X).nngp(with_error=True)
+    assert np.all(np.abs(K_engine - ref.reshape(6, 6)) <= E + 1e-15) and np.max(E) <= 1e-12

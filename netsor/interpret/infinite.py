@@ -1281,6 +1281,10 @@ class Run:
                 if pl.act.key == pr.act.key:  # E φ(w)²: from φ's own moments, no quadrature of φ²
                     return value, err + propagation.point_square(a, da, self.get(("pm", left.key))[0])
                 return value, err + propagation.point_1d(a, da, moments_1d(h, a))
+            if not (pl.act.continuous and pr.act.continuous):  # a jump: a closed form's change stays finite at
+                change = _closed_form_change(pl.act, pr.act, a, da, b, db, c, dc, value)  # colinear forms
+                if change is not None:
+                    return value, err + change
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
             return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
         # in the product's own argument order: it may have been registered before with its atoms in
@@ -1450,18 +1454,8 @@ class Run:
                 prop = bounds.Bound(eta, env_l, env_r)  # O(B) where no pair is near colinear
             else:
                 dc = c_bound.array()
-                if same_kernel(phi, psi):
-                    # a closed form of a discontinuous activation: its exact change over the error interval
-                    delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
-                    if phi.kernel_modulus is not None:
-                        dense = phi.kernel_modulus(a, b, c, delta)
-                    else:
-                        limit = np.sqrt(a * b)
-                        dense = np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
-                                           np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
-                elif is_elementary(phi, psi):  # the identity against a discontinuous ψ (Stein's identity)
-                    dense = _stein_change(phi, psi, a, da, b, db, c, dc, value)
-                else:
+                dense = _closed_form_change(phi, psi, a, da, b, db, c, dc, value)
+                if dense is None:
                     dense = propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
                 if exact is not None and phi.homogeneous is not None and psi.homogeneous is not None:
                     dense = _colinear_change(dense, value, exact, a, da, b, db, phi.homogeneous, psi.homogeneous)
@@ -1582,6 +1576,23 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
             return self.retried(lambda: method(self, *args, **kwargs))
 
     return wrapped
+
+
+def _closed_form_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array,
+                        dc: Array, value: Array) -> Array | None:
+    """The exact change of a closed-form pair ``E[φ(u) ψ(v)]`` over the errors of its covariance — φ's
+    own kernel (its modulus where it has one), or Stein's form of the identity against ψ — or None
+    when the pair has no closed form. Unlike the χ² bound it stays finite at colinear forms."""
+    if same_kernel(phi, psi):
+        delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
+        if phi.kernel_modulus is not None:
+            return phi.kernel_modulus(a, b, c, delta)
+        limit = np.sqrt(a * b)
+        return np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
+                          np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
+    if is_elementary(phi, psi):  # the identity against a discontinuous ψ
+        return _stein_change(phi, psi, a, da, b, db, c, dc, value)
+    return None
 
 
 def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array, dc: Array,
