@@ -126,6 +126,10 @@ STEP_AND_LAYERNORM = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
                             steps=(("matmul", 0, 0, 0.5), ("attention", 0, 1, 0.5), ("act", 0, "relu"),
                                    ("act", 676, "step"), ("layernorm", 384)),
                             readouts=(((6, 7), 1.0, 0.0, False),))
+#: clip(g + h·h): kinks on the parabolas g + h² = ±1, hidden from every exact rule (QMC; strict campaign seed 51)
+CURVED_KINK = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
+                     steps=(("act", 0, "relu"), ("mul", 0, 0), ("traced", 1, 3, "clip"), ("bias", 0.2)),
+                     readouts=(((130,), 1.0, 0.0, False),))
 #: step(g − LN(g))·g: the step form and the factor g are one form rescaled per input (found by this test)
 JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), ("bias", 0.2), ("traced", 0, 1, "where"),
                                                              ("act", 0, "relu"), ("matmul", 0, 0, 0.5)),
@@ -141,16 +145,22 @@ JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), (
 @example(recipe=STEP_ABOVE_A_RELU, B=2, d=3, seed=0)
 @example(recipe=CLIP_OF_A_RELU, B=2, d=3, seed=1)
 @example(recipe=STEP_AND_LAYERNORM, B=2, d=3, seed=0)
+@example(recipe=CURVED_KINK, B=2, d=3, seed=0)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless
-    the limit is not finite. Over 350 programs of two scans, none fell short of 1e-8 once these were fixed."""
+    the limit is not finite or a kink lies on a curved set (QMC's reach). Over 350 programs of two scans,
+    none fell short of 1e-8 once these were fixed."""
     p = build(recipe)
     X = inputs(B, d, seed)
     try:
         K, E = netsor.limit(p, X, rtol=1e-3, method="expectations").nngp(with_error=True)
     except NumericalError as exc:
-        assert any(w in str(exc) for w in ("not finite in the limit", "non-finite", "overflow")), str(exc)
+        # kinks on curved sets (clip(g + h·h): g + h² = ±1, strict campaign seed 51) are hidden from every
+        # exact rule: randomised QMC is the rule there, and its reach at 1e-3 is a refusal that says so
+        curved = any(getattr(line, "expr", None) is not None and line.expr.hidden_kinks for line in p.lines)
+        assert any(w in str(exc) for w in ("not finite in the limit", "non-finite", "overflow")) or (
+            curved and "Monte-Carlo standard error" in str(exc)), str(exc)
         return
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
     assert np.all(E <= 1e-3 * scale + 1e-300)
