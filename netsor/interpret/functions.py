@@ -101,7 +101,7 @@ def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
         return out
     if isinstance(expr, Apply):
         inner = expr.child.affine()
-        if inner is None and expr.act.key in _PIECES:
+        if inner is None and expr.act.key == step.key:
             return _of_piecewise_linear(expr.act, cone_function(expr.child, args))
         if inner is None or inner[1] != 0.0 or not inner[0]:
             return None
@@ -126,7 +126,9 @@ _MAX_INNER_KINKS = 3
 
 
 def _of_piecewise_linear(act: Activation, child: ConeFunction | None) -> ConeFunction | None:
-    """``act(child)`` for ``child`` piecewise linear and positively homogeneous — a sum of linear forms
+    """``act(child)`` (``act`` the step: relu and |·| of the expanded pieces gave cone moments whose bounds were
+    10³× the kernel, not yet understood, and take the kink planes of the pieces instead) for ``child``
+    piecewise linear and positively homogeneous — a sum of linear forms
     times plain steps (``g₁ − relu(g₂)``, ``max(a, b)``) — as a cone function: on each sign pattern
     of the ``m ≤ _MAX_INNER_KINKS`` step forms inside, ``child`` is one linear form ``L_σ``, so
     ``act(child) = Σ_σ Π_{s>0} 1{s > 0} Π_{s<0} (1 − 1{s > 0}) · act(L_σ)``: the kinks at other levels
