@@ -293,11 +293,7 @@ class ConeFunction:
         recursion does not make (such functions are left to the other rules). Smoothed steps never
         are (in the augmented space each has its own noise coordinate)."""
         rows = sorted({q for _, _, steps in self.terms for q in steps if self.noise[q] == 0})
-        n = self.normals[rows]
-        gram = n @ n.T
-        norms = np.sqrt(np.diag(gram))
-        off = np.abs(gram) >= (1 - 1e-12) * np.outer(norms, norms)
-        return bool(np.any(off[~np.eye(len(rows), dtype=bool)]))
+        return _parallel_rows(self.normals[rows])
 
     @property
     def orthant_dim(self) -> int:
@@ -394,11 +390,11 @@ class ConeFunction:
 
 
 def _parallel_rows(n: Array) -> bool:
-    """Two rows of ``n`` (m, k) are parallel (or one is zero)."""
-    norms = np.sqrt(np.sum(n * n, axis=1))
-    gram = np.abs(n @ n.T)
-    np.fill_diagonal(gram, 0.0)
-    return bool(np.any(norms == 0.0) or np.any(gram >= (1.0 - 1e-12) * np.outer(norms, norms)))
+    """Two rows of ``n`` (m, k) are parallel to 1e-12 (a zero row is parallel to any other)."""
+    gram = n @ n.T
+    norms = np.sqrt(np.diag(gram))
+    off = np.abs(gram) >= (1 - 1e-12) * np.outer(norms, norms)
+    return bool(np.any(off[~np.eye(len(n), dtype=bool)]))
 
 
 def _run_starts(x: Array) -> Array:
