@@ -102,7 +102,7 @@ def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
     if isinstance(expr, Apply):
         inner = expr.child.affine()
         if inner is None and expr.act.key == step.key:
-            return _of_piecewise_linear(expr.act, cone_function(expr.child, args))
+            return _step_of_piecewise_linear(cone_function(expr.child, args))
         if inner is None or inner[1] != 0.0 or not inner[0]:
             return None
         n = _normal(inner[0], args)[None]
@@ -125,15 +125,14 @@ _PIECES = {identity.key: ((1.0, (0,), ()),), relu.key: ((1.0, (0,), (0,)),), ste
 _MAX_INNER_KINKS = 3
 
 
-def _of_piecewise_linear(act: Activation, child: ConeFunction | None) -> ConeFunction | None:
-    """``act(child)`` (``act`` the step: relu and |·| of the expanded pieces gave cone moments whose bounds were
-    10³× the kernel, not yet understood, and take the kink planes of the pieces instead) for ``child``
-    piecewise linear and positively homogeneous — a sum of linear forms
-    times plain steps (``g₁ − relu(g₂)``, ``max(a, b)``) — as a cone function: on each sign pattern
-    of the ``m ≤ _MAX_INNER_KINKS`` step forms inside, ``child`` is one linear form ``L_σ``, so
-    ``act(child) = Σ_σ Π_{s>0} 1{s > 0} Π_{s<0} (1 − 1{s > 0}) · act(L_σ)``: the kinks at other levels
-    (``step(g₁ − relu(g₂))``: the half-lines g₁ = g₂ > 0 and g₁ = 0 > g₂) become cones, exact, where the
-    quadrature and QMC rules saw hidden kinks (1e-3 out of reach)."""
+def _step_of_piecewise_linear(child: ConeFunction | None) -> ConeFunction | None:
+    """``step(child)`` for ``child`` piecewise linear and positively homogeneous — a sum of linear forms
+    times plain steps (``g₁ − relu(g₂)``, ``max(a, b)``) — as a cone function: on each sign pattern of
+    the ``m ≤ _MAX_INNER_KINKS`` step forms inside, ``child`` is one linear form ``L_σ``, so
+    ``step(child) = Σ_σ Π_{s>0} 1{s > 0} Π_{s<0} (1 − 1{s > 0}) · 1{L_σ > 0}``: the jump on the half-lines
+    g₁ = g₂ > 0 and g₁ = 0 > g₂ of ``step(g₁ − relu(g₂))`` becomes cones, exact, where the quadrature and
+    QMC rules saw hidden kinks (1e-3 out of reach). (relu and |·| of the same pieces gave cone moments
+    with bounds 10³× the kernel, not yet understood; they take the kink planes of the pieces instead.)"""
     if child is None or any(len(poly) != 1 for _, poly, _ in child.terms) or np.any(child.noise > 0):
         return None
     inner = sorted({q for _, _, steps in child.terms for q in steps})
@@ -146,8 +145,8 @@ def _of_piecewise_linear(act: Activation, child: ConeFunction | None) -> ConeFun
         normal = sum((c * child.normals[poly[0]] for c, poly, steps in child.terms if set(steps) <= positive),
                      np.zeros(k))
         if not np.any(normal):
-            continue  # act(0) = 0 for relu, step, |·| and the identity
-        piece = ConeFunction(normal[None], _PIECES[act.key])
+            continue  # step(0) = 0
+        piece = ConeFunction(normal[None], _PIECES[step.key])
         for q, up in zip(inner, signs, strict=True):
             gate = ConeFunction(child.normals[q][None], ((1.0, (), (0,)),))
             piece = piece.times(gate if up else ConeFunction(np.zeros((0, k)), ((1.0, (), ()),)).plus(
