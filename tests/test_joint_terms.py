@@ -471,8 +471,8 @@ def test_orthant_dimension_of_a_product_without_forming_it():
 def test_genz_orthants_beyond_four_forms_cover_their_error():
     """Orthants of 5–12 dependent forms by the Genz rule: equicorrelated ρ = 1/2 gives 1/(n + 1)
     exactly, random one-factor correlations (5–8 forms, loadings in ±0.95) the adaptive 1-D
-    reference; the reported error (5 standard errors of 8 scramblings) covers the difference, and
-    the standard error is small (≤ 2e-5 at 2^12 points per scrambling)."""
+    reference; the reported error (5.24 standard errors of 16 scramblings) covers the difference, and
+    the standard error is small (≤ 2e-5 at 2^11 points per scrambling)."""
     for n in (5, 8, 12):
         R = np.full((1, n, n), 0.5) + 0.5 * np.eye(n)
         p, err, se = orthant(R, list(range(n)))

@@ -9,6 +9,7 @@ of the IR).
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,50 @@ Array = np.ndarray
 MeanRule = Callable[[Array], Array]
 
 _TWO_PI = 2.0 * np.pi
+
+
+class FunctionIdentity:
+    """A user function inside a cache key: equal only to the same object (``owner``, by default the
+    function itself), but written (``repr``) from the function's name and bytecode, so that seeds
+    derived from keys (randomised QMC) are the same in every run rather than following a memory
+    address."""
+
+    __slots__ = ("fn", "owner")
+
+    def __init__(self, fn: Callable[..., Any], owner: object = None) -> None:
+        self.fn = fn
+        self.owner = fn if owner is None else owner
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FunctionIdentity) and other.owner is self.owner
+
+    def __hash__(self) -> int:
+        return id(self.owner)
+
+    def __repr__(self) -> str:
+        return f"fn:{getattr(self.fn, '__qualname__', '?')}:{_function_fingerprint(self.fn)}"
+
+
+def _function_fingerprint(fn: object, depth: int = 3) -> int | str:
+    """A checksum of a function that is the same in every process: its bytecode, names and
+    constants, nested code objects (a generator expression, an inner lambda) by their own checksum
+    rather than their ``repr`` (which holds a memory address), and the functions and plain values
+    its closure holds (a wrapper's checksum then follows the user function it wraps)."""
+    code = getattr(fn, "__code__", fn)
+    if not hasattr(code, "co_code"):
+        return type(fn).__name__
+    parts: list[object] = [code.co_names]
+    parts += [_function_fingerprint(c) if hasattr(c, "co_code") else c for c in code.co_consts]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(held) and depth > 0:
+            parts.append(_function_fingerprint(held, depth - 1))
+        elif isinstance(held, (str, int, float, bool, type(None))):
+            parts.append(held)
+    return zlib.crc32(code.co_code + repr(parts).encode())
 
 
 def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: str) -> Array:
@@ -138,7 +183,7 @@ class Activation:
             return (self.name, tuple(sorted(self.params.items())))
         if self.cache_key is not None:
             return self.cache_key
-        return ("~custom", self.name, id(self))
+        return ("~custom", self.name, FunctionIdentity(self.fn, owner=self))
 
     def __call__(self, x: Any) -> Any:
         # A symbolic vector applies the activation itself (adds a NonLin line to its program).

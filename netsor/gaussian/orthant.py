@@ -31,7 +31,7 @@ Orthants of forms that split into independent groups (zero covariance across: th
 candidates of a recurrent state) are products of the groups' orthants. A group of more than 4
 forms (up to ``GENZ_MAX_DIM``) is integrated by Genz's separation of variables — ``P(x > 0) =
 E Π_i Φ(s_i(y)/L_ii)`` with ``y`` drawn sequentially from the truncated conditionals, a smooth
-integrand on the unit cube — with randomised QMC (``GENZ_REPLICATES`` independent scramblings of
+integrand on the unit cube — with randomised QMC (``MC_REPLICATES`` independent scramblings of
 one Sobol' set); its error is ``MC_ERROR_SIGMAS`` standard errors, reported as such, and the
 points grow 4× per round until it meets the caller's ``atol``.
 
@@ -65,11 +65,17 @@ _P4_TOL = 1e-12
 _CHUNK = 4096
 #: Highest dimension of a group of dependent forms integrated by randomised QMC (Genz).
 GENZ_MAX_DIM = 16
-#: Independent scramblings of the Genz rule's Sobol' set, and log2 of its points per round.
-GENZ_REPLICATES = 8
-GENZ_LOG2_POINTS = (10, 12, 14, 16)
-#: Reported error of a Monte-Carlo estimate, in standard errors.
-MC_ERROR_SIGMAS = 5.0
+#: Independent scramblings behind every randomised QMC estimate (the Genz rule here, the joint
+#: expectations' QMC in :mod:`netsor.gaussian.joint`): its standard error is their spread.
+MC_REPLICATES = 16
+#: log2 of the Genz rule's points per scrambling, by round.
+GENZ_LOG2_POINTS = (9, 11, 13, 15)
+#: Chance that a Monte-Carlo estimate's reported error is below its true error: the error is the
+#: two-sided Student-t quantile with ``MC_REPLICATES − 1`` degrees of freedom (the standard error is
+#: itself estimated from the replicates) times the standard error — 5.24 standard errors. With 8
+#: replicates and 5 standard errors the miss was 1.6e-3 per estimate, seen as a failed CI run.
+MC_MISS_PROBABILITY = 1e-4
+MC_ERROR_SIGMAS = float(stats.t.isf(MC_MISS_PROBABILITY / 2, MC_REPLICATES - 1))
 #: Values per batch of the Genz rule (points × QMC nodes × forms: ~32 MB of working arrays).
 _GENZ_CHUNK = 1 << 22
 
@@ -710,7 +716,7 @@ def _orthant(cov: _Cov, idx: list[int], M: int, log2_points: int) -> tuple[Array
             R[:, p_, p_] = 1.0
         for (p_, q), r in rho.items():
             R[:, p_, q] = R[:, q, p_] = r
-        replicates = np.zeros((GENZ_REPLICATES, M))
+        replicates = np.zeros((MC_REPLICATES, M))
         replicates[:, live] = _genz_orthant(R[live], log2_points)
         p = replicates.mean(axis=0)
         return p, None, replicates - p
@@ -723,19 +729,19 @@ def _orthant(cov: _Cov, idx: list[int], M: int, log2_points: int) -> tuple[Array
 
 @lru_cache(maxsize=len(GENZ_LOG2_POINTS))
 def _genz_uniforms(log2_points: int) -> Array:
-    """``GENZ_REPLICATES`` independent scramblings (fixed seed: results are reproducible) of one
+    """``MC_REPLICATES`` independent scramblings (fixed seed: results are reproducible) of one
     Sobol' set of ``2**log2_points`` points in ``GENZ_MAX_DIM − 1`` dimensions, read-only, in single
     precision (42 MB for all rounds; 2^24 levels are far finer than the point sets); a group of
     n forms uses the first n − 1 coordinates (themselves a scrambled Sobol' set)."""
     sets = [stats.qmc.Sobol(d=GENZ_MAX_DIM - 1, scramble=True, seed=rng).random_base2(log2_points)
-            for rng in np.random.default_rng(20261202).spawn(GENZ_REPLICATES)]
+            for rng in np.random.default_rng(20261202).spawn(MC_REPLICATES)]
     out = np.stack(sets).astype(np.float32)
     out.flags.writeable = False
     return out
 
 
 def _genz_orthant(R: Array, log2_points: int) -> Array:
-    """The replicate estimates (``GENZ_REPLICATES``, M) of ``P(x > 0)`` for ``x ~ N(0, R[m])``,
+    """The replicate estimates (``MC_REPLICATES``, M) of ``P(x > 0)`` for ``x ~ N(0, R[m])``,
     correlations ``R`` (M, n, n) positive definite, by Genz's separation of variables: with
     ``x = L y`` (Cholesky), ``x_i > 0`` is ``y_i > −s_i`` for ``s_i = Σ_{j<i} L_ij y_j / L_ii``, so
     ``P = E Π_i Φ(s_i)`` with each ``y_i`` drawn from its truncated conditional,

@@ -1687,7 +1687,7 @@ class Limit:
         (``√(K_ii K_jj)`` for kernels).
     stderr : float
         The largest standard error of Monte-Carlo parts in the last result (0 when every
-        expectation was deterministic); those parts enter ``error`` as 5 standard errors.
+        expectation was deterministic); those parts enter ``error`` as ``MC_ERROR_SIGMAS`` (5.24) standard errors.
 
     Notes
     -----

@@ -23,7 +23,6 @@ activation keys), so equal sub-expressions of different lines are computed once.
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netsor.activations import Activation, identity
-from netsor.activations.registry import call_user_function
+from netsor.activations.registry import FunctionIdentity, call_user_function
 from netsor.errors import NumericalError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -452,28 +451,6 @@ class Prod(Expr):
 
     def describe(self) -> str:
         return "*".join(_wrap(f) for f in self.factors)
-
-
-class FunctionIdentity:
-    """A user function inside an expression key: equal only to the same function object, but
-    written (``repr``) from its name and bytecode, so that seeds derived from keys (randomised
-    QMC) are the same in every run rather than following the object's memory address."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FunctionIdentity) and other.fn is self.fn
-
-    def __hash__(self) -> int:
-        return id(self.fn)
-
-    def __repr__(self) -> str:
-        code = getattr(self.fn, "__code__", None)
-        body = zlib.crc32(code.co_code + repr(code.co_consts).encode()) if code is not None else type(self.fn).__name__
-        return f"fn:{getattr(self.fn, '__qualname__', '?')}:{body}"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
