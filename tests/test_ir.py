@@ -231,3 +231,28 @@ def test_shared_evaluation_computes_a_repeated_subexpression_once() -> None:
     calls.clear()
     np.testing.assert_array_equal(evaluate_shared(expr, values), plain)
     assert len(calls) == 1
+
+
+_KEY_SCRIPT = """
+import numpy as np, netsor
+def hidden(u, v):
+    return sum(np.asarray(x) for x in (u, v)) ** 2  # a generator expression: a nested code object
+p = netsor.Program()
+n = p.dim("n")
+g, h = p.gaussian(n), p.gaussian(n)
+cube = netsor.activation(lambda x: np.tanh(x) ** 3, name="cube_tanh")
+print(repr(p.line_of(netsor.nonlin(hidden, g, h)).expr.key), repr(cube.key))
+"""
+
+
+def test_keys_of_user_functions_are_the_same_in_every_process():
+    """Randomised QMC seeds its scramblings from expression keys: a key that holds a user function
+    (an opaque callable, a custom activation) is written from the function's bytecode, never from a
+    memory address, so that the same program gets the same QMC estimate in every run (a nested
+    code object's ``repr`` holds its address: that made a CI run draw a different seed)."""
+    import subprocess
+    import sys
+
+    outs = {subprocess.run([sys.executable, "-c", _KEY_SCRIPT], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}
+    assert len(outs) == 1 and "0x" not in outs.pop()
