@@ -41,6 +41,7 @@ import numpy as np
 from scipy import special, stats
 
 from netsor.errors import NumericalError, ProgramError, UnsupportedError
+from netsor.gaussian.orthant import MC_REPLICATES
 from netsor.interpret.finite import conditional_kernels
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
 from netsor.interpret.radial import numerical_rank
@@ -58,8 +59,8 @@ from netsor.validate import (
 
 Array = np.ndarray
 
-#: Independently scrambled replicates.
-REPLICATES = 16
+#: Independently scrambled replicates: the engine's one policy for randomised QMC.
+REPLICATES = MC_REPLICATES
 #: Points per replicate: 2^m for m in this range.
 MIN_LOG2_POINTS = 12
 MAX_LOG2_POINTS = 18
