@@ -397,3 +397,79 @@ def gru2_kernel(X, sigma_u=1.0, sigma_w=1.0, sigma_b=0.0, sigma_v=1.0):
     K = np.empty((B, 2, B, 2))
     K[:, 0, :, 0], K[:, 0, :, 1], K[:, 1, :, 0], K[:, 1, :, 1] = H11, H12, H12.T, H22
     return sigma_v**2 * K.reshape(2 * B, 2 * B)
+
+
+def _relu_moments_noncentral(m1, m2, s1, s2, r):
+    """(E X⁺, E Y⁺, E[X⁺ Y], E[X Y⁺], E[X Y]) for (X, Y) Gaussian (means m, sds s, correlation r):
+    Stein's lemma, ``E[X⁺ (Y − m2)] = Cov(X, Y) P(X > 0)``."""
+    ex = m1 * special.ndtr(m1 / s1) + s1 * np.exp(-0.5 * (m1 / s1) ** 2) / SQRT2PI
+    ey = m2 * special.ndtr(m2 / s2) + s2 * np.exp(-0.5 * (m2 / s2) ** 2) / SQRT2PI
+    cov = r * s1 * s2
+    return ex, ey, m2 * ex + cov * special.ndtr(m1 / s1), m1 * ey + cov * special.ndtr(m2 / s2), m1 * m2 + cov
+
+
+def act_of_a_kink_kernel(Kx, sigma_g, sigma_h, act, offset):
+    """Kernel of ``act(g − offset(g − h))`` for independent G-vectors g, h (``Cov(g_i, g_j) = σ_g² Kx_ij``,
+    ``Cov(h_i, h_j) = σ_h² Kx_ij``), ``act`` "relu" or "abs", ``offset`` "relu" (c = (d)⁺) or "half-abs"
+    (c = |d|/2) of ``d = g − h``.
+
+    Given ``d`` at both inputs, ``g`` is Gaussian and the offset a constant, so
+    ``E[act(X − c₁) act(Y − c₂) | d]`` is a closed form (:func:`relu_relu_noncentral`, and
+    ``|t| = 2t⁺ − t``); the outer integral over ``(d, d') = L η`` is adaptive in polar coordinates of
+    ``η``, split at the angles where ``d = 0`` or ``d' = 0`` (the offset's kinks). The diagonal is one
+    dimension: ``E[act(X − c)² | d]`` in closed form, the integral over ``d`` split at 0."""
+    cfun = {"relu": lambda d: np.maximum(d, 0.0), "half-abs": lambda d: 0.5 * np.abs(d)}[offset]
+    var_d = sigma_g**2 + sigma_h**2
+
+    def inner(m1, m2, s1, s2, r):
+        rr = relu_relu_noncentral(m1, m2, s1, s2, r)
+        if act == "relu":
+            return rr
+        ex, ey, xy_plus, x_plus_y, xy = _relu_moments_noncentral(m1, m2, s1, s2, r)
+        return 4 * rr - 2 * xy_plus - 2 * x_plus_y + xy  # |t| = 2t⁺ − t on both sides
+
+    def square(m, s):
+        if act == "relu":
+            return (m * m + s * s) * special.ndtr(m / s) + m * s * np.exp(-0.5 * (m / s) ** 2) / SQRT2PI
+        return m * m + s * s
+
+    def diagonal(kxx):
+        vd, cgd = var_d * kxx, sigma_g**2 * kxx  # Var d, Cov(g, d)
+        s = np.sqrt(sigma_g**2 * kxx - cgd * cgd / vd)
+
+        def f(t):
+            return np.exp(-0.5 * t * t / vd) / np.sqrt(2 * np.pi * vd) * square(cgd / vd * t - cfun(t), s)
+
+        return sum(integrate.quad(f, lo, hi, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+                   for lo, hi in ((-14 * np.sqrt(vd), 0.0), (0.0, 14 * np.sqrt(vd))))
+
+    def cross(kx):  # kx: the inputs' 2 × 2 Gram block
+        A, Cm, B = var_d * kx, sigma_g**2 * kx, sigma_g**2 * kx  # (d, d'), Cov(g, d), (g, g')
+        L = np.linalg.cholesky(A)
+        M = Cm @ np.linalg.inv(A)
+        Sc = B - M @ Cm.T
+        s1, s2 = np.sqrt(Sc[0, 0]), np.sqrt(Sc[1, 1])
+        r = np.clip(Sc[0, 1] / (s1 * s2), -1.0, 1.0)
+
+        def radial(phi):
+            d1, d2 = L[0, 0] * np.cos(phi), L[1, 0] * np.cos(phi) + L[1, 1] * np.sin(phi)
+
+            def f(rad):
+                x, y = rad * d1, rad * d2
+                m1, m2 = M[0, 0] * x + M[0, 1] * y - cfun(x), M[1, 0] * x + M[1, 1] * y - cfun(y)
+                return rad * np.exp(-0.5 * rad * rad) / (2 * np.pi) * inner(m1, m2, s1, s2, r)
+
+            return integrate.quad(f, 0.0, 14.0, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+
+        psi = np.arctan2(L[1, 0], L[1, 1])  # d' = 0 where sin(φ + ψ) = 0
+        kinks = sorted({-np.pi / 2, np.pi / 2, *(np.mod(np.array([-psi, np.pi - psi]) + np.pi, 2 * np.pi) - np.pi)})
+        edges = [-np.pi, *kinks, np.pi]
+        return sum(integrate.quad(radial, lo, hi, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+                   for lo, hi in zip(edges[:-1], edges[1:], strict=True) if hi > lo)
+
+    N = Kx.shape[0]
+    K = np.diag([diagonal(Kx[i, i]) for i in range(N)])
+    for i in range(N):
+        for j in range(i + 1, N):
+            K[i, j] = K[j, i] = cross(Kx[np.ix_([i, j], [i, j])])
+    return K

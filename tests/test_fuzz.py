@@ -131,7 +131,8 @@ CURVED_KINK = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
                      steps=(("act", 0, "relu"), ("mul", 0, 0), ("traced", 1, 3, "clip"), ("bias", 0.2)),
                      readouts=(((130,), 1.0, 0.0, False),))
 #: |g − |g − h|/2|: the cone expansion of |·| and relu of piecewise-linear arguments gave bounds 10³× the
-#: kernel (strict campaign seed 53); they take the planes of the pieces instead
+#: kernel (strict campaign seed 53): its pieces are linearly dependent, and the cone moments amplified rounding
+#: by the worst form of the family, used or not; now per form (bound 5e-14)
 ABS_OF_AN_ABS = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
                        steps=(("act", 0, "relu"), ("matmul", 0, 0, 0.5), ("traced", 0, 1, "abs-diff"),
                               ("traced", 0, 464, "abs-diff"), ("matmul", 0, 0, 0.5)),

@@ -529,7 +529,9 @@ class _Moments:
         self.log2_points = log2_points
         m = cov.shape[1]
         entries = {(a, b): np.ascontiguousarray(cov[:, a, b]) for a in range(m) for b in range(a, m)}
-        self._cond: dict[frozenset[int], tuple[_Cov, Array]] = {frozenset(): (entries, np.ones(self.M))}
+        ones = np.ones(self.M)
+        self._cond: dict[frozenset[int], tuple[_Cov, dict[int, Array]]] = {
+            frozenset(): (entries, {a: ones for a in range(m)})}
         self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], _Moment] = {}
         self._deltas: dict[tuple[frozenset[int], int, int], Array] = {}
         self._groups: dict[tuple[frozenset[int], tuple[int, ...]], tuple[Array, Array | None, Array | None]] = {}
@@ -541,35 +543,37 @@ class _Moments:
         ``_Moments`` uses the same scramblings, so the sum is itself a randomised QMC estimate per
         scrambling: its standard error is the spread of the sum's replicates, which counts the
         correlation of the parts' errors (they may cancel or add)."""
-        value, size, qerr, dev = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M), None
+        value, rounding, qerr, dev = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M), None
         for c, poly, steps in terms:
-            v, s, q, d = self.moment(frozenset(), poly, frozenset(steps))
+            v, s, q, d, amp = self.moment(frozenset(), poly, frozenset(steps))
             value += c * v
-            size += abs(c) * s
+            rounding += abs(c) * s * amp
             if q is not None:
                 qerr += abs(c) * q
             dev = _plus(dev, c, d)
         se = np.zeros(self.M) if dev is None else _standard_error(dev)
-        amplification = np.max([amp for _, amp in self._cond.values()], axis=0)
-        return value, qerr + MC_ERROR_SIGMAS * se + 64 * _EPS * size * amplification, se
+        return value, qerr + MC_ERROR_SIGMAS * se + 64 * _EPS * rounding, se
 
-    def conditional(self, given: frozenset[int]) -> tuple[_Cov, Array]:
-        """Covariance entries given ``x_j = 0`` for ``j ∈ given``, and the worst ratio of a variance
-        before and after conditioning (the relative rounding of the conditional entries, in eps)."""
+    def conditional(self, given: frozenset[int]) -> tuple[_Cov, dict[int, Array]]:
+        """Covariance entries given ``x_j = 0`` for ``j ∈ given``, and per form the worst ratio of its
+        variance before and after a conditioning along the way (the relative rounding of its conditional
+        entries, in eps). Per form, not over the family: a form made (nearly) dependent on the ones
+        conditioned on — ``L₋ = L₊ + q`` among the pieces of ``|g − |g − h|/2|`` — loses all precision,
+        but amplifies only the moments that use it (the family's worst ratio gave bounds 10³× the kernel)."""
         if given not in self._cond:
             j = max(given)
-            base, amp = self.conditional(given - {j})
+            base, base_amp = self.conditional(given - {j})
             inv = _where_positive(_entry(base, j, j), np.reciprocal)
             free = sorted({q for pair in base for q in pair} - {j})
             weight = {a: _entry(base, a, j) * inv for a in free}
             cov = {(a, b): base[(a, b)] - weight[a] * _entry(base, j, b) for a in free for b in free if a <= b}
-            ratio = amp
+            amp = {}
             for a in free:
                 before, after = base[(a, a)], cov[(a, a)]
                 if after.min(initial=1.0) <= 1e-300:
                     after = np.where(after > 1e-300, after, np.maximum(before, 1e-300))
-                ratio = np.maximum(ratio, before / after)
-            self._cond[given] = (cov, ratio)
+                amp[a] = np.maximum(np.maximum(base_amp[a], base_amp[j]), before / after)
+            self._cond[given] = (cov, amp)
         return self._cond[given]
 
     def _delta(self, given: frozenset[int], i: int, j: int) -> Array:
@@ -582,17 +586,19 @@ class _Moments:
         return self._deltas[key]
 
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]) -> _Moment:
-        """``(value, Σ |parts|, quadrature error, replicate deviations)`` of
+        """``(value, Σ |parts|, quadrature error, replicate deviations, amplification)`` of
         ``E[Π_{i∈poly} x_i 1{x_steps > 0} | x_given = 0]``; the quadrature error is None where every
         orthant below is a closed form, the deviations (R, M) of the Genz rule's replicates from
-        their mean None where no orthant below is by that rule."""
+        their mean None where no orthant below is by that rule; the amplification is the largest
+        rounding ratio (:meth:`conditional`) of the forms whose conditional entries it used."""
         key = (given, poly, steps)
         if key in self._memo:
             return self._memo[key]
-        cov = self.conditional(given)[0]
+        cov, form_amp = self.conditional(given)
+        amp = np.max([form_amp[a] for a in {*poly, *steps}], axis=0) if poly or steps else np.ones(self.M)
         if not poly:
             value, qerr, dev = self._orthant(given, cov, sorted(steps))
-            out = (value, np.abs(value), qerr, dev)
+            out = (value, np.abs(value), qerr, dev, amp)
         else:
             i, rest = poly[0], poly[1:]
             children = [(rest.count(j) * _entry(cov, i, j), (given, _drop(rest, j), steps))
@@ -601,13 +607,14 @@ class _Moments:
                          for j in sorted(steps - set(rest))]  # of an indicator: δ(x_j), x_j leaves the orthant
             value, size, qerr, dev = np.zeros(self.M), np.zeros(self.M), None, None
             for coef, child in children:
-                v, s, q, d = self.moment(*child)
+                v, s, q, d, a = self.moment(*child)
                 weight = np.abs(coef)
                 value += coef * v
                 size += weight * s
                 qerr = _plus(qerr, weight, q)
                 dev = _plus(dev, coef, d)
-            out = (value, size, qerr, dev)
+                amp = np.maximum(amp, a)
+            out = (value, size, qerr, dev, amp)
         self._memo[key] = out
         return out
 
@@ -634,8 +641,9 @@ class _Moments:
 
 #: Covariance entries ``{(a, b): (M,) array}``, ``a ≤ b``.
 _Cov = dict[tuple[int, int], Array]
-#: A cone moment: (value, Σ |parts|, quadrature error or None, Genz replicate deviations (R, M) or None).
-_Moment = tuple[Array, Array, Array | None, Array | None]
+#: A cone moment: (value, Σ |parts|, quadrature error or None, Genz replicate deviations (R, M) or None,
+#: rounding amplification).
+_Moment = tuple[Array, Array, Array | None, Array | None, Array]
 
 
 def _plus(total: Array | None, weight: Array | float, part: Array | None) -> Array | None:

@@ -8,6 +8,7 @@ them from expression trees over G-vectors, with their kinks, derivatives and con
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from itertools import product
 
 import numpy as np
@@ -101,8 +102,8 @@ def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:
         return out
     if isinstance(expr, Apply):
         inner = expr.child.affine()
-        if inner is None and expr.act.key == step.key:
-            return _step_of_piecewise_linear(cone_function(expr.child, args))
+        if inner is None and expr.act.key in _PIECES:
+            return _of_piecewise_linear(expr.act.key, cone_function(expr.child, args))
         if inner is None or inner[1] != 0.0 or not inner[0]:
             return None
         n = _normal(inner[0], args)[None]
@@ -125,32 +126,33 @@ _PIECES = {identity.key: ((1.0, (0,), ()),), relu.key: ((1.0, (0,), (0,)),), ste
 _MAX_INNER_KINKS = 3
 
 
-def _step_of_piecewise_linear(child: ConeFunction | None) -> ConeFunction | None:
-    """``step(child)`` for ``child`` piecewise linear and positively homogeneous — a sum of linear forms
-    times plain steps (``g₁ − relu(g₂)``, ``max(a, b)``) — as a cone function: on each sign pattern of
-    the ``m ≤ _MAX_INNER_KINKS`` step forms inside, ``child`` is one linear form ``L_σ``, so
-    ``step(child) = Σ_σ Π_{s>0} 1{s > 0} Π_{s<0} (1 − 1{s > 0}) · 1{L_σ > 0}``: the jump on the half-lines
-    g₁ = g₂ > 0 and g₁ = 0 > g₂ of ``step(g₁ − relu(g₂))`` becomes cones, exact, where the quadrature and
-    QMC rules saw hidden kinks (1e-3 out of reach). (relu and |·| of the same pieces gave cone moments
-    with bounds 10³× the kernel, not yet understood; they take the kink planes of the pieces instead.)"""
+def _of_piecewise_linear(act: Hashable, child: ConeFunction | None) -> ConeFunction | None:
+    """``act(child)`` (``act`` the key of step, relu or |·|) for ``child`` piecewise linear and positively
+    homogeneous — a sum of linear forms times plain steps (``g₁ − relu(g₂)``, ``max(a, b)``) — as a cone
+    function: on each sign pattern σ of the ``m ≤ _MAX_INNER_KINKS`` step forms inside, ``child`` is one
+    linear form ``L_σ``, so ``act(child) = Σ_σ Π_{s>0} 1{s > 0} Π_{s<0} (1 − 1{s > 0}) · act(L_σ)``. The
+    jump of ``step(g₁ − relu(g₂))`` on the half-lines g₁ = g₂ > 0 and g₁ = 0 > g₂, and the kinks of
+    ``|g − |g − h|/2|`` at other levels, become cones, exact, where the quadrature and QMC rules saw hidden
+    kinks (1e-3 out of reach) or took the kink planes of the pieces (bound 2.5e-6 there, 5e-14 as cones).
+    The pieces are linearly dependent (``L₋ = L₊ + q``): the cone moments amplify rounding per form."""
     if child is None or any(len(poly) != 1 for _, poly, _ in child.terms) or np.any(child.noise > 0):
         return None
     inner = sorted({q for _, _, steps in child.terms for q in steps})
     if len(inner) > _MAX_INNER_KINKS:
         return None
     k = child.dim
+    one = ConeFunction(np.zeros((0, k)), ((1.0, (), ()),))
     out = ConeFunction(np.zeros((0, k)), ())
     for signs in product((True, False), repeat=len(inner)):
         positive = {q for q, up in zip(inner, signs, strict=True) if up}
         normal = sum((c * child.normals[poly[0]] for c, poly, steps in child.terms if set(steps) <= positive),
                      np.zeros(k))
         if not np.any(normal):
-            continue  # step(0) = 0
-        piece = ConeFunction(normal[None], _PIECES[step.key])
+            continue  # act(0) = 0 for step (step(0) = 0), relu and |·|
+        piece = ConeFunction(normal[None], _PIECES[act])
         for q, up in zip(inner, signs, strict=True):
             gate = ConeFunction(child.normals[q][None], ((1.0, (), (0,)),))
-            piece = piece.times(gate if up else ConeFunction(np.zeros((0, k)), ((1.0, (), ()),)).plus(
-                gate.with_terms(((-1.0, (), (0,)),))))
+            piece = piece.times(gate if up else one.plus(gate.with_terms(((-1.0, (), (0,)),))))
         out = out.plus(piece)
     return out
 
