@@ -132,7 +132,7 @@ CURVED_KINK = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
                      readouts=(((130,), 1.0, 0.0, False),))
 #: |g − |g − h|/2|: the cone expansion of |·| and relu of piecewise-linear arguments gave bounds 10³× the
 #: kernel (strict campaign seed 53): its pieces are linearly dependent, and the cone moments amplified rounding
-#: by the worst form of the family, used or not; now per form (bound 5e-14)
+#: by the worst form of the family, used or not; now per form (bound 1.3e-13)
 ABS_OF_AN_ABS = Recipe(sigmas=((0.8, 0.0), (0.8, 0.0)),
                        steps=(("act", 0, "relu"), ("matmul", 0, 0, 0.5), ("traced", 0, 1, "abs-diff"),
                               ("traced", 0, 464, "abs-diff"), ("matmul", 0, 0, 0.5)),

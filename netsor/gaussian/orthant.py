@@ -535,6 +535,8 @@ class _Moments:
         self._memo: dict[tuple[frozenset[int], tuple[int, ...], frozenset[int]], _Moment] = {}
         self._deltas: dict[tuple[frozenset[int], int, int], Array] = {}
         self._groups: dict[tuple[frozenset[int], tuple[int, ...]], tuple[Array, Array | None, Array | None]] = {}
+        #: The forms whose conditional entries some moment used, per conditioning (for the rounding bound).
+        self._used: dict[frozenset[int], set[int]] = {}
 
     def combine(self, terms: tuple[Term, ...]) -> tuple[Array, Array, Array]:
         """``(Σ c · moment, bound, standard error)``: the bound is rounding (eps times the absolute
@@ -543,23 +545,26 @@ class _Moments:
         ``_Moments`` uses the same scramblings, so the sum is itself a randomised QMC estimate per
         scrambling: its standard error is the spread of the sum's replicates, which counts the
         correlation of the parts' errors (they may cancel or add)."""
-        value, rounding, qerr, dev = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M), None
+        value, size, qerr, dev = np.zeros(self.M), np.zeros(self.M), np.zeros(self.M), None
         for c, poly, steps in terms:
-            v, s, q, d, amp = self.moment(frozenset(), poly, frozenset(steps))
+            v, s, q, d = self.moment(frozenset(), poly, frozenset(steps))
             value += c * v
-            rounding += abs(c) * s * amp
+            size += abs(c) * s
             if q is not None:
                 qerr += abs(c) * q
             dev = _plus(dev, c, d)
         se = np.zeros(self.M) if dev is None else _standard_error(dev)
-        return value, qerr + MC_ERROR_SIGMAS * se + 64 * _EPS * rounding, se
+        amplification = np.max([self._cond[given][1][a] for given, forms in self._used.items() for a in forms]
+                               + [np.ones(self.M)], axis=0)
+        return value, qerr + MC_ERROR_SIGMAS * se + 64 * _EPS * size * amplification, se
 
     def conditional(self, given: frozenset[int]) -> tuple[_Cov, dict[int, Array]]:
         """Covariance entries given ``x_j = 0`` for ``j ∈ given``, and per form the worst ratio of its
         variance before and after a conditioning along the way (the relative rounding of its conditional
         entries, in eps). Per form, not over the family: a form made (nearly) dependent on the ones
         conditioned on — ``L₋ = L₊ + q`` among the pieces of ``|g − |g − h|/2|`` — loses all precision,
-        but amplifies only the moments that use it (the family's worst ratio gave bounds 10³× the kernel)."""
+        but amplifies the bound only if a moment uses it under that conditioning (the family's worst
+        ratio gave bounds 10³× the kernel)."""
         if given not in self._cond:
             j = max(given)
             base, base_amp = self.conditional(given - {j})
@@ -586,19 +591,18 @@ class _Moments:
         return self._deltas[key]
 
     def moment(self, given: frozenset[int], poly: tuple[int, ...], steps: frozenset[int]) -> _Moment:
-        """``(value, Σ |parts|, quadrature error, replicate deviations, amplification)`` of
+        """``(value, Σ |parts|, quadrature error, replicate deviations)`` of
         ``E[Π_{i∈poly} x_i 1{x_steps > 0} | x_given = 0]``; the quadrature error is None where every
         orthant below is a closed form, the deviations (R, M) of the Genz rule's replicates from
-        their mean None where no orthant below is by that rule; the amplification is the largest
-        rounding ratio (:meth:`conditional`) of the forms whose conditional entries it used."""
+        their mean None where no orthant below is by that rule."""
         key = (given, poly, steps)
         if key in self._memo:
             return self._memo[key]
-        cov, form_amp = self.conditional(given)
-        amp = np.max([form_amp[a] for a in {*poly, *steps}], axis=0) if poly or steps else np.ones(self.M)
+        cov = self.conditional(given)[0]
+        self._used.setdefault(given, set()).update(poly, steps)
         if not poly:
             value, qerr, dev = self._orthant(given, cov, sorted(steps))
-            out = (value, np.abs(value), qerr, dev, amp)
+            out = (value, np.abs(value), qerr, dev)
         else:
             i, rest = poly[0], poly[1:]
             children = [(rest.count(j) * _entry(cov, i, j), (given, _drop(rest, j), steps))
@@ -607,14 +611,13 @@ class _Moments:
                          for j in sorted(steps - set(rest))]  # of an indicator: δ(x_j), x_j leaves the orthant
             value, size, qerr, dev = np.zeros(self.M), np.zeros(self.M), None, None
             for coef, child in children:
-                v, s, q, d, a = self.moment(*child)
+                v, s, q, d = self.moment(*child)
                 weight = np.abs(coef)
                 value += coef * v
                 size += weight * s
                 qerr = _plus(qerr, weight, q)
                 dev = _plus(dev, coef, d)
-                amp = np.maximum(amp, a)
-            out = (value, size, qerr, dev, amp)
+            out = (value, size, qerr, dev)
         self._memo[key] = out
         return out
 
@@ -641,9 +644,8 @@ class _Moments:
 
 #: Covariance entries ``{(a, b): (M,) array}``, ``a ≤ b``.
 _Cov = dict[tuple[int, int], Array]
-#: A cone moment: (value, Σ |parts|, quadrature error or None, Genz replicate deviations (R, M) or None,
-#: rounding amplification).
-_Moment = tuple[Array, Array, Array | None, Array | None, Array]
+#: A cone moment: (value, Σ |parts|, quadrature error or None, Genz replicate deviations (R, M) or None).
+_Moment = tuple[Array, Array, Array | None, Array | None]
 
 
 def _plus(total: Array | None, weight: Array | float, part: Array | None) -> Array | None:
