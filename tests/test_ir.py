@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from scipy import special
 
 import netsor
 from netsor.errors import ProgramError, UnsupportedError
@@ -50,6 +51,27 @@ def test_max_is_rewritten_through_relu_of_a_difference():
     atoms = [m.atoms for _, m in expand(expr).terms]
     relu = [x for at in atoms for x in at if isinstance(x, Apply) and x.act is netsor.relu]
     assert relu and relu[0].child.affine() is not None  # relu(a − b): a function of one linear form
+
+
+@pytest.mark.parametrize("fn, plane", [
+    (lambda u, v: np.tanh(u) > 0, (1.0, 0.0)),                  # step(tanh a) = step(a)
+    (lambda u, v: -2.0 * special.erf(u - v) > 0, (-1.0, 1.0)),  # step(−2 erf(a − b)) = step(b − a)
+    (lambda u, v: np.maximum(u - 0.5, 0.0) > 0, (1.0, 0.0)),    # step(relu(a − ½)) = step(a − ½)
+    (lambda u, v: np.tanh(np.arctan(u)) > 0, (1.0, 0.0)),       # through two sign-preserving functions
+])
+def test_the_step_of_a_function_with_the_sign_of_its_argument_jumps_on_a_plane(fn, plane):
+    """``step(c·φ(e))`` for φ positive exactly above x₀ (and, for c < 0, negative exactly below) is the
+    step of an affine form, so its jump lies on a known plane — not a hidden kink inside a composite;
+    values are unchanged. ``step(−relu(a))`` is not rewritten: it is 0 everywhere, not ``step(−a)``."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    assert isinstance(expr, Apply) and expr.act.key == netsor.step.key
+    coefs = dict(expr.child.affine()[0])
+    assert (coefs.get(a, 0.0), coefs.get(b, 0.0)) == plane and not expr.hidden_kinks
+    u, v = np.linspace(-2, 2, 11) + 0.05, np.linspace(1.5, -1.5, 11)
+    np.testing.assert_array_equal(expr.evaluate({a: u, b: v}), np.asarray(fn(u, v), dtype=float))
+    kept = p.line_of(netsor.nonlin(lambda u, v: -np.maximum(u, 0.0) > 0, a, b)).expr
+    assert kept.child.affine() is None and np.all(kept.evaluate({a: u, b: v}) == 0.0)
 
 
 def branching(u, v):

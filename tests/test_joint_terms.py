@@ -19,6 +19,7 @@ from references import (
     erf_erf_noncentral,
     erf_kernel,
     one_factor_orthant,
+    owens_bvn,
     pairwise,
     relu4_adaptive,
     relu_kernel,
@@ -643,7 +644,6 @@ def _step_above_relu_kernel(a1, a1p, c1, b, bp, c2):
     """E[1{g > relu(h)} 1{g' > relu(h')}] for independent pairs (g, g') (variances a1, a1p, covariance c1)
     and (h, h') (b, bp, c2): by the quadrants of (h, h'), given which the probability is a bivariate orthant
     of (g, g') (Owen's T); the quadrant h, h' > 0 by adaptive 2-D quadrature."""
-    from references import owens_bvn
 
     rho1 = c1 / np.sqrt(a1 * a1p)
     sg, sgp = np.sqrt(a1), np.sqrt(a1p)
@@ -705,6 +705,25 @@ def test_relu_and_abs_of_a_kinked_argument_are_sums_of_cones(act, offset):
     K, E = netsor.limit(p, X).nngp(with_error=True)
     scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
     assert np.all(np.abs(K - ref) <= E + 1e-13 * scale) and np.max(E / scale) <= 1e-11
+
+
+def test_a_jump_against_the_step_of_a_sign_preserving_function_is_exact():
+    """``step(g − step(tanh g)) = 1{g > 1}``: ``step(tanh g)`` is ``step(g)``, so the argument is piecewise
+    linear and the jump lies on the plane g = 1; as a composite it was a hidden kink, refused at every
+    rtol (bound 1.45 of the kernel; strict random-program campaign seed 65). Reference: the bivariate
+    normal orthant ``P(g > 1, g' > 1)`` (Owen's T)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=0.8)
+    p.readout(netsor.nonlin(lambda u: np.where(u > (np.tanh(u) > 0), 1.0, 0.0), g, name="step(g − step(tanh g))"))
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    Kg = 0.64 * X @ X.T / 4
+    s = np.sqrt(np.diag(Kg))
+    ref = owens_bvn(-1.0 / s[:, None], -1.0 / s[None, :], np.clip(Kg / np.outer(s, s), -1.0, 1.0))
+    np.fill_diagonal(ref, special.ndtr(-1.0 / s))
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    assert np.all(np.abs(K - ref) <= E + 1e-12 * scale) and np.max(E / scale) <= 1e-8
 
 
 def test_a_kink_of_a_piecewise_linear_argument_with_offsets_is_on_known_planes():

@@ -132,6 +132,13 @@ class Activation:
         The boundary of φ's zero set ``{x : φ(x) = 0}`` — its isolated zeros and the ends of the
         intervals where φ vanishes (relu: ``(0,)``; sigmoid: ``()``); None when unknown or
         infinite (sin). A kink at 0 of ψ(φ(a)·b) then lies on known hyperplanes.
+    positive_above : float or None
+        ``x₀`` when φ(x) > 0 exactly for x > x₀ (relu, tanh, gelu: 0); None when φ's positive set
+        is not such a half-line (or is not known). ``step(φ(e))`` is then ``step(e − x₀)``: its jump
+        lies on a known plane when ``e`` is affine.
+    negative_below : bool
+        True when moreover φ(x) < 0 exactly for x < ``positive_above`` (tanh, not relu): then
+        ``step(−φ(e)) = step(x₀ − e)`` too.
     kinks_known : bool
         False when φ may have kinks or jumps that ``kinks`` does not list (a custom callable
         whose kinks nobody declared): the Gaussian engine then locates them numerically.
@@ -163,6 +170,8 @@ class Activation:
     even: bool = False
     kinks: tuple[float, ...] = ()
     zeros: tuple[float, ...] | None = None
+    positive_above: float | None = None
+    negative_below: bool = False
     kinks_known: bool = True
     continuous: bool = True
     params: dict[str, Any] = field(default_factory=dict)
@@ -260,29 +269,33 @@ def _make_elu(alpha: float = 1.0) -> Activation:
     )
 
 
+#: φ(x) has the sign of x (positive above 0, negative below): ``step(±φ(e)) = step(±e)``.
+_SIGN_OF_X: dict[str, Any] = {"positive_above": 0.0, "negative_below": True}
+
 _FIXED: dict[str, Activation] = {
     a.name: a
     for a in [
-        Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,),
+        Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,), **_SIGN_OF_X,
                    kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0),
-        Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), kernel=arccos_kernel_1,
+        Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_1,
                    mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
-        Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), kernel=arccos_kernel_0,
+        Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_0,
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
                    homogeneous=0.0),
-        Activation("erf", fn=special.erf, zeros=(0.0,), deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+        Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X,
+                   deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
                    mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True),
-        Activation("tanh", fn=np.tanh, zeros=(0.0,), deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
-        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,),
+        Activation("tanh", fn=np.tanh, zeros=(0.0,), **_SIGN_OF_X, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
+        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,), **_SIGN_OF_X,
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
                    kinks=(-1.0, 1.0)),
         Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv),
-        Activation("gelu", fn=_gelu, zeros=(0.0,), deriv=_gelu_deriv),
-        Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), deriv=_silu_deriv),
+        Activation("gelu", fn=_gelu, zeros=(0.0,), **_SIGN_OF_X, deriv=_gelu_deriv),
+        Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), **_SIGN_OF_X, deriv=_silu_deriv),
         Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), zeros=(), deriv=special.expit),
         Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel,
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
@@ -336,15 +349,18 @@ _UFUNCS: dict[Any, Activation] = {
                         continuous=False, homogeneous=0.5),
     np.reciprocal: Activation("reciprocal", fn=lambda x: 1.0 / x, zeros=(), deriv=_recip_deriv, smooth=False,
                               kinks=(0.0,), continuous=False, homogeneous=-1.0),
-    np.expm1: Activation("expm1", fn=np.expm1, zeros=(0.0,), deriv=np.exp),
+    np.expm1: Activation("expm1", fn=np.expm1, zeros=(0.0,), **_SIGN_OF_X, deriv=np.exp),
     np.log1p: Activation("log1p", fn=np.log1p, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x), smooth=False,
                          kinks=(-1.0,), continuous=False),
-    np.arctan: Activation("arctan", fn=np.arctan, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
-    np.arcsinh: Activation("arcsinh", fn=np.arcsinh, zeros=(0.0,), deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x),
+    np.arctan: Activation("arctan", fn=np.arctan, zeros=(0.0,), **_SIGN_OF_X,
+                          deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
+    np.arcsinh: Activation("arcsinh", fn=np.arcsinh, zeros=(0.0,), **_SIGN_OF_X,
+                           deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x),
                            odd=True),
-    np.sinh: Activation("sinh", fn=np.sinh, zeros=(0.0,), deriv=np.cosh, odd=True),
+    np.sinh: Activation("sinh", fn=np.sinh, zeros=(0.0,), **_SIGN_OF_X, deriv=np.cosh, odd=True),
     np.cosh: Activation("cosh", fn=np.cosh, zeros=(), deriv=np.sinh, even=True),
-    np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
+    np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X,
+                        deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
                         continuous=False, homogeneous=0.0),
     special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(),
                              deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from netsor.activations import Activation, identity
+from netsor.activations import Activation, identity, step
 from netsor.activations.registry import FunctionIdentity, call_user_function
 from netsor.errors import NumericalError, UnsupportedError
 
@@ -654,12 +654,32 @@ def product(factors: list[Expr]) -> Expr:
 
 
 def apply(act: Activation, e: Expr) -> Expr:
-    """``act(e)`` (the identity is dropped, constants are folded)."""
+    """``act(e)`` (the identity is dropped, constants are folded, the step of a function with the sign
+    of its argument is the step of the argument)."""
     if act is identity:
         return e
     if isinstance(e, Const):
         return Const(float(np.asarray(act.fn(np.asarray(e.value)), dtype=float)))
+    if act.key == step.key:
+        e = _sign_form(e)
     return Apply(act, e)
+
+
+def _sign_form(e: Expr) -> Expr:
+    """An expression with the sign of ``e`` (strictly positive on the same set): ``c·φ(x)`` with
+    ``φ > 0`` exactly above ``x₀`` (``Activation.positive_above``) is positive exactly where
+    ``c·(x − x₀)`` is (for ``c < 0`` when ``φ < 0`` exactly below ``x₀``). ``step(tanh(g))`` then
+    jumps on the plane ``g = 0`` instead of inside a composite the rules see as a hidden kink
+    (``step(g − step(tanh g))`` was refused at every rtol by a random-program campaign)."""
+    coef, inner = 1.0, e
+    if isinstance(e, Sum) and e.const == 0.0 and len(e.terms) == 1:
+        coef, inner = e.terms[0]
+    if not isinstance(inner, Apply) or inner.act.positive_above is None or coef == 0.0:
+        return e
+    if coef < 0.0 and not inner.act.negative_below:
+        return e
+    sign = 1.0 if coef > 0.0 else -1.0
+    return _sign_form(linear(-sign * inner.act.positive_above, [(sign, inner.child)]))
 
 
 # ------------------------------------------------------------------ normal form
