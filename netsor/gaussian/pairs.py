@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from scipy import fft
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
@@ -97,7 +98,11 @@ _LOCATED: dict[tuple[Any, float], Activation] = {}
 _GRID_OFFSET = (3.0 - np.sqrt(5.0)) / 2.0  # 0.382: far from every simple fraction
 #: Located kinks are panels narrower than this fraction of the range (2⁻⁴⁹ ≈ 1.8e-15).
 LOCATE_TO = 2.0 ** -49
-#: Panels narrower than this fraction of the range fail the locator's test only at a kink.
+#: Chebyshev–Lobatto nodes of the locator's smoothness test (both ends of the panel included).
+_LOCATOR_NODES = np.cos(np.pi * np.arange(33) / 32)[::-1]
+#: The test's tail: Chebyshev coefficients of degree ≥ this, which a smooth panel keeps below 1e-13.
+_LOCATOR_TAIL = 24
+#: Panels narrower than this fraction of the range fail the locator's test only at a kink or a jump.
 _NARROW = 1e-6
 _LOCATED_LOCK = threading.Lock()
 
@@ -106,10 +111,14 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     """``act`` with the points where it is not smooth found numerically on ``|x| ≤ Z_MAX·max_sd``.
 
     For activations whose kinks are unknown (custom callables, compositions through opaque
-    functions): panels of ``∫ φ(x) dx`` whose 20- and 10-node integrals differ are bisected
-    until they agree to 1e-13 relative; panels that had to shrink below ``LOCATE_TO`` of the range
-    hold a kink or a jump (a jump is then placed to rounding). Returns ``act`` itself when its
-    kinks are known.
+    functions): φ is interpolated on each panel at 33 Chebyshev–Lobatto nodes, the panel's ends
+    included, and panels whose Chebyshev coefficients of degree ≥ 24 exceed 1e-13 of φ's scale
+    (or that hold a non-finite value) are bisected; those that had to shrink below ``LOCATE_TO`` of
+    the range hold a kink or a jump, placed to rounding. Every jump shows between two adjacent
+    nodes, wherever it lies in the panel. (The earlier test compared 20- and 10-node Gauss rules:
+    both count half their nodes for a jump near a panel's midpoint and all of them for one near
+    an edge, so they agreed there — 80 % of random jump positions were lost at some level and the
+    means were off by up to 5e12 times their bound.) Returns ``act`` itself when its kinks are known.
     """
     if act.kinks_known or max_sd <= 0:
         return act
@@ -119,38 +128,33 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     with _LOCATED_LOCK:
         if key in _LOCATED:
             return _LOCATED[key]
-    # 64 panels over the range, offset by an irrational fraction of a panel: kinks at round numbers
-    # (0, ±1/2, …) would sit on the edges of an aligned grid, where no panel sees them
+    # 64 panels over the range, offset by an irrational fraction of a panel (kinks at round numbers
+    # then fall inside panels, not on shared edges)
     edges = -bucket + (np.arange(66) - _GRID_OFFSET) * (2.0 * bucket / 64)
     lo, hi = edges[:-1], edges[1:]
-    scale = max(float(np.max(np.abs(np.asarray(act.fn(np.linspace(-bucket, bucket, 257)))))), 1e-300)
+    with np.errstate(all="ignore"):
+        scale = np.asarray(act.fn(np.linspace(-bucket, bucket, 257)), dtype=float)
+    scale = max(float(np.max(np.abs(scale[np.isfinite(scale)]), initial=0.0)), 1e-300)
     found: list[float] = []
-    parents = np.empty((2, 0))  # (lo, hi) of the last level's narrow bad panels, whose halves are tested now
+    parents = np.empty(0)  # midpoints of the last level's narrow bad panels, whose halves are tested now
     for _ in range(MAX_BISECTIONS):
-        half, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
-        vals = []
-        for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
-            with np.errstate(all="ignore"):
-                fx = np.asarray(act.fn(mid[:, None] + half[:, None] * nodes), dtype=float)
-            fx = np.where(np.isfinite(fx), fx, 1e300)
-            vals.append(np.sum(fx * weights, axis=1) * half)
-        bad = np.abs(vals[0] - vals[1]) > 1e-13 * scale * (2 * half)
-        # a jump must be placed to rounding: misplaced by δ it moves E φ by |jump|·δ·density, which no
-        # bound accounts for (located to 1e-9 of the range, step(relu(g) − 1/2)·g was 4e-11 off)
+        bad = ~_smooth_on_panels(act.fn, lo, hi, scale)
+        # a jump keeps its panel bad down to rounding; it must be placed there: misplaced by δ it moves
+        # E φ by |jump|·δ·density, which no bound accounts for (located to 1e-9 of the range,
+        # step(relu(g) − 1/2)·g was 4e-11 off)
         tiny = (hi - lo) < LOCATE_TO * bucket
-        found.extend(mid[bad & tiny].tolist())
-        # a narrow panel (no smooth function fails the test there) whose halves both pass holds its
-        # kink within a node spacing of an edge (at a round number the rounded edges reached): place
-        # it by bisecting the function's values
+        found.extend(_jump_position(act.fn, a, b) for a, b in zip(lo[bad & tiny], hi[bad & tiny], strict=True))
+        # a kink's coefficients shrink with the panel: both halves of a narrow bad panel pass once the
+        # kink is placed to within that panel (the smoothness it lacks no longer shows at 1e-13)
         if parents.size:
-            pair = bad.reshape(2, -1)
-            lost = ~(pair[0] | pair[1]) & np.isfinite(parents[0])
-            found.extend(_jump_position(act.fn, a, b) for a, b in zip(*parents[:, lost], strict=True))
+            halves = bad.reshape(2, -1)
+            lost = ~(halves[0] | halves[1]) & np.isfinite(parents)
+            found.extend(parents[lost].tolist())
         bad &= ~tiny
         if not bad.any():
             break
-        narrow = (hi - lo)[bad] < _NARROW * bucket
-        parents = np.where(narrow, np.stack([lo[bad], hi[bad]]), np.nan)
+        mid = 0.5 * (lo + hi)
+        parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
     gap = 64 * LOCATE_TO * bucket
     # with the kinks already known (exact, where a found one is only located to the gap)
@@ -160,6 +164,27 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     with _LOCATED_LOCK:
         _LOCATED.setdefault(key, located)
     return located
+
+
+def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale: float) -> Array:
+    """Per panel: φ is finite at the 33 Chebyshev–Lobatto nodes and its interpolant's coefficients of
+    degree ≥ ``_LOCATOR_TAIL`` are at most 1e-13 of ``scale`` or of its own largest value, whichever is
+    larger (an analytic φ's decay geometrically;
+    a jump's like 1/k, a kink's like 1/k²), or φ is finite at none of them."""
+    x = 0.5 * (lo + hi)[:, None] + 0.5 * (hi - lo)[:, None] * _LOCATOR_NODES
+    with np.errstate(all="ignore"):
+        values = np.asarray(fn(x), dtype=float)
+    finite = np.isfinite(values)
+    values = np.where(finite, values, 0.0)
+    coefs = fft.dct(values, type=1, axis=1) / (_LOCATOR_NODES.size - 1)
+    # relative to the panel's own size where φ is larger than its scale (near a pole of 1/x): there the
+    # rounding of φ alone gave every panel coefficients above 1e-13 of the scale, and their number doubled
+    # with every bisection
+    size = np.maximum(scale, np.max(np.abs(values), axis=1))
+    smooth = np.all(finite, axis=1) & (np.max(np.abs(coefs[:, _LOCATOR_TAIL:]), axis=1) <= 1e-13 * size)
+    # a panel where φ is nowhere finite (log of negatives) holds nothing to locate: only the boundary of
+    # its domain, in a panel where it is finite at some nodes and not at others, is bisected
+    return smooth | ~np.any(finite, axis=1)
 
 
 def _jump_position(fn: Callable[[Array], Array], lo: float, hi: float) -> float:
