@@ -707,6 +707,35 @@ def test_relu_and_abs_of_a_kinked_argument_are_sums_of_cones(act, offset):
     assert np.all(np.abs(K - ref) <= E + 1e-13 * scale) and np.max(E / scale) <= 1e-11
 
 
+def test_dependent_forms_in_one_term_are_exact():
+    """``F = relu(g)·relu(h)·1{g > h}``: the forms g, h and g − h of one term are linearly dependent, so
+    conditioning on two of them determines the third; its conditional variance was the rounding of a
+    difference, which the moments could amplify by 1/eps (``gate(g)·relu(b)·g·|g − b|``: bound 281× the
+    kernel, strict campaign seed 75, an example of the fuzz test). Now a form whose row over (arguments,
+    noises) lies in the span of the conditioned ones is exactly 0 there. Closed forms: with g, h
+    independent and exchangeable, ``F + F̃ = relu(g)·relu(h)`` (F̃ = F with g, h swapped), so the four
+    blocks of the kernel of (F, F̃) sum to the product of two arc-cosine kernels, and ``E F² = E F̃²
+    = ¼ E g² E h² / 2``."""
+    X = np.random.default_rng(4).standard_normal((3, 5))
+    Kx = 0.81 * X @ X.T / 5
+
+    def kernel(which):
+        p = netsor.Program()
+        n = p.dim("n")
+        g, h = p.input(n, sigma=0.9), p.input(n, sigma=0.9)
+        F, Ft = (netsor.relu(g) * netsor.relu(h) * netsor.step(u - v) for u, v in ((g, h), (h, g)))
+        p.readout({"F": F, "Ft": Ft, "sum": F + Ft}[which])
+        return netsor.limit(p, X).nngp(with_error=True)
+
+    (K, E), (Kt, Et), (Ks, Es) = kernel("F"), kernel("Ft"), kernel("sum")
+    ref = relu_kernel(*pairwise(Kx)) ** 2
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    # the default rtol is met (the bounds were 10³–10⁴× the kernel): 4-D orthants carry quadrature errors
+    assert np.all(np.abs(Ks - ref) <= Es + 1e-13 * scale) and np.max(Es / scale) <= 1e-8
+    np.testing.assert_allclose(np.diag(K), np.diag(Kx) ** 2 / 8, rtol=1e-13)
+    assert np.all(np.abs(K - Kt) <= E + Et) and np.max(E / scale) <= 1e-8  # exchangeable
+
+
 def test_a_jump_against_the_step_of_a_sign_preserving_function_is_exact():
     """``step(g − step(tanh g)) = 1{g > 1}``: ``step(tanh g)`` is ``step(g)``, so the argument is piecewise
     linear and the jump lies on the plane g = 1; as a composite it was a hidden kink, refused at every

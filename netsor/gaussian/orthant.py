@@ -475,7 +475,7 @@ def cone_expectation(F: ConeFunction, cov: Array, *, atol: Array | float | None 
     larger groups by the Genz rule until the error meets ``atol`` (absolute, per point; None: one
     round of ``2**GENZ_LOG2_POINTS[1]`` points). Raises :class:`SingularOrthant` where that rule
     cannot go."""
-    return _integrate(F.form_covariance(np.asarray(cov, dtype=float)), F.terms, atol)
+    return _integrate(F.form_covariance(np.asarray(cov, dtype=float)), F.terms, atol, _rows(F.normals, F.noise))
 
 
 def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C: Array, *,
@@ -491,20 +491,29 @@ def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y:
     m = nf.shape[0]
     terms = [(c1 * c2, p1 + tuple(q + m for q in p2), s1 + tuple(q + m for q in s2))
              for (c1, p1, s1), (c2, p2, s2) in product(F.terms, G.terms)]
-    return _integrate(forms, tuple(terms), atol)
+    rows = np.block([[_rows(nf, F.noise), np.zeros((m, ng.shape[1] + ng.shape[0]))],
+                     [np.zeros((ng.shape[0], nf.shape[1] + m)), _rows(ng, G.noise)]])
+    return _integrate(forms, tuple(terms), atol, rows)
 
 
-def _integrate(forms: Array, terms: tuple[Term, ...], atol: Array | float | None
+def _rows(normals: Array, noise: Array) -> Array:
+    """The forms ``n·u + ε`` as rows over ``(u, ε)`` (each form's noise its own coordinate): a form
+    whose row lies in the span of others' rows is exactly their combination, at every covariance."""
+    return np.hstack([normals, np.diag(np.sqrt(noise))])
+
+
+def _integrate(forms: Array, terms: tuple[Term, ...], atol: Array | float | None, rows: Array
                ) -> tuple[Array, Array, Array]:
-    """``Σ c · moment`` of the forms' covariances (M, m, m), with the Genz rule's points growing 4× per
-    round on the points whose error misses ``atol`` (None: one round at the second size)."""
+    """``Σ c · moment`` of the forms' covariances (M, m, m) (``rows``: :func:`_rows`), with the Genz
+    rule's points growing 4× per round on the points whose error misses ``atol`` (None: one round at
+    the second size)."""
     rounds = GENZ_LOG2_POINTS[1:2] if atol is None else GENZ_LOG2_POINTS
-    value, err, se = _Moments(forms, rounds[0]).combine(terms)
+    value, err, se = _Moments(forms, rows, rounds[0]).combine(terms)
     for log2 in rounds[1:]:
         todo = np.flatnonzero((se > 0) & ~(err <= atol))
         if not todo.size:
             break
-        value[todo], err[todo], se[todo] = _Moments(forms[todo], log2).combine(terms)
+        value[todo], err[todo], se[todo] = _Moments(forms[todo], rows, log2).combine(terms)
     return value, err, se
 
 
@@ -524,9 +533,11 @@ class _Moments:
     on, so that every operation runs over contiguous arrays of the M points and conditioning touches
     only the entries that remain."""
 
-    def __init__(self, cov: Array, log2_points: int = GENZ_LOG2_POINTS[1]) -> None:
+    def __init__(self, cov: Array, rows: Array, log2_points: int = GENZ_LOG2_POINTS[1]) -> None:
         self.M = cov.shape[0]
+        self.rows = rows
         self.log2_points = log2_points
+        self._determined: dict[tuple[frozenset[int], int], bool] = {}
         m = cov.shape[1]
         entries = {(a, b): np.ascontiguousarray(cov[:, a, b]) for a in range(m) for b in range(a, m)}
         ones = np.ones(self.M)
@@ -574,12 +585,30 @@ class _Moments:
             cov = {(a, b): base[(a, b)] - weight[a] * _entry(base, j, b) for a in free for b in free if a <= b}
             amp = {}
             for a in free:
+                if self.determined(given, a):
+                    # exactly 0 given x_given = 0 at every covariance: its conditional entries are 0,
+                    # not the rounding of a difference, which the ratio below would amplify by 1/eps
+                    # (gate(g)·relu(b)·g·|g − b|: bounds 10³–10⁴× the kernel)
+                    zero = np.zeros(self.M)
+                    cov.update({(min(a, b), max(a, b)): zero for b in free})
+                    amp[a] = np.maximum(base_amp[a], base_amp[j])
+                    continue
                 before, after = base[(a, a)], cov[(a, a)]
                 if after.min(initial=1.0) <= 1e-300:
                     after = np.where(after > 1e-300, after, np.maximum(before, 1e-300))
                 amp[a] = np.maximum(np.maximum(base_amp[a], base_amp[j]), before / after)
             self._cond[given] = (cov, amp)
         return self._cond[given]
+
+    def determined(self, given: frozenset[int], a: int) -> bool:
+        """Whether form ``a``'s row lies in the span of the rows of ``given`` (to 1e-12 of its norm)."""
+        key = (given, a)
+        if key not in self._determined:
+            basis = self.rows[sorted(given)].T
+            row = self.rows[a]
+            residual = row - basis @ np.linalg.lstsq(basis, row, rcond=None)[0]
+            self._determined[key] = bool(np.linalg.norm(residual) <= 1e-12 * np.linalg.norm(row))
+        return self._determined[key]
 
     def _delta(self, given: frozenset[int], i: int, j: int) -> Array:
         """``Σ_ij / √(2π Σ_jj)`` given ``x_D = 0`` (0 where ``Σ_jj = 0``): the weight of ``δ(x_j)``."""
