@@ -112,10 +112,11 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
 
     For activations whose kinks are unknown (custom callables, compositions through opaque
     functions): φ is interpolated on each panel at 33 Chebyshev–Lobatto nodes, the panel's ends
-    included, and panels whose Chebyshev coefficients of degree ≥ 24 exceed 1e-13 of φ's scale
-    (or that hold a non-finite value) are bisected; those that had to shrink below ``LOCATE_TO`` of
-    the range hold a kink or a jump, placed to rounding. Every jump shows between two adjacent
-    nodes, wherever it lies in the panel. (The earlier test compared 20- and 10-node Gauss rules:
+    included, and panels whose Chebyshev coefficients of degree ≥ 24 exceed 1e-13 of φ's scale (or
+    of the panel's largest value), or where φ is finite at some nodes only, are bisected. A jump keeps
+    its panel failing down to ``LOCATE_TO`` of the range and is placed to rounding; a kink stops
+    showing in a narrow panel and is placed there. Every jump shows between two adjacent nodes,
+    wherever it lies in the panel. (The earlier test compared 20- and 10-node Gauss rules:
     both count half their nodes for a jump near a panel's midpoint and all of them for one near
     an edge, so they agreed there — 80 % of random jump positions were lost at some level and the
     means were off by up to 5e12 times their bound.) Returns ``act`` itself when its kinks are known.
@@ -169,8 +170,8 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
 def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale: float) -> Array:
     """Per panel: φ is finite at the 33 Chebyshev–Lobatto nodes and its interpolant's coefficients of
     degree ≥ ``_LOCATOR_TAIL`` are at most 1e-13 of ``scale`` or of its own largest value, whichever is
-    larger (an analytic φ's decay geometrically;
-    a jump's like 1/k, a kink's like 1/k²), or φ is finite at none of them."""
+    larger (an analytic φ's decay geometrically, a jump's like 1/k, a kink's like 1/k²), or φ is finite
+    at none of them."""
     x = 0.5 * (lo + hi)[:, None] + 0.5 * (hi - lo)[:, None] * _LOCATOR_NODES
     with np.errstate(all="ignore"):
         values = np.asarray(fn(x), dtype=float)
