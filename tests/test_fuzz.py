@@ -150,6 +150,9 @@ DEPENDENT_FORMS = Recipe(sigmas=((0.8, 0.0), (0.8, 0.3)),
                          steps=(("traced", 0, 1, "abs-diff"), ("mul", 0, 200), ("act", 0, "relu"),
                                 ("traced", 0, 1, "gate*relu"), ("mul", 269, 249)),
                          readouts=(((34,), 1.0, 0.0, False),))
+#: a vanishing output beside a vector: kernel entries at rounding (strict campaign seed 81)
+VANISHING_OUTPUT = Recipe(sigmas=((0.8, 0.0),), steps=(("traced", 0, 0, "abs-diff"), ("traced", 0, 0, "clip")),
+                          readouts=(((0, 1), 1.0, 0.0, False), ((0, 2), 1.0, 0.0, False)))
 #: step(g − LN(g))·g: the step form and the factor g are one form rescaled per input (found by this test)
 JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), ("bias", 0.2), ("traced", 0, 1, "where"),
                                                              ("act", 0, "relu"), ("matmul", 0, 0, 0.5)),
@@ -169,6 +172,7 @@ JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), (
 @example(recipe=ABS_OF_AN_ABS, B=2, d=3, seed=0)
 @example(recipe=STEP_OF_A_TANH, B=2, d=4, seed=0)
 @example(recipe=DEPENDENT_FORMS, B=2, d=3, seed=1)
+@example(recipe=VANISHING_OUTPUT, B=2, d=3, seed=0)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless
@@ -186,7 +190,9 @@ def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed)
             curved and "Monte-Carlo standard error" in str(exc)), str(exc)
         return
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
-    assert np.all(E <= 1e-3 * scale + 1e-300)
+    # an output that vanishes in the limit (clip(|g − g|/2)) has entries at rounding: their bounds must be
+    # at rounding of the kernel's largest entry, not 1e-3 of themselves (strict campaign seeds 73, 81)
+    assert np.all(E <= 1e-3 * scale + 64 * np.finfo(float).eps * scale.max() + 1e-300)
 
 
 @pytest.mark.slow
