@@ -473,3 +473,40 @@ def act_of_a_kink_kernel(Kx, sigma_g, sigma_h, act, offset):
         for j in range(i + 1, N):
             K[i, j] = K[j, i] = cross(Kx[np.ix_([i, j], [i, j])])
     return K
+
+
+def _normal_panels(sd, breaks, nodes=80, box=12.0):
+    """Nodes and weights (Gauss–Legendre on panels of z = h/sd over [−box, box] split at ``breaks``,
+    times the standard normal density) of ``E f(h)``, ``h ~ N(0, sd²)``, for ``f`` smooth between breaks."""
+    cuts = np.unique(np.clip([-box, *(np.asarray(breaks, float) / sd), box], -box, box))
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    lo, hi = cuts[:-1, None], cuts[1:, None]
+    z = (0.5 * (hi + lo) + 0.5 * (hi - lo) * x).ravel()
+    return sd * z, (0.5 * (hi - lo) * w).ravel() * np.exp(-0.5 * z * z) / SQRT2PI
+
+
+def abs_minus_clip_kernel(Ka, Ks):
+    """Kernel (2, 2) of ``|a − clip(s, −1, 1)|`` at two inputs, ``a ⟂ s`` with 2×2 covariances ``Ka``, ``Ks``.
+
+    Given ``t = clip(s)`` at both inputs, ``|X − t| = (X − t)⁺ + (t − X)⁺``, so ``E|a_x − t₁||a_y − t₂|`` is a
+    sum of four noncentral relu·relu moments (Owen's T); the expectation over ``(s_x, s_y)`` is nested
+    Gauss–Legendre quadrature on panels split at the clip's kinks (``s_y`` given ``s_x``).
+    Diagonal: ``E(a − t)² = K_a + E clip(s)²``."""
+    out = np.empty((2, 2))
+    for i in range(2):
+        h, w = _normal_panels(np.sqrt(Ks[i, i]), (-1.0, 1.0))
+        out[i, i] = Ka[i, i] + np.sum(w * np.clip(h, -1.0, 1.0) ** 2)
+    s1, s2 = np.sqrt(Ka[0, 0]), np.sqrt(Ka[1, 1])
+    r = Ka[0, 1] / (s1 * s2)
+    slope = Ks[0, 1] / Ks[0, 0]  # s_y | s_x: mean slope·s_x, variance Ks_yy − slope·Ks_xy
+    sd = np.sqrt(Ks[1, 1] - slope * Ks[0, 1])
+    total = 0.0
+    for sx, wx in zip(*_normal_panels(np.sqrt(Ks[0, 0]), (-1.0, 1.0)), strict=True):
+        m = slope * sx
+        h, w = _normal_panels(sd, (-1.0 - m, 1.0 - m))
+        t1, t2 = np.clip(sx, -1.0, 1.0), np.clip(m + h, -1.0, 1.0)
+        given = (relu_relu_noncentral(-t1, -t2, s1, s2, r) + relu_relu_noncentral(-t1, t2, s1, s2, -r)
+                 + relu_relu_noncentral(t1, -t2, s1, s2, -r) + relu_relu_noncentral(t1, t2, s1, s2, r))
+        total += wx * np.sum(w * given)
+    out[0, 1] = out[1, 0] = total
+    return out

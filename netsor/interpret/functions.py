@@ -71,7 +71,28 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
     cone = cone_function(expr, args)
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
-                         None if cone is None or cone.parallel_steps else cone)
+                         None if cone is None or cone.parallel_steps else cone, _form_span(expr, position))
+
+
+#: Singular values below this share of the largest leave the span of a function's input forms.
+_FORM_RANK_TOL = 1e-13
+
+
+def _form_span(expr: Expr, position: dict[Vector, int]) -> Array | None:
+    """Orthonormal columns (k, d) spanning the linear forms through which alone ``expr`` depends on
+    its k arguments (:meth:`~netsor.ir.expr.Expr.input_forms`), or None when they span all k."""
+    k = len(position)
+    columns = []
+    for terms, _ in expr.input_forms():
+        column = np.zeros(k)
+        for v, c in terms:
+            column[position[v]] += c
+        columns.append(column)
+    if len(columns) < 1:
+        return None
+    U, sv, _ = np.linalg.svd(np.stack(columns, axis=1), full_matrices=False)
+    d = int(np.sum(sv > _FORM_RANK_TOL * sv[0]))
+    return U[:, :d] if 0 < d < k else None
 
 
 def cone_function(expr: Expr, args: tuple[Vector, ...]) -> ConeFunction | None:

@@ -88,6 +88,15 @@ class Expr:
         """``(((v, coef), ...), offset)`` when the expression is affine in its arguments."""
         return None
 
+    def input_forms(self) -> tuple[AffineForm, ...]:
+        """Affine forms of the arguments through which alone the expression depends on them
+        (``|b − clip(g + h)|`` is a function of ``b`` and ``g + h``): the largest affine
+        subexpressions, found top-down; every node depends on the vectors through its children."""
+        form = self.affine()
+        if form is not None:
+            return (form,) if form[0] else ()
+        return tuple(f for child in self.children() for f in child.input_forms())
+
     def kink_planes(self) -> tuple[AffineForm, ...]:
         """Hyperplanes ``Σ coef·v + offset = 0`` where the expression may be non-smooth."""
         planes: dict[Key, AffineForm] = {}
