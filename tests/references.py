@@ -510,3 +510,40 @@ def abs_minus_clip_kernel(Ka, Ks):
         total += wx * np.sum(w * given)
     out[0, 1] = out[1, 0] = total
     return out
+
+
+def abs_minus_clip_shared_kernel(Ks, sd_a):
+    """Kernel (N, N) of ``|a − clip(s, −1, 1)|`` for ``a`` one Gaussian shared by all inputs (a bias vector,
+    standard deviation ``sd_a``), independent of ``s`` (covariance ``Ks`` over the inputs).
+
+    Given ``t = clip(s)`` at two inputs, ``h(t₁, t₂) = E_a |a − t₁||a − t₂|`` is a closed form: with
+    ``t₁ ≤ t₂``, ``|a − t₁||a − t₂| = (a − t₁)(a − t₂)(1 − 2·1{t₁ < a < t₂})`` and Gaussian partial moments,
+    ``h = σ² + t₁t₂ − 2[(σ² + t₁t₂) P + σ²(t₁ φ(t₂) − t₂ φ(t₁))]``, ``P = Φ(t₂/σ) − Φ(t₁/σ)`` and φ the
+    density of a. The expectation over ``(s_x, s_y)`` is nested Gauss–Legendre quadrature split at the
+    clip's kinks and at ``s_y = s_x`` (where ``h`` has a jump in its third derivative)."""
+    var = sd_a * sd_a
+
+    def h(t1, t2):
+        lo, hi = np.minimum(t1, t2), np.maximum(t1, t2)
+        P = special.ndtr(hi / sd_a) - special.ndtr(lo / sd_a)
+        dens_lo = np.exp(-0.5 * (lo / sd_a) ** 2) / (SQRT2PI * sd_a)
+        dens_hi = np.exp(-0.5 * (hi / sd_a) ** 2) / (SQRT2PI * sd_a)
+        partial = (var + lo * hi) * P + var * (lo * dens_hi - hi * dens_lo)
+        return var + t1 * t2 - 2.0 * partial
+
+    N = Ks.shape[0]
+    K = np.empty((N, N))
+    for i in range(N):
+        s, w = _normal_panels(np.sqrt(Ks[i, i]), (-1.0, 1.0))
+        K[i, i] = var + np.sum(w * np.clip(s, -1.0, 1.0) ** 2)
+        for j in range(i + 1, N):
+            slope = Ks[i, j] / Ks[i, i]  # s_y | s_x: mean slope·s_x, variance Ks_jj − slope·Ks_ij
+            sd = np.sqrt(Ks[j, j] - slope * Ks[i, j])
+            total = 0.0
+            for sx, wx in zip(*_normal_panels(np.sqrt(Ks[i, i]), (-1.0, 1.0)), strict=True):
+                m = slope * sx
+                breaks = [-1.0 - m, 1.0 - m] + ([sx - m] if abs(sx) < 1.0 else [])
+                hy, wy = _normal_panels(sd, breaks)
+                total += wx * np.sum(wy * h(np.clip(sx, -1.0, 1.0), np.clip(m + hy, -1.0, 1.0)))
+            K[i, j] = K[j, i] = total
+    return K

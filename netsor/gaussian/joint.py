@@ -27,6 +27,7 @@ have kinks or jumps. Three tools:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -63,6 +64,10 @@ _BASE = {1: 8, 2: 4, 3: 3, 4: 2}
 _AXIS_CAP = {1: 2000, 2: 600, 3: 156, 4: 50}
 #: Nested rules larger than this (nodes per point) are replaced by randomised QMC.
 NESTED_BUDGET = 4_000_000
+#: Most pairwise crossings of kink planes listed for one axis of the nested rule: beyond, every rule
+#: is over ``NESTED_BUDGET`` (that many cuts on the next axis), and listing them cost minutes (a
+#: pair of |b − clip(s)| with ten planes: 6 million crossing planes, 115 s, before repeats were dropped).
+MAX_CROSSINGS = 100_000
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
 _RANK_TOL = 1e-12
 #: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
@@ -311,6 +316,10 @@ def untied(F: JointFunction, cov: Array) -> JointFunction:
 
 
 # ------------------------------------------------------------------ nested quadrature
+class TooManyCrossings(ValueError):
+    """The kink planes of a nested rule cross too often to be listed (:data:`MAX_CROSSINGS`)."""
+
+
 def _axis_rule(cuts: Array, dim: int, shifted: bool, spread: float, order: int = 0, coarse: bool = False
                ) -> tuple[Array, Array]:
     """Standard-normal rule on [−BOX, BOX] per row, split exactly at ``cuts`` (M, c) (the function
@@ -346,9 +355,14 @@ def _base_panels(ncuts: int, dim: int, spread: float, order: int, coarse: bool =
 
 def rule_size(planes: list[tuple[Array, Array]], r: int, spread: Array, order: int = 0, coarse: bool = False
               ) -> int:
-    """Nodes per point of the nested rule (without building it)."""
+    """Nodes per point of the nested rule (without building it); ``sys.maxsize`` when its planes
+    cross too often to be listed (:data:`MAX_CROSSINGS`)."""
+    try:
+        levels = _nested_levels(planes, r)
+    except TooManyCrossings:
+        return sys.maxsize
     size = 1
-    for axis, level in enumerate(_nested_levels(planes, r)):
+    for axis, level in enumerate(levels):
         ncuts = len(level)
         size *= (_base_panels(ncuts, r, float(spread[axis]), order, coarse) + ncuts) * _NODES[r]
     return size
@@ -357,7 +371,7 @@ def rule_size(planes: list[tuple[Array, Array]], r: int, spread: Array, order: i
 def _nested_levels(planes: list[tuple[Array, Array]], r: int) -> list[list[tuple[Array, Array]]]:
     """``levels[axis]``: the breakpoints ``(a, b)`` of ξ_axis given ξ_0..ξ_{axis−1}."""
     levels = []
-    current = planes
+    current = _distinct_planes(planes)
     for axis in range(r - 1, -1, -1):
         current, crossing = _project_planes(current, axis)
         levels.append(crossing)
@@ -367,23 +381,51 @@ def _nested_levels(planes: list[tuple[Array, Array]], r: int) -> list[list[tuple
 
 def _project_planes(planes: list[tuple[Array, Array]], axis: int) -> tuple[list[tuple[Array, Array]], Array]:
     """Split per-point planes ``m·ξ + o = 0`` (m: (P, r), o: (P,)) for integration over ``ξ_axis``
-    (the last of the first ``axis + 1`` coordinates): returns the planes of the outer coordinates
-    (parallel planes and pairwise crossings) and, per plane crossing the axis, the coefficients
-    ``(a, b)`` of its breakpoint ``ξ_axis = a·ξ_outer + b`` (arrays (P, axis), (P,))."""
+    (the last of the first ``axis + 1`` coordinates): returns the distinct planes of the outer
+    coordinates (those parallel to ξ_axis and the pairwise crossings; :func:`_distinct_planes`) and,
+    per plane crossing the axis at some point, the coefficients ``(a, b)`` of its breakpoint
+    ``ξ_axis = a·ξ_outer + b`` (arrays (P, axis), (P,); NaN at points where it does not cross)."""
     crossing, outer = [], []
     for m, o in planes:
         lead = m[:, axis]
         hits = np.abs(lead) > 1e-14 * np.maximum(np.abs(m).max(axis=1), 1e-300)
-        safe = np.where(hits, lead, 1.0)
-        a = np.where(hits[:, None], -m[:, :axis] / safe[:, None], np.nan)
-        b = np.where(hits, -o / safe, np.nan)
-        crossing.append((a, b))
+        if hits.any():
+            safe = np.where(hits, lead, 1.0)
+            crossing.append((np.where(hits[:, None], -m[:, :axis] / safe[:, None], np.nan),
+                             np.where(hits, -o / safe, np.nan)))
         if not hits.all():
             outer.append((np.where(hits[:, None], 0.0, m[:, :axis]), np.where(hits, 1.0, o)))
+    if not axis:
+        return [], crossing
+    if len(crossing) * (len(crossing) - 1) // 2 > MAX_CROSSINGS:
+        raise TooManyCrossings(f"{len(crossing)} kink planes cross axis {axis} of the nested rule")
     for (a1, b1), (a2, b2) in combinations(crossing, 2):
         outer.append((a1 - a2, b1 - b2))  # where the two breakpoints coincide
-    outer = [(np.nan_to_num(m), np.nan_to_num(o, nan=1.0)) for m, o in outer]
-    return outer, crossing
+    return _distinct_planes([(np.nan_to_num(m), np.nan_to_num(o, nan=1.0)) for m, o in outer]), crossing
+
+
+def _distinct_planes(planes: list[tuple[Array, Array]]) -> list[tuple[Array, Array]]:
+    """``planes`` (per point ``m·ξ + o = 0``) without those that are nowhere a plane (``m = 0`` at
+    every point: they cut no axis) and without repeats (the same plane up to a factor at every
+    point, to 1e-13: a form both sides of a pair share, or three planes through one line, whose
+    pairwise crossings coincide). Each plane cuts the axis it crosses and every pair of them adds
+    a plane to the next level, so repeats multiplied the nested rule (the kinks of
+    ``|b − clip(s_x)|·|b − clip(s_y)|`` with a shared bias ``b``: 4.7e9 nodes a point, and ~9 s to
+    list the crossings for that estimate, without them; 1.3e7 with)."""
+    if not planes:
+        return []
+    m = np.stack([p[0] for p in planes])  # (n, P, r)
+    o = np.stack([p[1] for p in planes])  # (n, P)
+    lead = np.take_along_axis(m, np.argmax(np.abs(m), axis=2)[..., None], axis=2)[..., 0]  # (n, P)
+    live = np.any(lead != 0.0, axis=1)
+    lead = np.where(lead != 0.0, lead, 1.0)
+    # each plane divided by its largest coefficient (signed) at each point: one representative per
+    # plane and factor; rounded to 13 digits as a key (near-equal keys that round apart are kept)
+    key = np.concatenate([m / lead[..., None], (o / lead)[..., None]], axis=2).reshape(len(planes), -1)
+    key = np.round(key, 13) + 0.0  # (+ 0.0: −0.0 and 0.0 are one key)
+    _, first = np.unique(key[live], axis=0, return_index=True)
+    keep = np.flatnonzero(live)[np.sort(first)]
+    return [planes[i] for i in keep]
 
 
 def _nested_nodes(planes: list[tuple[Array, Array]], r: int, shifted: bool, P: int,
@@ -1089,8 +1131,14 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     # a function, where the nested rule takes 0.04 s; with a few terms, those are the cheaper)
     cone = F.cone is not None and not (len(F.cone.terms) > _FEW_TERMS and cov.shape[0] and r <= 2 and F.smooth)
     value = _cone_moments(F.cone, F.continuous, cov) if cone else None
+    nested = None
     if value is None and r <= NESTED_MAX_DIM:
-        value, err = nested_expectation(F, cov, moments=True)
+        try:
+            nested = nested_expectation(F, cov, moments=True)
+        except TooManyCrossings:  # Monte Carlo moments below
+            pass
+    if nested is not None:
+        value, err = nested
         # Scales of error bounds, by a coarse rule: never to be underestimated. Its two-rule estimate
         # was seen at 0.6× its true error (6e-10 of E F² for tanh(relu(u₁) + u₂), against adaptive
         # quadrature in the tests), so 10× the estimate and 1e-6 relative are added — bounds 1e-6 larger
