@@ -153,6 +153,12 @@ DEPENDENT_FORMS = Recipe(sigmas=((0.8, 0.0), (0.8, 0.3)),
 #: a vanishing output beside a vector: kernel entries at rounding (strict campaign seed 81)
 VANISHING_OUTPUT = Recipe(sigmas=((0.8, 0.0),), steps=(("traced", 0, 0, "abs-diff"), ("traced", 0, 0, "clip")),
                           readouts=(((0, 1), 1.0, 0.0, False), ((0, 2), 1.0, 0.0, False)))
+#: where(g > W b, g, W b / 2) with b a bias: W b is one variable at every input, and the χ² bound of its two
+#: copies' null vector was infinite (its variance's rounding bound; strict campaign seed 92)
+JUMP_AGAINST_A_MATRIX_OF_A_BIAS = Recipe(
+    sigmas=((1.0, 0.0),), steps=(("bias", 0.5), ("layernorm", 1), ("traced", 1, 374, "max"), ("matmul", 457, 0, 0.9),
+                                 ("traced", 220, 219, "where")),
+    readouts=(((222, 319), 0.7, 0.2, True), ((256, 287), 0.7, 0.0, True)))
 #: step(g − LN(g))·g: the step form and the factor g are one form rescaled per input (found by this test)
 JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), ("bias", 0.2), ("traced", 0, 1, "where"),
                                                              ("act", 0, "relu"), ("matmul", 0, 0, 0.5)),
@@ -173,6 +179,7 @@ JUMP_AGAINST_LAYERNORM = Recipe(sigmas=((0.8, 0.0),), steps=(("layernorm", 0), (
 @example(recipe=STEP_OF_A_TANH, B=2, d=4, seed=0)
 @example(recipe=DEPENDENT_FORMS, B=2, d=3, seed=1)
 @example(recipe=VANISHING_OUTPUT, B=2, d=3, seed=0)
+@example(recipe=JUMP_AGAINST_A_MATRIX_OF_A_BIAS, B=3, d=4, seed=14763)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless

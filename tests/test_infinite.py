@@ -432,18 +432,25 @@ def test_the_propagated_change_of_a_stein_pair_is_its_largest_change_over_the_er
     assert old[0, 0] < bound[0, 0] / 2
 
 
-def test_a_bias_vector_gated_by_a_jump_against_another_vector_has_its_conditional_kernel():
+@pytest.mark.parametrize("through_a_matrix", [False, True])
+def test_a_bias_vector_gated_by_a_jump_against_another_vector_has_its_conditional_kernel(through_a_matrix):
     """``F(g, b) = b·1{g > b}`` with ``b`` one bias vector for all inputs (two forms: not one projection):
     ``E[F F'] = E_b[b² P(g > b, g' > b | b)]``, the bivariate orthant by Owen's T, b by adaptive quadrature. At
     two inputs the bias is one variable on both sides, the whitened cross-correlation of the arguments
     is exactly 1, and the χ² bound on the propagated error divided by ``1 − ‖R‖ = 0``: capped at twice
     the kernel and refused at every rtol (random-program tests). The joint covariance is now whitened
-    on its range (the bias's covariances are exact)."""
+    on its range (the bias's covariances are exact). ``W b`` (sd 0.9 · 0.6 = 0.54) is one variable at
+    every input too, but its variance carries a rounding bound: the χ² bound on its range was infinite
+    (a bound on the null vector of its two copies; random-program campaign seed 92, refused at every
+    rtol) until the copies of a data-free vector counted as one coordinate."""
     from references import owens_bvn, pairwise
 
     p = netsor.Program()
     n = p.dim("n")
     g, b = p.input(n, sigma=1.1), p.bias(n, 0.6)
+    if through_a_matrix:
+        b = p.matrix(n, n, sigma=0.9) @ b
+    sd = 0.54 if through_a_matrix else 0.6
     p.readout(netsor.nonlin(lambda u, v: np.where(u > v, v, 0.0), g, b, name="b·step(g − b)"))
     X = np.random.default_rng(7).standard_normal((4, 3))
     a, a2, c = pairwise(1.21 * X @ X.T / 3)
@@ -452,7 +459,7 @@ def test_a_bias_vector_gated_by_a_jump_against_another_vector_has_its_conditiona
     def conditional(t, i, j):  # b² P(g_i > b, g_j > b) φ(b), b = t
         orthant = (special.ndtr(-t / np.sqrt(a[i, 0])) if i == j
                    else owens_bvn(-t / np.sqrt(a[i, 0]), -t / np.sqrt(a2[0, j]), rho[i, j]))
-        return t * t * orthant * np.exp(-0.5 * (t / 0.6) ** 2) / (0.6 * np.sqrt(2 * np.pi))
+        return t * t * orthant * np.exp(-0.5 * (t / sd) ** 2) / (sd * np.sqrt(2 * np.pi))
 
     ref = np.array([[integrate.quad(conditional, -9.0, 9.0, args=(i, j), epsabs=1e-15, epsrel=1e-13, limit=200)[0]
                      for j in range(4)] for i in range(4)])

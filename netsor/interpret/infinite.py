@@ -68,7 +68,7 @@ from netsor.interpret.rules import (
     data_view,
     rule_for,
 )
-from netsor.ir import MatMulLine, Matrix, NonLinLine, Program, Vector
+from netsor.ir import DataLine, MatMulLine, Matrix, NonLinLine, Program, Vector
 from netsor.ir.differentiate import differentiate
 from netsor.ir.expr import (
     Apply,
@@ -208,12 +208,17 @@ class Analysis:
         self._factors: dict[Key, list[Monomial]] = {}
         self._functions: dict[Key, Any] = {}
         self.tile_plans: dict[tuple[Key, ...], Plan] = {}
+        #: Vectors that do not depend on the data (biases, matrices applied to them, functions of
+        #: those): one random variable at every input, whatever the input.
+        self.data_free: set[Vector] = set()
         nesting: dict[Vector, int] = {}
         for line in program.lines:
             form = rule_for(line).limit(line, self)
             out = line.out
             expectation = isinstance(form, FunctionForm | MomentForm)
             nesting[out] = max((nesting[v] for v in line.inputs), default=0) + expectation
+            if not isinstance(line, DataLine) and all(v in self.data_free for v in line.inputs):
+                self.data_free.add(out)
             if isinstance(line, MatMulLine):
                 self._uses.setdefault(line.matrix, []).append(line)
             if out.kind == "scalar":
@@ -1492,7 +1497,12 @@ class Run:
                 an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
                 seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
             self.note_stderr(se)
-            err[todo] += propagation.pair_joint(cov_x, cov_y, Cf, d_x, d_y, dCf, stats_l, stats_r, rows, cols)
+            # a data-free argument on both sides is one variable at the two points: its copies are one
+            # coordinate of the pair's law, whose errors cannot separate them
+            shared = [(i, j) for i, u in enumerate(left.args) for j, v in enumerate(right.args)
+                      if u is v and u in an.data_free]
+            err[todo] += propagation.pair_joint(cov_x, cov_y, Cf, d_x, d_y, dCf, stats_l, stats_r, rows, cols,
+                                                shared)
         value, err = value.reshape(self.shape), err.reshape(self.shape)
         if mirror:  # the lower triangle is zero
             value, err = value + value.T, err + err.T

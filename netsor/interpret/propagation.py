@@ -216,12 +216,15 @@ def _frobenius(x: Array) -> Array:
 
 
 def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c: Array,
-               left: dict[str, Array], right: dict[str, Array], rows: Array, cols: Array) -> Array:
+               left: dict[str, Array], right: dict[str, Array], rows: Array, cols: Array,
+               shared: list[tuple[int, int]] = ()) -> Array:
     """Propagated error of ``E[F(U) G(V)]`` for pairs (M,) of a left point ``rows[m]`` and a right point
     ``cols[m]``: per-point covariances of U (P₁, k₁, k₁) and V (P₂, k₂, k₂) and their error bounds
     (their spectra are taken once per point, not once per pair), per-pair cross-covariances ``C``
     (M, k₁, k₂) and bounds, ``left``/``right`` the per-pair moments of F and G (keys ``m2``, ``m4``,
-    ``arg_grad2`` (M, k) ``= E(∂ᵢF)²``, ``joint_euler = E|∇F|²|U|²``, ``gradnorm2 = E|∇F|²``)."""
+    ``arg_grad2`` (M, k) ``= E(∂ᵢF)²``, ``joint_euler = E|∇F|²|U|²``, ``gradnorm2 = E|∇F|²``).
+    ``shared``: pairs ``(i, j)`` of an argument of F and one of G that are one random variable at
+    both points (a data-free vector): the joint law keeps one copy."""
     scale = np.sqrt(left["m2"] * right["m2"])
     lx, tx = (v[rows] for v in _spectrum(cov_x))
     ly, ty = (v[cols] for v in _spectrum(cov_y))
@@ -243,6 +246,9 @@ def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c
     if near.size:  # the joint law's own whitening: exact on its range (shared sources, e.g. a bias)
         joint, d_joint = _joint(cov_x[rows[near]], cov_y[cols[near]], C[near]), _joint(
             d_x[rows[near]], d_y[cols[near]], d_c[near])
+        if shared:  # the second copy of a shared variable is the first: it adds a null vector, not a law
+            keep = np.setdiff1d(np.arange(joint.shape[1]), [cov_x.shape[1] + j for _, j in shared])
+            joint, d_joint = joint[:, keep][:, :, keep], d_joint[:, keep][:, :, keep]
         whitened[near] = np.minimum(whitened[near], _range_whitened(joint, d_joint))
     bound = (left["m4"] * right["m4"]) ** 0.25 * whitened / _SQRT2
     return _cap(bound, scale)
