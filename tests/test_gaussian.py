@@ -465,6 +465,36 @@ def test_joint_pair_series_of_separable_functions_meets_products_of_closed_forms
     assert np.all(np.abs(value - want) <= err + 16 * EPS * scale)
 
 
+def test_hermite_tables_turned_to_a_slanted_kink_meet_products_of_closed_forms():
+    """relu(a)·erf(c) of independent a, c seen through correlated arguments u = M(a, c): the kink
+    plane a = 0 is slanted in the eigenvectors' whitening, and the tables turn it onto ξ₁
+    (:func:`joint.table_factors`, whose inner axis then has one rule for all nodes). The turned factors
+    must still factor each covariance with the kink's normal along ξ₁, and the pair series must give
+    the product of the arc-cosine and arcsine kernels within its bound."""
+    rng = np.random.default_rng(12)
+    P = 5
+    M = np.array([[1.0, 0.5], [-0.3, 1.0]])
+    Minv = np.linalg.inv(M)
+    s1, s2 = rng.uniform(0.5, 2.0, P), rng.uniform(0.3, 1.5, P)
+    cov_pts = np.einsum("ij,pj,kj->pik", M, np.stack([s1, s2], axis=1), M)
+    F = joint_fn(2, lambda u: (np.maximum(u @ Minv[0], 0) * special.erf(u @ Minv[1])), planes=[(Minv[0], 0.0)],
+                 key="relu*erf slanted")
+    L, r = joint.table_factors(F, cov_pts)
+    np.testing.assert_allclose(L @ np.swapaxes(L, 1, 2), cov_pts, atol=1e-14)
+    normal = np.einsum("pkr,k->pr", L, Minv[0])
+    assert r == 2 and np.all(np.abs(normal[:, 1]) <= 1e-14 * np.abs(normal[:, 0]))
+    i, j = np.triu_indices(P, 1)
+    r1, r2 = rng.uniform(-0.7, 0.7, i.size), rng.uniform(-0.7, 0.7, i.size)
+    ca, cc = r1 * np.sqrt(s1[i] * s1[j]), r2 * np.sqrt(s2[i] * s2[j])
+    C = np.einsum("ij,mj,kj->mik", M, np.stack([ca, cc], axis=1), M)
+    value, err, _ = joint.pair_expectation(F, F, cov_pts[i], cov_pts[j], C, rtol=1e-10)
+    want = netsor.relu.kernel(s1[i], s1[j], ca) * netsor.erf.kernel(s2[i], s2[j], cc)
+    scale = np.sqrt(netsor.relu.kernel(s1[i], s1[i], s1[i]) * netsor.relu.kernel(s1[j], s1[j], s1[j])
+                    * netsor.erf.kernel(s2[i], s2[i], s2[i]) * netsor.erf.kernel(s2[j], s2[j], s2[j]))
+    assert np.max(np.abs(value - want) / scale) < 1e-9
+    assert np.all(np.abs(value - want) <= err + 16 * EPS * scale)
+
+
 def test_point_square_bound_covers_the_change_of_the_second_moment():
     """``|E φ(u')² − E φ(u)²|`` for ``Var u' = a ± δa`` (scipy quadrature, independent of the engine)
     is within ``point_square`` — first order, so δa/a = 1e-3 — and is tight within a factor 3 at

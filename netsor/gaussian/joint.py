@@ -474,10 +474,11 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     """
     cov = np.asarray(cov, dtype=float)
     P = cov.shape[0]
-    L, r = whiten(cov)
     lost = None
     if hermite_order is None:  # (Hermite coefficients are of every whitened axis)
-        L, r, lost = onto_forms(F, L, r)
+        L, r, lost = onto_forms(F, *whiten(cov))
+    else:
+        L, r = table_factors(F, cov)
     if r > NESTED_MAX_DIM:
         raise ValueError("nested_expectation: dimension too high")
     width = 1 if hermite_order is None else 4
@@ -505,6 +506,28 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
         results.append(np.concatenate(parts))
     # two rules of the same order whose errors are independent-ish: twice their difference
     return results[0], 2.0 * np.abs(results[0] - results[1])
+
+
+def table_factors(F: JointFunction, cov: Array) -> tuple[Array, int]:
+    """:func:`whiten`'s ``(L, r)`` for Hermite tables, turned at each point of rank 2 where F's kink
+    planes are parallel (one kink line, as in ``tanh(relu(a) + c)``) so that ξ₁ is normal to them:
+    the inner axis of the nested rule then has no cuts — the same nodes under every outer node and at
+    every point — and the Hermite contraction over it is one matrix product (:func:`_contract_last`).
+    Any orthonormal whitening serves the Mehler series: its cross-correlation is taken in the
+    table's own factors."""
+    L, r = whiten(cov)
+    if L.ndim < 3 or r != 2 or not F.planes or not L.shape[0]:
+        return L, r
+    normals = np.stack([np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float)) for n, _ in F.planes])  # (n, P, 2)
+    lengths = np.hypot(normals[..., 0], normals[..., 1])
+    longest = lengths.max(axis=0)
+    lead = normals[np.argmax(lengths, axis=0), np.arange(L.shape[0])]  # (P, 2)
+    cross = np.abs(normals[..., 0] * lead[:, 1] - normals[..., 1] * lead[:, 0])
+    parallel = np.all(cross <= 1e-13 * lengths * longest, axis=0) & (longest > 0)
+    size = np.where(parallel, longest, 1.0)
+    c, s = np.where(parallel, lead[:, 0] / size, 1.0), np.where(parallel, lead[:, 1] / size, 0.0)
+    turn = np.stack([np.stack([c, -s], axis=-1), np.stack([s, c], axis=-1)], axis=-2)  # Lᵀn ↦ (|Lᵀn|, 0)
+    return np.matmul(L, turn), r
 
 
 def _spread(L: Array, r: int) -> Array:
@@ -694,6 +717,8 @@ def _contract_last(x: Array, fw: Array, order: int) -> Array:
     ~|x|^k with |x| ≲ 40 and k ≤ 64) — on blocks of rows that stay in cache through all degrees."""
     q = x.shape[-1]
     xs, fws = x.reshape(-1, q), fw.reshape(-1, q)
+    if xs.shape[0] > 1 and np.all(xs == xs[0]):  # one rule for every row (:func:`table_factors`)
+        return np.matmul(fw, hermite_functions(xs[0], order).T)
     out = np.empty((xs.shape[0], order + 1))
     out[:, 0] = fws.sum(axis=-1)
     rows = max(1, _CONTRACT_BLOCK // max(q, 1))
@@ -762,7 +787,7 @@ class HermiteTable2:
 def hermite_table(F: JointFunction, cov: Array, order: int) -> HermiteTable2:
     """Coefficients up to total degree ``order`` of ``F`` at each point (rank of ``cov`` ≤ 2)."""
     cov = np.asarray(cov, dtype=float)
-    L, r = whiten(cov)
+    L, r = table_factors(F, cov)
     if r > 2:
         raise ValueError("hermite_table: rank above 2")
     value, err = nested_expectation(F, cov, hermite_order=order)
@@ -1112,10 +1137,10 @@ def _predicted_degree(tf: HermiteTable2, tg: HermiteTable2, ix: Array, iy: Array
 
 
 def _pinv_factor(L: Array) -> Array:
-    """``L⁺`` of factors ``L = V √Λ`` (orthonormal columns scaled): ``diag(1/√λ) Vᵀ`` (P, r, k)."""
-    norms2 = np.sum(L * L, axis=1)  # (P, r) = λ
-    safe = np.where(norms2 > 0, norms2, 1.0)
-    return np.where(norms2[..., None] > 0, np.swapaxes(L, 1, 2) / safe[..., None], 0.0)
+    """``L⁺ = (LᵀL)⁺ Lᵀ`` (P, r, k) of factors ``L`` (P, k, r): ``diag(1/λ) Lᵀ`` for the eigenvectors'
+    ``L = V √Λ`` (orthogonal columns), not for the turned factors of :func:`table_factors`."""
+    Lt = np.swapaxes(L, 1, 2)
+    return np.matmul(np.linalg.pinv(np.matmul(Lt, L), hermitian=True), Lt)
 
 
 def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Array]:
