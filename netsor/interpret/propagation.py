@@ -20,7 +20,9 @@ whitened cross-correlation). It grows as the two points become colinear, as the 
 sensitivity of a jump does; identical points take the per-point value instead. Near colinear
 pairs (‖R‖ > 0.99) whiten the joint covariance itself, on its range where it is singular — two
 uses of one bias vector at two inputs are one variable, and their covariances are exact: the χ²
-distance is then that of two laws on one subspace (and infinite if an error could leave it).
+distance is then that of two laws on one subspace (and infinite if an error could leave it). Any
+vector that does not read the data is one variable at both inputs, whatever its covariances' bounds
+say: its second copy is dropped from the joint law.
 
 Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed value lie within
 ``±√(E F² E G²)``).
@@ -28,7 +30,7 @@ Every bound is capped by ``2 √(E F² E G²)`` (both the true and the computed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -217,7 +219,7 @@ def _frobenius(x: Array) -> Array:
 
 def pair_joint(cov_x: Array, cov_y: Array, C: Array, d_x: Array, d_y: Array, d_c: Array,
                left: dict[str, Array], right: dict[str, Array], rows: Array, cols: Array,
-               shared: list[tuple[int, int]] = ()) -> Array:
+               shared: Sequence[tuple[int, int]] = ()) -> Array:
     """Propagated error of ``E[F(U) G(V)]`` for pairs (M,) of a left point ``rows[m]`` and a right point
     ``cols[m]``: per-point covariances of U (P₁, k₁, k₁) and V (P₂, k₂, k₂) and their error bounds
     (their spectra are taken once per point, not once per pair), per-pair cross-covariances ``C``
