@@ -459,7 +459,8 @@ def _whitened_planes(F: JointFunction, L: Array) -> list[tuple[Array, Array]]:
 
 
 def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None = None,
-                       moments: bool = False, refine: float = 1.0) -> tuple[Array, Array]:
+                       moments: bool = False, refine: float = 1.0,
+                       factors: tuple[Array, int] | None = None) -> tuple[Array, Array]:
     """``(E F(U), error estimate)`` by nested quadrature, for ``cov`` of shape (P, k, k).
 
     ``refine`` narrows every axis's panels by that factor (up to the axis caps): for functions less
@@ -467,8 +468,9 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     approach the real line as |x| grows).
 
     With ``hermite_order`` the result has shape (P, n_α + 1): the Hermite coefficients
-    ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁ descending) and
-    ``E F²`` last. With ``moments`` it has shape (P, 2 + 2k): ``E F², E F⁴``, ``E (∂_i F)²`` for
+    ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁
+    descending) and ``E F²`` last, with ``(L, r)`` = ``factors`` (:func:`table_factors` if None).
+    With ``moments`` it has shape (P, 2 + 2k): ``E F², E F⁴``, ``E (∂_i F)²`` for
     each argument and ``E |∇F|²|U|²``, ``E |∇F|²`` — what error propagation needs — by a rule
     with panels twice as wide (scales of error bounds: :func:`point_moments` adds a margin).
     """
@@ -478,7 +480,7 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     if hermite_order is None:  # (Hermite coefficients are of every whitened axis)
         L, r, lost = onto_forms(F, *whiten(cov))
     else:
-        L, r = table_factors(F, cov)
+        L, r = table_factors(F, cov) if factors is None else factors
     if r > NESTED_MAX_DIM:
         raise ValueError("nested_expectation: dimension too high")
     width = 1 if hermite_order is None else 4
@@ -790,7 +792,7 @@ def hermite_table(F: JointFunction, cov: Array, order: int) -> HermiteTable2:
     L, r = table_factors(F, cov)
     if r > 2:
         raise ValueError("hermite_table: rank above 2")
-    value, err = nested_expectation(F, cov, hermite_order=order)
+    value, err = nested_expectation(F, cov, hermite_order=order, factors=(L, r))
     index = [a for deg in range(order + 1) for a in _multi_indices(r, deg)]
     degrees = np.array([sum(a) for a in index])
     m2 = np.maximum(value[:, -1], 0.0)
