@@ -467,6 +467,26 @@ def test_a_bias_vector_gated_by_a_jump_against_another_vector_has_its_conditiona
     assert np.all(np.abs(K - ref) <= E + 1e-14) and np.max(E) <= 1e-10
 
 
+def test_a_layernorm_of_a_bias_gating_the_bias_is_one_variable_at_every_pair_of_inputs():
+    """``h = LN(b)·1{LN(b) > b}`` with ``b`` a bias of sd 0.6: ``LN(b) = b/0.6`` in the limit, so ``h = relu(b)/0.6``
+    and ``E[h h'] = 1/2`` at every pair of inputs (``b`` is one variable at all of them); read out with
+    ``relu(g)`` of the data, the kernel is ``(1/2 + relu_kernel)/2``. The pair's law held two copies of
+    ``(LN(b), b)``, rank one, whose covariances' rounding bounds (through the LayerNorm's scalars) the χ²
+    rule cannot tell from a law off that line: refused at every rtol (bound 3.6× the kernel; strict campaign
+    seed 92). A pair of data-free vectors now takes the per-point value, as the diagonal does."""
+    from references import pairwise, relu_kernel
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g, b = p.input(n, sigma=1.1), p.bias(n, 0.6)
+    h = netsor.nonlin(lambda ln, v: np.where(ln > v, ln, 0.0), netsor.layernorm(b), b, name="LN(b)·step(LN(b) − b)")
+    p.readout_concat(h, netsor.relu(g))
+    X = np.random.default_rng(3).standard_normal((4, 3))
+    ref = 0.5 * (0.5 + relu_kernel(*pairwise(1.21 * X @ X.T / 3)))
+    K, E = netsor.limit(p, X, rtol=1e-8).nngp(with_error=True)
+    assert np.all(np.abs(K - ref) <= E + 1e-15) and np.max(E) <= 1e-8 * np.max(K)
+
+
 def _clip_kernel(a, b, c):
     """E[clip(2u) clip(2v)] (clip to [−1, 1]) for Var u = a, Var v = b, Cov = c: E[clip(2v) | u] in closed
     form (a Gaussian of mean 2cu/a through a piecewise-linear function), u by adaptive quadrature split

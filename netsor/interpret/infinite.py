@@ -790,6 +790,9 @@ class MonomialPair(Quantity):
                     own += [("pm", comp.left.key), ("pm", comp.right.key)]
                 else:
                     own.append(("pm", an.register(comp.left.atoms + comp.right.atoms).key))
+            elif _data_free_joint(an, comp):
+                side += [canonical(("t", comp.left.key, comp.right.key)), ("pm", comp.left.key),
+                         ("pm", comp.right.key)]
             else:
                 own += [("g", x, y) for x in comp.left.args for y in comp.right.args]
                 side += [canonical(k) for k in _block_keys(comp.left.args) + _block_keys(comp.right.args)]
@@ -817,6 +820,8 @@ class MonomialPair(Quantity):
                 factors.append(run.point_mean(comp.left.key, "left"))
             elif comp.left is None:
                 factors.append(run.point_mean(comp.right.key, "right"))
+            elif _data_free_joint(run.an, comp):
+                factors.append(run.data_free_pair(comp))
             else:
                 factors.append(run.pair(comp))
         if len(factors) == 1:
@@ -828,6 +833,15 @@ class MonomialPair(Quantity):
         left = np.prod([b.left for _, b in factors], axis=0)
         right = np.prod([b.right for _, b in factors], axis=0)
         return np.broadcast_to(value, run.shape), bounds.product(factors, left, right).plus_rounding(16)
+
+
+def _data_free_joint(an: Analysis, comp: Component) -> bool:
+    """A two-sided group of the joint engine none of whose arguments reads the data: it is one random
+    variable at every input, so its pair at two inputs is its value at one (:meth:`Run.data_free_pair`)."""
+    assert comp.left is not None and comp.right is not None
+    return (all(x in an.data_free for x in comp.left.args + comp.right.args)
+            and (an.projection(comp.left) is None or an.projection(comp.right) is None)
+            and an.batchnorm(comp.left) is None and an.batchnorm(comp.right) is None)
 
 
 def _single_gaussian(m: Monomial) -> bool:
@@ -1420,6 +1434,17 @@ class Run:
         angle_key = (id(geo[0]), id(geo[2]), id(geo[4]))
         angle = self.angles.pop(angle_key, None)
         return geo, (None if angle is None else {angle_key: angle})
+
+    def data_free_pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
+        """``E[L(U) R(V)]`` of a group that does not read the data (:func:`_data_free_joint`): the
+        same expectation at every pair of inputs, the per-point ``E[L(U) R(U)]`` of the left points, with
+        its bound. The pair's own law would hold two copies of each vector, whose covariances' rounding
+        bounds the χ² rule cannot tell from a law off the copies' common range (a LayerNorm of a bias
+        against the bias: strict campaign seed 92)."""
+        value, err = self.point(("t", comp.left.key, comp.right.key), "left")
+        env_l = np.sqrt(self.point(("pm", comp.left.key), "left")[0]["m2"])
+        env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
+        return np.broadcast_to(value, self.shape), bounds.from_dense(np.broadcast_to(err, self.shape), env_l, env_r)
 
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
