@@ -51,11 +51,12 @@ def kernel(p, X, X2=None):
             return K, E, rtol
         except NumericalError as exc:
             message = str(exc)
-            # out of reach at this tolerance, an overflow, a BatchNorm over a batch without spread, or a
-            # scalar that is infinite in the limit (LayerNorm of a vector of variance 0): refusals that say why
-            assert any(w in message for w in ("rtol", "non-finite", "NaN", "no spread", "not finite in the limit")), \
-                message
-            if "not finite in the limit" in message:
+            # out of reach at this tolerance, an overflow, a BatchNorm over a batch without spread, a
+            # scalar that is infinite in the limit (LayerNorm of a vector of variance 0), or a jump on a tie
+            # of the limit only (no Gaussian limit: netsor.interpret.ties): refusals that say why
+            no_limit = ("not finite in the limit", "only in the limit")
+            assert any(w in message for w in ("rtol", "non-finite", "NaN", "no spread") + no_limit), message
+            if any(w in message for w in no_limit):
                 return None
     return None
 
@@ -91,10 +92,20 @@ ROUNDED_TIE = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5), ("tr
                                                   ("opaque", 512, 0)),
                      readouts=(((0, 174), 1.0, 0.0, False),))
 
+#: erf(relu(g)·tanh(h))·relu(g) against relu(g): the series' tails met 1e-8 at degree 16, but the coefficients of
+#: that order's table did not (2e-8 of ‖F‖ each): the cross kernel of one input against the others was refused
+#: at 1e-8 where the symmetric kernel was not (campaign seed 134); the tables' order now grows until both meet it
+COARSE_TABLE = Recipe(
+    sigmas=((1.2, 0.0), (1.2, 0.3)),
+    steps=(("matmul", 0, 1, 0.5), ("traced", 314, 226, "relu*tanh"), ("traced", 335, 542, "gate*relu"),
+           ("matmul", 201, 1, 1.0), ("traced", 314, 226, "relu*tanh")),
+    readouts=(((864, 74), 0.7, 0.2, True),))
+
 
 @FAST
 @given(**KERNEL_PROGRAMS)
 @example(recipe=ROUNDED_TIE, B=2, d=3, seed=3, duplicate=False)
+@example(recipe=COARSE_TABLE, B=4, d=6, seed=4343, duplicate=False)
 def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
     check_kernel_properties(recipe, B, d, seed, duplicate)
 
@@ -171,6 +182,15 @@ LAYERNORM_OF_A_BIAS_AGAINST_IT = Recipe(
                                             ("traced", 72, 129, "where")),
     readouts=(((89, 152), 0.7, 0.2, True),))
 
+#: where(a > g + 0.3, …) times w, with a and w attention mixes of g and W g (rank 2 in three arguments): the kink
+#: normal was (−0.87, 0.009) in the eigenvectors' whitening, and the nested rule 1.5e-3 off, bound 7e-3 (campaign
+#: seed 135); it now turns the whitening to the kink
+KINK_ALONG_AN_AXIS = Recipe(
+    sigmas=((0.8, 0.3), (0.8, 0.3)),
+    steps=(("matmul", 255, 3, 1.3), ("attention", 974, 259, 0.5), ("shift", 191, 0.3), ("layernorm", 338),
+           ("traced", 927, 341, "where")),
+    readouts=(((242,), 0.7, 0.0, True), ((252, 199), 1.0, 0.2, False)))
+
 
 @settings(FAST, max_examples=60)
 @given(recipe=recipes(max_steps=5), B=st.integers(2, 4), d=st.integers(3, 6), seed=st.integers(0, 2**16))
@@ -188,11 +208,12 @@ LAYERNORM_OF_A_BIAS_AGAINST_IT = Recipe(
 @example(recipe=VANISHING_OUTPUT, B=2, d=3, seed=0)
 @example(recipe=JUMP_AGAINST_A_MATRIX_OF_A_BIAS, B=3, d=4, seed=14763)
 @example(recipe=LAYERNORM_OF_A_BIAS_AGAINST_IT, B=2, d=5, seed=65254)
+@example(recipe=KINK_ALONG_AN_AXIS, B=3, d=4, seed=251)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless
-    the limit is not finite or a kink lies on a curved set (QMC's reach). Over 350 programs of two scans,
-    none fell short of 1e-8 once these were fixed."""
+    the limit is not finite or does not exist (a jump on a tie of the limit only) or a kink lies on a curved
+    set (QMC's reach). Over 350 programs of two scans, none fell short of 1e-8 once these were fixed."""
     p = build(recipe)
     X = inputs(B, d, seed)
     try:
@@ -201,7 +222,8 @@ def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed)
         # kinks on curved sets (clip(g + h·h): g + h² = ±1, strict campaign seed 51) are hidden from every
         # exact rule: randomised QMC is the rule there, and its reach at 1e-3 is a refusal that says so
         curved = any(getattr(line, "expr", None) is not None and line.expr.hidden_kinks for line in p.lines)
-        assert any(w in str(exc) for w in ("not finite in the limit", "non-finite", "overflow")) or (
+        assert any(w in str(exc) for w in ("not finite in the limit", "only in the limit", "non-finite",
+                                           "overflow")) or (
             curved and "Monte-Carlo standard error" in str(exc)), str(exc)
         return
     scale = np.sqrt(np.outer(np.abs(np.diag(K)), np.abs(np.diag(K))))
@@ -250,7 +272,7 @@ def test_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, se
             k = netsor.kernel(p, X, rtol=rtol, method="expectations")
             break
         except NumericalError as exc:
-            assert "rtol" in str(exc) or "non-finite" in str(exc) or "NaN" in str(exc), str(exc)
+            assert any(w in str(exc) for w in ("rtol", "non-finite", "NaN", "only in the limit")), str(exc)
     else:
         return  # out of reach even at 1e-3 (said by a NumericalError)
     assert np.all(np.isfinite(k.ntk)) and np.all(np.isfinite(k.ntk_error))

@@ -56,7 +56,7 @@ from netsor.gaussian.pairs import (
     same_kernel,
 )
 from netsor.groups import connected_groups
-from netsor.interpret import bounds, pointcoef, propagation
+from netsor.interpret import bounds, pointcoef, propagation, ties
 from netsor.interpret.functions import activation_of, joint_function, shifted
 from netsor.interpret.rules import (
     DataForm,
@@ -1747,6 +1747,7 @@ class Limit:
         self.error = self.relative_error = 0.0
         self.stderr = 0.0
         self._diag: dict[str, Side] = {}
+        self._ties_checked: set[str] = set()  # sides whose jumps on ties were checked (netsor.interpret.ties)
         self._memo = CoefficientMemo()  # per-point Hermite coefficients, shared by all tiles
         self._tables = joint.TableMemo()
 
@@ -1792,6 +1793,15 @@ class Limit:
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             self.stderr = max(self.stderr, run.stderr)
+        if which not in self._ties_checked:
+            self._ties_checked.add(which)  # before the check: its own moments come through here
+
+            def second_moments(pairs: list[tuple[Vector, Vector]]) -> list[Array]:
+                keys = [canonical(("g", u, v)) for u, v in pairs]
+                values = self._side(which, set(keys)).values
+                return [values[k][0] for k in keys]
+
+            ties.check_jump_ties(self.program, side.X, second_moments, what="X" if which == "left" else "X2")
         return side
 
     @reused_memory()

@@ -104,6 +104,15 @@ class Expr:
             planes.update((_plane_key(p), p) for p in child.kink_planes())
         return tuple(planes.values())
 
+    def jump_planes(self) -> tuple[AffineForm, ...]:
+        """Hyperplanes ``Σ coef·v + offset = 0`` on which the expression may jump: the kinks of its
+        discontinuous activations (``step``) at known affine arguments (a jump elsewhere — of a
+        non-affine argument, inside an opaque function — is not listed)."""
+        planes: dict[Key, AffineForm] = {}
+        for child in self.children():
+            planes.update((_plane_key(p), p) for p in child.jump_planes())
+        return tuple(planes.values())
+
     def linear_pieces(self) -> tuple[AffineForm, ...] | None:
         """Affine forms that the expression equals on the cells between its kink planes (it is
         piecewise linear: ``g + relu(h) + 1`` is ``g + 1`` or ``g + h + 1``), or None when it is not."""
@@ -307,6 +316,12 @@ class Apply(Expr):
     def kink_planes(self) -> tuple[AffineForm, ...]:
         planes = dict((_plane_key(p), p) for p in self.child.kink_planes())
         planes.update((_plane_key(p), p) for p in self._own_kink_planes() or ())
+        return tuple(planes.values())
+
+    def jump_planes(self) -> tuple[AffineForm, ...]:
+        planes = dict((_plane_key(p), p) for p in self.child.jump_planes())
+        if not self.act.continuous:
+            planes.update((_plane_key(p), p) for p in self._own_kink_planes() or ())
         return tuple(planes.values())
 
     def _own_kink_planes(self) -> tuple[AffineForm, ...] | None:

@@ -1,0 +1,99 @@
+"""Jumps on ties that hold only in the limit.
+
+A discontinuous function (``step``, ``where(u > v, …)``) of an affine form ``f = Σ c_k v_k`` whose
+limit ``Z^f`` is 0 at some input has no Gaussian limit to take: the Master Theorem needs the
+jumps to carry no mass. The engine evaluates it as ``step(0) = 0`` (it ties the forms exactly),
+which is right when the form is 0 in every finite network too — ``a·g − g`` with ``a`` the softmax
+weight of one token, ``W(2h) − 2·Wh`` — and wrong when it is 0 only in the limit: ``0.7·LN(b) − b``
+for a bias ``b`` of standard deviation 0.7 is ``O(1/√n)`` at width ``n``, of either sign, and the
+wide networks' kernel converges to a value that the Gaussian limit does not describe (there: half of
+``E b²``, not 0). This module finds such forms and tells the two cases apart by running one finite
+network of moderate width: an exact tie is 0 there to rounding, a limit-only one is not.
+
+Forms with a non-zero offset (``step(u − v − 1)``) and jumps the tracer cannot see (opaque
+functions, jumps of non-affine arguments) are not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from netsor.errors import NumericalError
+from netsor.interpret.finite import run_finite
+from netsor.ir import MomentLine, NonLinLine, Program, Vector
+from netsor.ir.expr import AffineForm
+from netsor.ir.printing import describe_line
+
+Array = np.ndarray
+
+#: Relative limit second moment ``E(Z^f)² / (Σ|c_k| √E(Z^{v_k})²)²`` below which a form is a tie
+#: (the engine ties arguments whose difference has a variance below 1e-12 of theirs).
+TIE_TOL = 1e-10
+#: Width of the finite network that tells exact ties from limit-only ones; a limit-only tie is
+#: ``O(1/√width)`` there, an exact one rounding.
+TIE_WIDTH = 64
+#: A form whose finite-width root mean square is above this share of its parts' is not an exact tie.
+FINITE_TOL = 1e-9
+
+
+def jump_forms(program: Program) -> list[tuple[NonLinLine | MomentLine, AffineForm]]:
+    """``(line, form)`` for every form of G-vectors with zero offset on which a NonLin or
+    Moment line's function may jump (not the poles of scalar arithmetic, ``1/σ``)."""
+    out = []
+    for line in program.lines:
+        if isinstance(line, NonLinLine | MomentLine):
+            out += [(line, form) for form in line.expr.jump_planes()
+                    if form[1] == 0.0 and form[0] and all(v.kind == "G" for v, _ in form[0])]
+    return out
+
+
+def check_jump_ties(program: Program, X: Any, second_moments: Callable[[list[tuple[Vector, Vector]]], list[Array]],
+                    *, what: str = "X") -> None:
+    """Raise :class:`~netsor.errors.NumericalError` where a jump of the program sits on a form that is
+    0 in the limit at some input of ``X`` but not in a finite network (module docstring).
+
+    ``second_moments(pairs)`` gives the limit ``E[Z^u Z^v]`` per input (B,) of each pair of G-vectors.
+    """
+    forms = jump_forms(program)
+    if not forms:
+        return
+    pairs = list({(u, v): None for _, (terms, _) in forms for u, _ in terms for v, _ in terms})
+    moments = dict(zip(pairs, (np.ravel(m) for m in second_moments(pairs)), strict=True))
+    tied = []
+    for line, (terms, _) in forms:
+        square = sum(a * b * moments[(u, v)] for u, a in terms for v, b in terms)
+        parts = sum(abs(a) * np.sqrt(np.maximum(moments[(u, u)], 0.0)) for u, a in terms) ** 2
+        at = np.flatnonzero((parts > 0) & (np.abs(square) <= TIE_TOL * parts))
+        if at.size:
+            tied.append((line, terms, at))
+    if not tied:
+        return
+    _check_finite(program, X, tied, what)
+
+
+def _check_finite(program: Program, X: Any, tied: Sequence[tuple[NonLinLine | MomentLine, Any, Array]],
+                  what: str) -> None:
+    """The tied forms in one finite network of width :data:`TIE_WIDTH`: raise at the first that is not 0."""
+    vectors = {u: None for _, terms, _ in tied for u, _ in terms}
+    run = run_finite(program, X if program.reads_data else None, width=TIE_WIDTH, samples=1, seed=0,
+                     vectors=list(vectors))
+    for line, terms, at in tied:
+        values = {u: run.vectors[u][0, at] for u, _ in terms}  # (points, n)
+        form = sum(c * values[u] for u, c in terms)
+        rms = np.sqrt(np.mean(form * form, axis=-1))
+        parts = sum(abs(c) * np.sqrt(np.mean(values[u] ** 2, axis=-1)) for u, c in terms)
+        loose = np.flatnonzero(rms > FINITE_TOL * parts)
+        if loose.size:
+            i = loose[0]
+            text = " ".join(f"{'−' if c < 0 else '+'} {abs(c):g}·{u.name}" for u, c in terms).lstrip("+ ")
+            raise NumericalError(
+                f"{describe_line(line)} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] "
+                f"but not in finite networks (root mean square {rms[i] / parts[i]:.2g} of its parts at width "
+                f"{TIE_WIDTH}): "
+                "a tie that holds only in the limit, through a scalar such as a LayerNorm's standard deviation. "
+                "The wide networks' outputs then depend on fluctuations that the Gaussian limit does not describe, "
+                "and the limit's step(0) = 0 would be wrong; move the jump off the tie (e.g. compare with a shifted "
+                "or independent vector) or simulate finite widths (netsor.run_finite)")

@@ -1,0 +1,81 @@
+"""Jumps on forms that are 0 in the limit: exact ties are step(0) = 0, ties only in the limit are refused."""
+
+import numpy as np
+import pytest
+
+import netsor
+from netsor.errors import NumericalError
+from netsor.interpret.ties import jump_forms
+
+
+def _gated_by_its_layernorm(sigma_b):
+    """``b·1{σ_b·LN(b) > b}``: ``σ_b·LN(b) − b = b(σ_b/σ̂ − 1) + σ_b μ/σ̂`` is 0 in the limit only."""
+    p = netsor.Program()
+    n = p.dim("n")
+    b = p.bias(n, sigma_b)
+    p.readout(netsor.nonlin(lambda ln, v: np.where(sigma_b * ln > v, v, 0.0), netsor.layernorm(b), b, name="gated"))
+    return p
+
+
+def test_a_jump_on_a_tie_through_a_layernorm_is_refused_and_finite_networks_show_why():
+    """The engine would say 0 (step(0) = 0 on the tied forms); wide networks say ≈ E b²/2: at widths 256 and
+    1024 the networks' kernels (the output's variance given the hidden layer) are many standard errors above
+    0 and do not shrink with the width."""
+    p = _gated_by_its_layernorm(0.7)
+    message = r"step\(0\.7\*\S+ \+ -1\*\S+\)\*\S+ jumps where 0\.7·\S+ − 1·\S+ = 0.*only in the limit"
+    with pytest.raises(NumericalError, match=message):
+        netsor.limit(p).nngp()
+    for width in (256, 1024):
+        k = netsor.run_finite(p, width=width, samples=200, seed=1, return_kernels=True).kernels[:, 0, 0]
+        mean, se = np.mean(k), np.std(k, ddof=1) / np.sqrt(k.size)
+        assert mean > 0.15 and mean > 10 * se  # E b² / 2 = 0.245 at every width
+
+
+def test_a_jump_on_an_exact_tie_is_step_of_zero_in_the_limit_and_at_every_width():
+    """``g·1{2g > g₂}`` with ``g₂ = 2g`` a linear combination with a constant coefficient: the form is 0 in every
+    network, the step is 0, and the limit's kernel is exactly 0, as the finite networks' outputs are."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    p.readout(netsor.nonlin(lambda u, v: np.where(2 * u > v, u, 0.0), g, 2.0 * g, name="exact tie"))
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    assert np.all(K == 0.0) and np.all(E == 0.0)
+    assert np.all(netsor.sample(p, X, width=128, samples=3, seed=0) == 0.0)
+
+
+@pytest.mark.parametrize("normalised", [True, False])
+def test_a_step_between_a_preactivation_and_its_layernorm_is_refused_on_inputs_where_they_tie(normalised):
+    """``step(g − LN(g))·g``: in the limit ``LN(g) = g/√K(x, x)``, the same vector where ``K(x, x) = 1`` (inputs
+    of norm √d, σ = 1: common normalised data) — a tie of the limit only, refused there, naming the input;
+    elsewhere an ordinary jump, whose kernel is that of ``relu`` or of ``−relu(−·)``: ``(1 − 1/√K) g`` is
+    positive exactly where ``g`` is (K > 1) or ``−g`` is (K < 1)."""
+    from references import pairwise, relu_kernel
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    p.readout(netsor.nonlin(lambda u, v: np.where(u > v, u, 0.0), g, netsor.layernorm(g), name="g above LN(g)"))
+    X = np.random.default_rng(1).standard_normal((4, 5))
+    norms = np.array([1.0, 1.0, 0.5, 2.0]) if normalised else np.array([0.7, 1.3, 0.5, 2.0])
+    X *= (norms * np.sqrt(5) / np.linalg.norm(X, axis=1))[:, None]
+    if normalised:
+        with pytest.raises(NumericalError, match=r"0 in the limit at X\[0\]"):
+            netsor.limit(p, X).nngp()
+        return
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    a, b, c = pairwise(X @ X.T / 5)
+    sign = np.sign(norms - 1.0)
+    ref = relu_kernel(a, b, np.outer(sign, sign) * c)  # E[relu(s_i g_i) relu(s_j g_j)] = E[g_i g_j 1{…}1{…}]·s_i s_j
+    ref *= np.outer(sign, sign)
+    assert np.all(np.abs(K - ref) <= E + 1e-14) and np.max(E) <= 1e-8 * np.max(np.abs(K))
+
+
+def test_jump_forms_list_the_jumps_of_vectors_not_the_poles_of_scalars():
+    """A LayerNorm's ``1/σ`` jumps at σ² = 0 (a scalar, not a vector of the program's coordinates); a
+    ``where`` on two vectors jumps on their difference."""
+    p = _gated_by_its_layernorm(0.5)
+    forms = jump_forms(p)
+    assert len(forms) == 1
+    (line, (terms, offset)), = forms
+    assert line is p.lines[-1] and offset == 0.0 and sorted(c for _, c in terms) == [-1.0, 0.5]
