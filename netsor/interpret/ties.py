@@ -29,9 +29,10 @@ from netsor.ir.printing import describe_line
 
 Array = np.ndarray
 
-#: Relative limit second moment ``E(Z^f)² / (Σ|c_k| √E(Z^{v_k})²)²`` below which a form is a tie
-#: (the engine ties arguments whose difference has a variance below 1e-12 of theirs).
-TIE_TOL = 1e-10
+#: Relative limit second moment ``E(Z^f)² / (Σ|c_k| √E(Z^{v_k})²)²`` below which a form is a tie: where the
+#: engine ties arguments (a difference of variance below 1e-12 of theirs); a form above it has a limit of its own
+#: (finite networks may need widths of order 1/TIE_TOL to show it, but the limit is what is asked for).
+TIE_TOL = 1e-12
 #: Width of the finite network that tells exact ties from limit-only ones; a limit-only tie is
 #: ``O(1/√width)`` there, an exact one rounding.
 TIE_WIDTH = 64
