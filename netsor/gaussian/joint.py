@@ -68,6 +68,8 @@ NESTED_BUDGET = 4_000_000
 #: is over ``NESTED_BUDGET`` (that many cuts on the next axis), and listing them cost minutes (a
 #: pair of |b − clip(s)| with ten planes: 6 million crossing planes, 115 s, before repeats were dropped).
 MAX_CROSSINGS = 100_000
+#: Kink lines at angles below about this (sine) count as nearly parallel (:func:`turned_to_kinks`).
+NEAR_PARALLEL = 0.25
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
 _RANK_TOL = 1e-12
 #: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
@@ -453,9 +455,16 @@ def _nested_nodes(planes: list[tuple[Array, Array]], r: int, shifted: bool, P: i
 
 
 def _whitened_planes(F: JointFunction, L: Array) -> list[tuple[Array, Array]]:
-    """The planes of F in whitened coordinates: ``(Lᵀn)·ξ + o = 0`` per point."""
-    return [(np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float)), np.full(L.shape[0], float(o)))
-            for n, o in F.planes]
+    """The planes of F in whitened coordinates: ``(Lᵀn)·ξ + o = 0`` per point, components below 1e-13 of
+    the normal's length set to 0 (a plane turned normal to an axis, :func:`turned_to_kinks`, keeps
+    rounding-level components along the others, which would cut them at points far out and racing: a
+    tilt of 1e-13 moves the plane by less than that within the rule's box)."""
+    planes = []
+    for n, o in F.planes:
+        normal = np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float))
+        tiny = np.abs(normal) <= 1e-13 * np.linalg.norm(normal, axis=-1, keepdims=True)
+        planes.append((np.where(tiny, 0.0, normal), np.full(L.shape[0], float(o))))
+    return planes
 
 
 def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None = None,
@@ -523,23 +532,37 @@ def table_factors(F: JointFunction, cov: Array) -> tuple[Array, int]:
 
 
 def turned_to_kinks(F: JointFunction, L: Array, r: int) -> Array:
-    """Factors ``L`` (P, k, r) turned at each point of rank 2 where F's kink planes are parallel, so
-    that ξ₁ is normal to them (:func:`table_factors`). For plain expectations too: a kink line nearly
-    along ξ₂ cut the inner axis far out, at a point racing along it as ξ₁ crosses the line, and the
-    outer integrand stepped over a width the panels could not see (``step(u − v − 0.3)·v·w`` with
-    normal (−0.87, 0.009) in the eigenvectors' whitening: 7e-3 of its value, true error 1.5e-3)."""
-    if L.ndim < 3 or r != 2 or not F.planes or not L.shape[0]:
+    """Factors ``L`` (P, k, r) turned, at each point where F's kink planes are parallel, so that ξ₁ is
+    normal to them (:func:`table_factors`), and where they are nearly parallel, so that the innermost
+    axis ξ_r is normal to the longest (an orthogonal map of ξ: a reflection taking that normal to the
+    axis). The nested rule then cuts the outer axis once and the inner ones nowhere (parallel), or cuts
+    the inner axis at points that move slowly with the outer nodes (nearly parallel). In the
+    eigenvectors' whitening a kink plane nearly normal to an outer axis cut the inner ones far out, at
+    points racing along them as the outer node crossed the plane, and the outer integrand stepped over a
+    width its panels could not see: ``step(u − v − 0.3)·v·w`` (normal (−0.87, 0.009)) 1.5e-3 off within
+    a bound of 7e-3; ``step(n·u − o)·u₁u₂`` of three or four arguments up to 1 % off (bounds 1.3 %); an
+    orthant of two forms of correlation 0.9992 1.5e-13 off within a bound of 1.6e-14."""
+    if L.ndim < 3 or r < 2 or not F.planes or not L.shape[0]:
         return L
-    normals = np.stack([np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float)) for n, _ in F.planes])  # (n, P, 2)
-    lengths = np.hypot(normals[..., 0], normals[..., 1])
+    normals = np.stack([np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float)) for n, _ in F.planes])  # (n, P, r)
+    lengths = np.linalg.norm(normals, axis=-1)
     longest = lengths.max(axis=0)
-    lead = normals[np.argmax(lengths, axis=0), np.arange(L.shape[0])]  # (P, 2)
-    cross = np.abs(normals[..., 0] * lead[:, 1] - normals[..., 1] * lead[:, 0])
-    parallel = np.all(cross <= 1e-13 * lengths * longest, axis=0) & (longest > 0)
-    size = np.where(parallel, longest, 1.0)
-    c, s = np.where(parallel, lead[:, 0] / size, 1.0), np.where(parallel, lead[:, 1] / size, 0.0)
-    turn = np.stack([np.stack([c, -s], axis=-1), np.stack([s, c], axis=-1)], axis=-2)  # Lᵀn ↦ (|Lᵀn|, 0)
-    return np.matmul(L, turn)
+    unit = normals[np.argmax(lengths, axis=0), np.arange(L.shape[0])] / np.where(longest > 0, longest, 1.0)[:, None]
+    # each normal's part across the longest (|n|·sin of their angle)
+    across = np.linalg.norm(normals - np.einsum("npr,pr->np", normals, unit)[..., None] * unit, axis=-1)
+    parallel = np.all(across <= 1e-13 * longest, axis=0) & (longest > 0)
+    near = np.all(across <= NEAR_PARALLEL * lengths, axis=0) & (longest > 0) & ~parallel
+    axis = np.where(parallel, 0, r - 1)
+    points = np.flatnonzero(parallel | near)
+    # the reflection across the bisector of the normal and ∓ the axis, the sign chosen against the normal's
+    # own component on it (no cancellation in v: the normal's components off the axis come out at rounding)
+    lead = unit[points, axis[points]]
+    v = unit[points].copy()
+    v[np.arange(points.size), axis[points]] += np.where(lead >= 0, 1.0, -1.0)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    reflect = np.broadcast_to(np.eye(r), (L.shape[0], r, r)).copy()
+    reflect[points] -= 2.0 * v[:, :, None] * v[:, None, :]
+    return np.matmul(L, reflect)
 
 
 def _spread(L: Array, r: int) -> Array:
@@ -672,6 +695,7 @@ def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float
                     ) -> tuple[Array, Array, Array]:
     """:func:`point_expectation` without cone moments: nested quadrature or randomised QMC."""
     L, r, _ = onto_forms(F, *whiten(cov))
+    L = turned_to_kinks(F, L, r)
     spread, planes = _spread(L, r), _whitened_planes(F, L[:1])
     if r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1) and rule_size(planes, r, spread) <= NESTED_BUDGET:
         value, err = nested_expectation(F, cov)
