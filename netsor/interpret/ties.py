@@ -90,8 +90,10 @@ def _check_finite(program: Program, X: Any, tied: Sequence[tuple[NonLinLine | Mo
         if loose.size:
             i = loose[0]
             text = " ".join(f"{'−' if c < 0 else '+'} {abs(c):g}·{u.name}" for u, c in terms).lstrip("+ ")
+            where = describe_line(line)
+            where = where if len(where) <= 160 else where[:157] + "..."
             raise NumericalError(
-                f"{describe_line(line)} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] "
+                f"{where} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] "
                 f"but not in finite networks (root mean square {rms[i] / parts[i]:.2g} of its parts at width "
                 f"{TIE_WIDTH}): "
                 "a tie that holds only in the limit, through a scalar such as a LayerNorm's standard deviation. "
