@@ -79,3 +79,28 @@ def test_jump_forms_list_the_jumps_of_vectors_not_the_poles_of_scalars():
     assert len(forms) == 1
     (line, (terms, offset)), = forms
     assert line is p.lines[-1] and offset == 0.0 and sorted(c for _, c in terms) == [-1.0, 0.5]
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")  # the helper's assume()
+def test_a_random_programs_tie_on_normalised_inputs_is_refused_and_the_unchecked_limit_is_wrong(monkeypatch):
+    """A random program (``where(LN(g) > g, …)`` after an attention mix, found by the random-program tests
+    on inputs of unit first-layer variance): the engine refuses it, and with the check switched off its
+    kernel disagrees with networks of widths 1024 and 2048 (300 each, extrapolated in 1/n) beyond 4.5
+    standard errors plus its bound — the check is what keeps a wrong limit from being returned."""
+    import test_fuzz
+    from strategies import Recipe, build, inputs
+
+    from netsor.interpret import ties
+
+    recipe = Recipe(sigmas=((0.8, 0.3), (0.8, 0.3)),
+                    steps=(("layernorm", 559), ("traced", 284, 127, "where"), ("attention", 521, 281, 1.0),
+                           ("matmul", 567, 0, 0.9)),
+                    readouts=(((51, 204), 1.0, 0.0, False), ((0,), 1.0, 0.0, False)))
+    X = inputs(3, 4, 11)
+    X *= np.sqrt(4 * (1 - 0.3**2)) / 0.8 / np.linalg.norm(X, axis=1, keepdims=True)  # K(x, x) = 1
+    p = build(recipe)
+    with pytest.raises(NumericalError, match="only in the limit"):
+        netsor.limit(p, X).nngp()
+    monkeypatch.setattr(ties, "check_jump_ties", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError):
+        test_fuzz.assert_large_width_agrees_with_the_limit(p, X, 11)
