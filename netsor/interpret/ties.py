@@ -10,8 +10,9 @@ wide networks' kernel converges to a value that the Gaussian limit does not desc
 ``E b²``, not 0). This module finds such forms and tells the two cases apart by running one finite
 network of moderate width: an exact tie is 0 there to rounding, a limit-only one is not.
 
-Forms with a non-zero offset (``step(u − v − 1)``) and jumps the tracer cannot see (opaque
-functions, jumps of non-affine arguments) are not checked.
+Only forms through 0 can sit on a tie: G-vectors are centred in the limit, so a form of variance 0 is the
+constant 0, and ``step(u − v − 1)`` of it is ``step(−1)`` with a margin that no ``O(1/√n)`` fluctuation
+crosses. Jumps the tracer cannot see (opaque functions, jumps of non-affine arguments) are not checked.
 """
 
 from __future__ import annotations
