@@ -1796,12 +1796,13 @@ class Limit:
         if which not in self._ties_checked:
             self._ties_checked.add(which)  # before the check: its own moments come through here
 
-            def second_moments(pairs: list[tuple[Vector, Vector]]) -> list[Array]:
-                keys = [canonical(("g", u, v)) for u, v in pairs]
+            def limits(keys: list[Key]) -> list[Array]:
                 values = self._side(which, set(keys)).values
                 return [values[k][0] for k in keys]
 
-            ties.check_jump_ties(self.program, side.X, second_moments, what="X" if which == "left" else "X2")
+            ties.check_jump_ties(self.program, side.X, lambda pairs: limits([canonical(("g", *p)) for p in pairs]),
+                                 lambda scalars: limits([("sc", s) for s in scalars]),
+                                 what="X" if which == "left" else "X2")
         return side
 
     @reused_memory()

@@ -24,7 +24,7 @@ import numpy as np
 
 from netsor.errors import NumericalError
 from netsor.interpret.finite import run_finite
-from netsor.ir import MomentLine, NonLinLine, Program, Vector
+from netsor.ir import LinCombLine, MomentLine, NonLinLine, Program, Vector
 from netsor.ir.expr import AffineForm
 from netsor.ir.printing import describe_line
 
@@ -52,42 +52,75 @@ def jump_forms(program: Program) -> list[tuple[NonLinLine | MomentLine, AffineFo
     return out
 
 
+#: A term of a form written through LinComb lines: ``(vector, constant, scalars)``, coefficient
+#: ``constant · Π scalars`` (the scalars' limits per input).
+_Part = tuple[Vector, float, tuple[Vector, ...]]
+
+
+def _parts(program: Program, terms: Sequence[tuple[Vector, float]]) -> list[_Part]:
+    """The form's terms written through the LinComb lines that define them, down to vectors that are not
+    linear combinations (the offsets of LinComb lines vanish in the limit). ``g − LN(g)`` as one vector of
+    variance 0 is then a difference of parts of variance 1 — the cancellation that makes it a tie."""
+    defined = {line.out: line for line in program.lines if isinstance(line, LinCombLine)}
+    out: list[_Part] = []
+    todo: list[_Part] = [(v, c, ()) for v, c in terms]
+    while todo:
+        v, c, scalars = todo.pop()
+        line = defined.get(v)
+        if line is None:
+            out.append((v, c, scalars))
+            continue
+        for coef, arg in zip(line.coeffs, line.args, strict=True):
+            if isinstance(coef, Vector):
+                todo.append((arg, c, scalars + (coef,)))
+            else:
+                todo.append((arg, c * float(coef), scalars))
+    return out
+
+
 def check_jump_ties(program: Program, X: Any, second_moments: Callable[[list[tuple[Vector, Vector]]], list[Array]],
-                    *, what: str = "X") -> None:
+                    scalars: Callable[[list[Vector]], list[Array]], *, what: str = "X") -> None:
     """Raise :class:`~netsor.errors.NumericalError` where a jump of the program sits on a form that is
     0 in the limit at some input of ``X`` but not in a finite network (module docstring).
 
-    ``second_moments(pairs)`` gives the limit ``E[Z^u Z^v]`` per input (B,) of each pair of G-vectors.
+    ``second_moments(pairs)`` gives the limit ``E[Z^u Z^v]`` per input (B,) of each pair of G-vectors,
+    ``scalars(s)`` the limit of each scalar per input (B,). A form is a tie at an input where its second
+    moment is below :data:`TIE_TOL` of ``(Σ |coefficient| · √E(part)²)²`` over its parts (:func:`_parts`).
     """
-    forms = jump_forms(program)
+    forms = [(line, terms, _parts(program, terms)) for line, (terms, _) in jump_forms(program)]
     if not forms:
         return
-    pairs = list({(u, v): None for _, (terms, _) in forms for u, _ in terms for v, _ in terms})
+    pairs = list({(u, v): None for _, terms, parts in forms
+                  for u, v in [(u, v) for u, _ in terms for v, _ in terms] + [(u, u) for u, _, _ in parts]})
     moments = dict(zip(pairs, (np.ravel(m) for m in second_moments(pairs)), strict=True))
+    needed = list({s: None for _, _, parts in forms for _, _, ss in parts for s in ss})
+    limits = dict(zip(needed, (np.ravel(x) for x in scalars(needed)), strict=True))
     tied = []
-    for line, (terms, _) in forms:
+    for line, terms, parts in forms:
         square = sum(a * b * moments[(u, v)] for u, a in terms for v, b in terms)
-        parts = sum(abs(a) * np.sqrt(np.maximum(moments[(u, u)], 0.0)) for u, a in terms) ** 2
-        at = np.flatnonzero((parts > 0) & (np.abs(square) <= TIE_TOL * parts))
+        weights = [np.abs(c * np.prod([limits[s] for s in ss], axis=0)) for _, c, ss in parts]
+        scale = sum(w * np.sqrt(np.maximum(moments[(u, u)], 0.0)) for w, (u, _, _) in zip(weights, parts, strict=True))
+        at = np.flatnonzero((scale > 0) & (np.abs(square) <= TIE_TOL * scale**2))
         if at.size:
-            tied.append((line, terms, at))
-    if not tied:
-        return
-    _check_finite(program, X, tied, what)
+            tied.append((line, terms, parts, [w[at] if np.ndim(w) else w for w in weights], at))
+    if tied:
+        _check_finite(program, X, tied, what)
 
 
-def _check_finite(program: Program, X: Any, tied: Sequence[tuple[NonLinLine | MomentLine, Any, Array]],
-                  what: str) -> None:
-    """The tied forms in one finite network of width :data:`TIE_WIDTH`: raise at the first that is not 0."""
-    vectors = {u: None for _, terms, _ in tied for u, _ in terms}
+def _check_finite(program: Program, X: Any, tied: Sequence[tuple[Any, ...]], what: str) -> None:
+    """The tied forms in one finite network of width :data:`TIE_WIDTH`: raise at the first that is not 0
+    (relative to its parts' root mean squares there, weighted by their limit coefficients)."""
+    vectors = {u: None for _, terms, parts, _, _ in tied for u in [u for u, _ in terms] + [u for u, _, _ in parts]}
     run = run_finite(program, X if program.reads_data else None, width=TIE_WIDTH, samples=1, seed=0,
                      vectors=list(vectors))
-    for line, terms, at in tied:
-        values = {u: run.vectors[u][0, at] for u, _ in terms}  # (points, n)
-        form = sum(c * values[u] for u, c in terms)
-        rms = np.sqrt(np.mean(form * form, axis=-1))
-        parts = sum(abs(c) * np.sqrt(np.mean(values[u] ** 2, axis=-1)) for u, c in terms)
-        loose = np.flatnonzero(rms > FINITE_TOL * parts)
+    for line, terms, parts, weights, at in tied:
+        def rms(x: Array) -> Array:
+            return np.sqrt(np.mean(x * x, axis=-1))
+
+        form = sum(c * run.vectors[u][0, at] for u, c in terms)  # (points, n)
+        scale = sum(w * rms(run.vectors[u][0, at]) for w, (u, _, _) in zip(weights, parts, strict=True))
+        size = rms(form)
+        loose = np.flatnonzero(size > FINITE_TOL * scale)
         if loose.size:
             i = loose[0]
             text = " ".join(f"{'−' if c < 0 else '+'} {abs(c):g}·{u.name}" for u, c in terms).lstrip("+ ")
@@ -95,7 +128,7 @@ def _check_finite(program: Program, X: Any, tied: Sequence[tuple[NonLinLine | Mo
             where = where if len(where) <= 160 else where[:157] + "..."
             raise NumericalError(
                 f"{where} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] "
-                f"but not in finite networks (root mean square {rms[i] / parts[i]:.2g} of its parts at width "
+                f"but not in finite networks (root mean square {size[i] / scale[i]:.2g} of its parts at width "
                 f"{TIE_WIDTH}): "
                 "a tie that holds only in the limit, through a scalar such as a LayerNorm's standard deviation. "
                 "The wide networks' outputs then depend on fluctuations that the Gaussian limit does not describe, "
