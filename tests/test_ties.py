@@ -87,6 +87,22 @@ def test_a_tie_inside_a_linear_combination_is_found_through_its_parts():
     assert np.mean(k) > 10 * np.std(k, ddof=1) / np.sqrt(k.size)
 
 
+def test_a_jump_of_a_matrix_times_a_vanishing_vector_is_refused_not_returned():
+    """``step(W h)`` with ``h = g − LN(g)`` on inputs with ``K(x, x) = 1``: ``W h`` is not a tie of its parts (a
+    MatMul output has none) but its limit variance is 0 by cancellation, and the correlations its step sees are
+    0/0 in the limit (finite networks: a fresh random direction at every width). The engine has no finite bound
+    there and says so, naming the cancellation among the causes, at every rtol."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0)
+    p.readout(netsor.step(p.matrix(n, n) @ (g - netsor.layernorm(g))))
+    X = np.random.default_rng(1).standard_normal((3, 5))
+    X *= np.sqrt(5) / np.linalg.norm(X, axis=1, keepdims=True)
+    for rtol in (1e-8, 1.0):
+        with pytest.raises(NumericalError, match="no finite error bound.*limit variance is 0 by cancellation"):
+            netsor.limit(p, X, rtol=rtol).nngp()
+
+
 def test_jump_forms_list_the_jumps_of_vectors_not_the_poles_of_scalars():
     """A LayerNorm's ``1/σ`` jumps at σ² = 0 (a scalar, not a vector of the program's coordinates); a
     ``where`` on two vectors jumps on their difference."""

@@ -1975,8 +1975,10 @@ class Limit:
             raise NumericalError(
                 f"{what}: {where} has no finite error bound — an expectation of the limit could "
                 "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
-                "variance of an input: inputs whose scales differ by many orders of magnitude); "
-                "rescale the inputs, or compute those entries separately (X2)")
+                "variance of an input: inputs whose scales differ by many orders of magnitude; or a vector "
+                "whose limit variance is 0 by cancellation, W(g − LN(g)) on inputs with K(x, x) = 1, under a "
+                "jump, whose limit is then not defined); rescale the inputs, or compute those entries "
+                "separately (X2)")
         refusal = NumericalError(
             f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
             f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
