@@ -103,6 +103,24 @@ def test_a_jump_of_a_matrix_times_a_vanishing_vector_is_refused_not_returned():
             netsor.limit(p, X, rtol=rtol).nngp()
 
 
+@pytest.mark.parametrize("eps, refusal", [(1e-9, "only in the limit"), (1e-7, "error bound reached")])
+def test_a_jump_on_a_form_below_the_engines_resolution_is_refused_and_a_resolved_one_is_left_to_its_bound(eps, refusal):
+    """``step(W erf(g) − W(erf(g) + ε g))``: the form is ``ε`` of its parts, genuinely, at every width. At ε = 1e-9 its
+    limit variance is below the engine's resolution (1e-18 of its parts': rounding), the engine said ``0 ± 0``
+    where the limit is ½, and one network of width 64 shows the form at 5e-10 — far above its computed limit —
+    so it is refused as a tie. At ε = 1e-7 the form is resolved, its finite size matches its limit, and the tie
+    check leaves it to the engine, whose propagated bound refuses the entries between inputs."""
+    from scipy import special
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g, W = p.input(n), p.matrix(n, n)
+    near = netsor.nonlin(lambda u: special.erf(u) + eps * u, g, name="erf + ε·id")
+    p.readout(netsor.step(W @ netsor.erf(g) - W @ near))
+    with pytest.raises(NumericalError, match=refusal):
+        netsor.limit(p, np.random.default_rng(0).standard_normal((3, 4))).nngp()
+
+
 def test_jump_forms_list_the_jumps_of_vectors_not_the_poles_of_scalars():
     """A LayerNorm's ``1/σ`` jumps at σ² = 0 (a scalar, not a vector of the program's coordinates); a
     ``where`` on two vectors jumps on their difference."""

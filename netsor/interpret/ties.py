@@ -8,7 +8,10 @@ weight of one token, ``W(2h) − 2·Wh`` — and wrong when it is 0 only in the 
 for a bias ``b`` of standard deviation 0.7 is ``O(1/√n)`` at width ``n``, of either sign, and the
 wide networks' kernel converges to a value that the Gaussian limit does not describe (there: half of
 ``E b²``, not 0). This module finds such forms and tells the two cases apart by running one finite
-network of moderate width: an exact tie is 0 there to rounding, a limit-only one is not.
+network of moderate width: an exact tie is 0 there to rounding, a limit-only one is not. A form
+that is genuinely small in the limit (1e-7 of its parts) is that small at every width and is left to the
+engine; one below what the engine resolves (1e-9: the engine ties it and says ``step(0) = 0`` where the limit
+is ½) is refused too, since its finite value is then far above its computed limit.
 
 Only forms through 0 can sit on a tie: G-vectors are centred in the limit, so a form of variance 0 is the
 constant 0, and ``step(u − v − 1)`` of it is ``step(−1)`` with a margin that no ``O(1/√n)`` fluctuation
@@ -37,8 +40,12 @@ TIE_TOL = 1e-12
 #: Width of the finite network that tells exact ties from limit-only ones; a limit-only tie is
 #: ``O(1/√width)`` there, an exact one rounding.
 TIE_WIDTH = 64
-#: A form whose finite-width root mean square is above this share of its parts' is not an exact tie.
-FINITE_TOL = 1e-9
+#: A form whose finite-width root mean square is above this share of its parts' is not an exact tie
+#: (rounding leaves ~1e-15 of exact ones).
+FINITE_TOL = 1e-12
+#: ... and it is a tie of the limit only where that share is also this many times its limit's: a form
+#: genuinely of size 1e-7 of its parts is that size at every width, a fluctuation is ~1/√width.
+FLUCTUATION = 1000.0
 
 
 def jump_forms(program: Program) -> list[tuple[NonLinLine | MomentLine, AffineForm]]:
@@ -102,34 +109,36 @@ def check_jump_ties(program: Program, X: Any, second_moments: Callable[[list[tup
         scale = sum(w * np.sqrt(np.maximum(moments[(u, u)], 0.0)) for w, (u, _, _) in zip(weights, parts, strict=True))
         at = np.flatnonzero((scale > 0) & (np.abs(square) <= TIE_TOL * scale**2))
         if at.size:
-            tied.append((line, terms, parts, [w[at] if np.ndim(w) else w for w in weights], at))
+            size = np.sqrt(np.abs(square[at])) / scale[at]  # the form's share of its parts in the limit
+            tied.append((line, terms, parts, [w[at] if np.ndim(w) else w for w in weights], at, size))
     if tied:
         _check_finite(program, X, tied, what)
 
 
 def _check_finite(program: Program, X: Any, tied: Sequence[tuple[Any, ...]], what: str) -> None:
     """The tied forms in one finite network of width :data:`TIE_WIDTH`: raise at the first that is not 0
-    (relative to its parts' root mean squares there, weighted by their limit coefficients)."""
-    vectors = {u: None for _, terms, parts, _, _ in tied for u in [u for u, _ in terms] + [u for u, _, _ in parts]}
+    there (relative to its parts' root mean squares, weighted by their limit coefficients) and is far above
+    its own limit size (:data:`FLUCTUATION`)."""
+    vectors = {u: None for _, terms, parts, _, _, _ in tied for u in [u for u, _ in terms] + [u for u, _, _ in parts]}
     run = run_finite(program, X if program.reads_data else None, width=TIE_WIDTH, samples=1, seed=0,
                      vectors=list(vectors))
-    for line, terms, parts, weights, at in tied:
+    for line, terms, parts, weights, at, limit_share in tied:
         def rms(x: Array) -> Array:
             return np.sqrt(np.mean(x * x, axis=-1))
 
         form = sum(c * run.vectors[u][0, at] for u, c in terms)  # (points, n)
         scale = sum(w * rms(run.vectors[u][0, at]) for w, (u, _, _) in zip(weights, parts, strict=True))
         size = rms(form)
-        loose = np.flatnonzero(size > FINITE_TOL * scale)
+        loose = np.flatnonzero((size > FINITE_TOL * scale) & (size > FLUCTUATION * limit_share * scale))
         if loose.size:
             i = loose[0]
             text = " ".join(f"{'−' if c < 0 else '+'} {abs(c):g}·{u.name}" for u, c in terms).lstrip("+ ")
             where = describe_line(line)
             where = where if len(where) <= 160 else where[:157] + "..."
             raise NumericalError(
-                f"{where} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] "
-                f"but not in finite networks (root mean square {size[i] / scale[i]:.2g} of its parts at width "
-                f"{TIE_WIDTH}): "
+                f"{where} jumps where {text} = 0, and that form is 0 in the limit at {what}[{at[i]}] (or below "
+                f"what the engine resolves) but not in finite networks (root mean square {size[i] / scale[i]:.2g} "
+                f"of its parts at width {TIE_WIDTH}): "
                 "a tie that holds only in the limit, through a scalar such as a LayerNorm's standard deviation. "
                 "The wide networks' outputs then depend on fluctuations that the Gaussian limit does not describe, "
                 "and the limit's step(0) = 0 would be wrong; move the jump off the tie (e.g. compare with a shifted "
