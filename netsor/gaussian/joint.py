@@ -544,7 +544,7 @@ def turned_to_kinks(F: JointFunction, L: Array, r: int) -> Array:
     orthant of two forms of correlation 0.9992 1.5e-13 off within a bound of 1.6e-14."""
     if L.ndim < 3 or r < 2 or not F.planes or not L.shape[0]:
         return L
-    normals = np.stack([np.einsum("pkr,k->pr", L, np.asarray(n, dtype=float)) for n, _ in F.planes])  # (n, P, r)
+    normals = np.stack([normal for normal, _ in _whitened_planes(F, L)])  # (n, P, r)
     lengths = np.linalg.norm(normals, axis=-1)
     longest = lengths.max(axis=0)
     unit = normals[np.argmax(lengths, axis=0), np.arange(L.shape[0])] / np.where(longest > 0, longest, 1.0)[:, None]

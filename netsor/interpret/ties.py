@@ -115,6 +115,11 @@ def check_jump_ties(program: Program, X: Any, second_moments: Callable[[list[tup
         _check_finite(program, X, tied, what)
 
 
+def rms(x: Array) -> Array:
+    """Root mean square over the last axis (the coordinates of a vector)."""
+    return np.sqrt(np.mean(x * x, axis=-1))
+
+
 def _check_finite(program: Program, X: Any, tied: Sequence[tuple[Any, ...]], what: str) -> None:
     """The tied forms in one finite network of width :data:`TIE_WIDTH`: raise at the first that is not 0
     there (relative to its parts' root mean squares, weighted by their limit coefficients) and is far above
@@ -123,9 +128,6 @@ def _check_finite(program: Program, X: Any, tied: Sequence[tuple[Any, ...]], wha
     run = run_finite(program, X if program.reads_data else None, width=TIE_WIDTH, samples=1, seed=0,
                      vectors=list(vectors))
     for line, terms, parts, weights, at, limit_share in tied:
-        def rms(x: Array) -> Array:
-            return np.sqrt(np.mean(x * x, axis=-1))
-
         form = sum(c * run.vectors[u][0, at] for u, c in terms)  # (points, n)
         scale = sum(w * rms(run.vectors[u][0, at]) for w, (u, _, _) in zip(weights, parts, strict=True))
         size = rms(form)

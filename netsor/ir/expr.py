@@ -99,19 +99,13 @@ class Expr:
 
     def kink_planes(self) -> tuple[AffineForm, ...]:
         """Hyperplanes ``Σ coef·v + offset = 0`` where the expression may be non-smooth."""
-        planes: dict[Key, AffineForm] = {}
-        for child in self.children():
-            planes.update((_plane_key(p), p) for p in child.kink_planes())
-        return tuple(planes.values())
+        return _distinct([p for child in self.children() for p in child.kink_planes()])
 
     def jump_planes(self) -> tuple[AffineForm, ...]:
         """Hyperplanes ``Σ coef·v + offset = 0`` on which the expression may jump: the kinks of its
         discontinuous activations (``step``) at known affine arguments (a jump elsewhere — of a
         non-affine argument, inside an opaque function — is not listed)."""
-        planes: dict[Key, AffineForm] = {}
-        for child in self.children():
-            planes.update((_plane_key(p), p) for p in child.jump_planes())
-        return tuple(planes.values())
+        return _distinct([p for child in self.children() for p in child.jump_planes()])
 
     def linear_pieces(self) -> tuple[AffineForm, ...] | None:
         """Affine forms that the expression equals on the cells between its kink planes (it is
@@ -314,15 +308,11 @@ class Apply(Expr):
         return self.act.smooth and self.child.smooth
 
     def kink_planes(self) -> tuple[AffineForm, ...]:
-        planes = dict((_plane_key(p), p) for p in self.child.kink_planes())
-        planes.update((_plane_key(p), p) for p in self._own_kink_planes() or ())
-        return tuple(planes.values())
+        return _distinct([*self.child.kink_planes(), *(self._own_kink_planes() or ())])
 
     def jump_planes(self) -> tuple[AffineForm, ...]:
-        planes = dict((_plane_key(p), p) for p in self.child.jump_planes())
-        if not self.act.continuous:
-            planes.update((_plane_key(p), p) for p in self._own_kink_planes() or ())
-        return tuple(planes.values())
+        own = (self._own_kink_planes() or ()) if not self.act.continuous else ()
+        return _distinct([*self.child.jump_planes(), *own])
 
     def _own_kink_planes(self) -> tuple[AffineForm, ...] | None:
         """Where φ's kinks put the expression's own non-smooth points: ``child = k`` for an
