@@ -308,6 +308,23 @@ def erf_kernel(a, b, c):
     return 2 / np.pi * np.arcsin(2 * c / np.sqrt((1 + 2 * a) * (1 + 2 * b)))
 
 
+def sin_of_square_kernel(K):
+    """E[sin(u²) sin(v²)] for all pairs of a centred Gaussian with covariance ``K`` (B, B).
+
+    ``sin(u²) sin(v²) = ½[cos(u² − v²) − cos(u² + v²)]`` and ``E exp(i(s u² + t v²)) =
+    det(I − 2i Σ diag(s, t))^(−1/2)`` for the 2 × 2 covariance Σ of (u, v) (the characteristic
+    function of a Gaussian quadratic form; the principal branch is the right one: the determinant's
+    argument stays in (−π, π) for these s, t)."""
+    K = np.asarray(K, dtype=float)
+    a, b, c = np.diag(K)[:, None], np.diag(K)[None, :], K
+
+    def char(s, t):  # det(I − 2i Σ diag(s, t)) for every pair
+        det = (1 - 2j * s * a) * (1 - 2j * t * b) + 4 * s * t * c * c
+        return det ** -0.5
+
+    return 0.5 * (char(1.0, -1.0) - char(1.0, 1.0)).real
+
+
 def one_factor_orthant(lam):
     """P(x > 0) for x ~ N(0, R) with R_ij = λ_i λ_j (i ≠ j), |λ_i| < 1: x_i = λ_i z + √(1 − λ_i²) e_i, so
     P = E_z Π Φ(λ_i z / √(1 − λ_i²)) (1-D adaptive quadrature)."""

@@ -31,7 +31,7 @@ from scipy import fft
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
-from netsor.errors import HyperParameterError
+from netsor.errors import HyperParameterError, NumericalError
 from netsor.gaussian.quadrature import (
     GL10_NODES,
     GL10_WEIGHTS,
@@ -79,6 +79,17 @@ _INTERPOLATE_MIN, _INTERPOLATE_NODES = 96, 33
 _INTERPOLATE_SHARE = 1e-3
 #: Coefficients gathered per block at most (bounds the memory for long flat inputs).
 _GATHER = 1 << 20
+#: Hermite coefficients whose quadrature error estimate exceeds this share of √E φ² are computed
+#: again on bisected panels (:func:`_refined_coefficients`), at most ``MAX_REFINEMENTS`` times (each
+#: halves the panels' width) and within ``_REFINE_BUDGET`` node-coefficient products per table.
+COEFFICIENT_TOL = 1e-13
+MAX_REFINEMENTS = 4
+#: Share of a pair's tolerance that the nested 2-D rule's estimate must meet before its grids are refined.
+_NESTED_SHARE = 0.1
+#: Pairs times refinement cost (4 per level) beyond which the nested rule is not refined (each
+#: refined pair costs ~2·10⁵·4^level nodes).
+_NESTED_REFINE_BUDGET = 4096
+_REFINE_BUDGET = 1 << 28
 #: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
 _COLINEAR = 1e-14
 #: Pairs processed at once by the nested 2-D rule (bounds the working memory to ~200 MB).
@@ -104,6 +115,10 @@ _LOCATOR_NODES = np.cos(np.pi * np.arange(33) / 32)[::-1]
 _LOCATOR_TAIL = 24
 #: Panels narrower than this fraction of the range fail the locator's test only at a kink or a jump.
 _NARROW = 1e-6
+#: Panels the locator tests at one level at most: a φ that fails its test on more is not smooth at
+#: rounding level anywhere on the range (``sin(x²)`` at |x| ~ 60: the rounding of x² alone is
+#: 1e-12), and bisecting every panel doubled them at each level until memory ran out.
+MAX_LOCATOR_PANELS = 1 << 14
 _LOCATED_LOCK = threading.Lock()
 
 
@@ -154,6 +169,12 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
         bad &= ~tiny
         if not bad.any():
             break
+        if 2 * int(bad.sum()) > MAX_LOCATOR_PANELS:
+            raise NumericalError(
+                f"cannot locate the kinks of {act.name} on |x| ≤ {reach:.3g}: it is not smooth to rounding on "
+                f"{int(bad.sum())} panels of width {float(np.min(hi - lo)):.2g} (a fast oscillation, or noise); "
+                f"declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), or "
+                f"write it with netsor's own functions so that the tracer sees it")
         mid = 0.5 * (lo + hi)
         parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
@@ -470,16 +491,64 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
     if all(k == 0.0 for k in act.kinks):  # one rule in z serves every variance (graded for the largest)
         e = panel_edges(np.zeros(1), np.full(1, top), (0.0,), extra_z=edges[None])
         fw, m2, qerr, z = _weighted_values(act, sd, e)
-        return hermite_functions(z[0], order) @ fw.T, m2, qerr
+        alpha = hermite_functions(z[0], order) @ fw.T
+        return _refined_coefficients(act, sd, order, lambda rows: np.broadcast_to(e, (rows.size, e.shape[1])),
+                                     alpha, m2, qerr)
+    features = tuple(dict.fromkeys((*act.kinks, 0.0)))
+
+    def edges_of(rows: Array) -> Array:
+        return panel_edges(np.zeros(rows.size), sd[rows], features,
+                           extra_z=np.broadcast_to(edges, (rows.size, edges.size)))
+
     alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
-    step = max(1, _GATHER // ((order + 1) * 20 * edges.size))
-    for i in range(0, var.size, step):
-        s = sd[i:i + step]
-        e = panel_edges(np.zeros(s.size), s, tuple(dict.fromkeys((*act.kinks, 0.0))),
-                        extra_z=np.broadcast_to(edges, (s.size, edges.size)))
-        fw, m2[i:i + step], qerr[i:i + step], z = _weighted_values(act, s, e)
-        alpha[:, i:i + step] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
+    _coefficients_on_panels(act, sd, order, np.arange(var.size), edges_of, alpha, m2, qerr)
+    return _refined_coefficients(act, sd, order, edges_of, alpha, m2, qerr)
+
+
+def _coefficients_on_panels(act: Activation, sd: Array, order: int, rows: Array, edges_of: Callable[[Array], Array],
+                            alpha: Array, m2: Array, qerr: Array) -> None:
+    """Coefficients, ``E φ²`` and quadrature errors of the variances ``sd[rows]²`` on the panels
+    ``edges_of(rows)`` (one row of edges each), into ``alpha[:, rows]``, ``m2[rows]``, ``qerr[rows]``;
+    in blocks of at most ``_GATHER`` Hermite function values."""
+    if not rows.size:
+        return
+    nodes = edges_of(rows[:1]).shape[1] * GL_NODES.size
+    step = max(1, _GATHER // ((order + 1) * nodes))
+    for i in range(0, rows.size, step):
+        r = rows[i:i + step]
+        fw, m2[r], qerr[r], z = _weighted_values(act, sd[r], edges_of(r))
+        alpha[:, r] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
+
+
+def _refined_coefficients(act: Activation, sd: Array, order: int, edges_of: Callable[[Array], Array],
+                          alpha: Array, m2: Array, qerr: Array) -> tuple[Array, Array, Array]:
+    """Bisect the panels of the variances whose coefficients' error estimate exceeds
+    ``COEFFICIENT_TOL · √E φ²`` — a φ oscillating faster than its argument's scale (``sin(g²)`` at
+    variance 5: the uniform grid resolves ``sin(√var z)``, not ``sin(var z²)``) — and compute them
+    again, up to ``MAX_REFINEMENTS`` times within ``_REFINE_BUDGET`` node-coefficient products;
+    what is left keeps its (honest, larger) estimate."""
+    for level in range(1, MAX_REFINEMENTS + 1):
+        rows = np.flatnonzero(~(qerr <= COEFFICIENT_TOL * np.sqrt(np.maximum(m2, 0.0))))
+        if not rows.size:
+            break
+        finer = _bisected_n(edges_of, level)
+        if rows.size * finer(rows[:1]).shape[1] * GL_NODES.size * (order + 1) > _REFINE_BUDGET:
+            break
+        a, m, q = alpha.copy(), m2.copy(), qerr.copy()
+        _coefficients_on_panels(act, sd, order, rows, finer, a, m, q)
+        better = rows[q[rows] < qerr[rows]]  # the finer rule's estimate (of the coarser 10-node rule) is smaller
+        alpha[:, better], m2[better], qerr[better] = a[:, better], m[better], q[better]
     return alpha, m2, qerr
+
+
+def _bisected_n(edges_of: Callable[[Array], Array], times: int) -> Callable[[Array], Array]:
+    """``edges_of`` with every panel cut into ``2**times`` equal panels."""
+    def finer(rows: Array) -> Array:
+        e = edges_of(rows)
+        t = np.linspace(0.0, 1.0, 2**times + 1)[:-1]
+        inner = (e[:, :-1, None] + (e[:, 1:] - e[:, :-1])[:, :, None] * t).reshape(e.shape[0], -1)
+        return np.concatenate([inner, e[:, -1:]], axis=1)
+    return finer
 
 
 def _weighted_values(act: Activation, sd: Array, edges: Array) -> tuple[Array, Array, Array, Array]:
@@ -721,17 +790,35 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
     return out, err
 
 
-def _nested_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> tuple[Array, Array]:
+def _nested_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
+                 target: Array | None = None) -> tuple[Array, Array]:
     """Nested panelled quadrature (~5·10⁴ nodes a pair) and an error estimate (the same rule with
-    10-node panels), shape (P,) for inputs of shape (P,)."""
+    10-node panels), shape (P,) for inputs of shape (P,). Pairs whose estimate exceeds ``target``
+    (P,) are integrated again on uniform grids twice as fine, up to ``MAX_REFINEMENTS`` times (φ or
+    ψ oscillating faster than its argument's scale: ``sin(u²)``)."""
     if not a.size:
         return np.empty(0), np.empty(0)
-    parts = [_nested_chunk(phi, psi, a[i:i + _PAIR_CHUNK], b[i:i + _PAIR_CHUNK], c[i:i + _PAIR_CHUNK])
-             for i in range(0, a.size, _PAIR_CHUNK)]
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    value, err = np.zeros(a.size), np.full(a.size, np.inf)
+    todo = np.arange(a.size)
+    for fineness in range(MAX_REFINEMENTS + 1):
+        cost = 4**fineness  # both grids twice as fine: four times the nodes of a pair
+        if fineness and (target is None or todo.size * cost > _NESTED_REFINE_BUDGET):
+            break
+        chunk = max(1, _PAIR_CHUNK // cost)
+        for i in range(0, todo.size, chunk):
+            at = todo[i:i + chunk]
+            v, e = _nested_chunk(phi, psi, a[at], b[at], c[at], fineness)
+            better = ~(e >= err[at])  # the first estimate, then a smaller one (NaN: kept, checked later)
+            value[at[better]], err[at[better]] = v[better], e[better]
+        if target is not None:
+            todo = todo[~(err[todo] <= target[todo])]
+        if not todo.size:
+            break
+    return value, err
 
 
-def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array) -> tuple[Array, Array]:
+def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array, fineness: int = 0
+                  ) -> tuple[Array, Array]:
     # u = √a z1, v = √b (ρ z1 + s z2): integrate z2 (inner, ψ's kinks) then z1 (outer, φ's kinks
     # and the places where ψ's kinks cross the z1 axis as s → 0).
     sa, sb = np.sqrt(a), np.sqrt(b)
@@ -741,12 +828,14 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     safe = np.where(np.abs(slope) > 0, slope, 1.0)
     extra = np.stack([np.where(np.abs(slope) > 0, k / safe, Z_MAX) for k in features(psi)]
                      + [k / sa for k in phi.kinks], axis=1)
-    # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes
-    outer_grid = _uniform_grid(max(_resolved(phi, sa), _resolved(psi, slope)))
+    # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes,
+    # 2^fineness times narrower where that was not enough
+    finer, widest = 2.0**fineness, 2.0 / 2.0**fineness
+    outer_grid = _uniform_grid(finer * max(_resolved(phi, sa), _resolved(psi, slope)), widest)
     outer_edges = panel_edges(np.zeros(a.size), np.maximum(sa, np.abs(slope)), (0.0,),
                               extra_z=np.concatenate([extra, np.broadcast_to(outer_grid, (a.size, outer_grid.size))],
                                                      axis=1))
-    inner_grid = _uniform_grid(_resolved(psi, sb * s))
+    inner_grid = _uniform_grid(finer * _resolved(psi, sb * s), widest)
     vals = []
     for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
         z1, w1 = rule_on_panels(outer_edges, nodes, weights)
@@ -838,6 +927,16 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
         err = _full(_series_error(*tabs, ia, ib, c / (sa * sb), order), full)
     else:
         relative = _series_relative(*tabs, ia, ib, order, largest, *envelope)
+    if len(full) == 1 and tabs[0] is tabs[1]:
+        # a point with itself (per-point runs: ρ = 1, one variance) is E φ², not the truncated Σ α_k²
+        # (whose error is the whole tail); tiles leave such pairs to the engine's per-point values
+        itself = np.flatnonzero((np.broadcast_to(ia, full) == np.broadcast_to(ib, full))
+                                & (np.broadcast_to(c, full) == np.broadcast_to(a, full)))
+        table, at = tabs[0], np.broadcast_to(ia, full)[itself]
+        out[itself] = table.m2[at]
+        rest = np.setdiff1d(rest, itself, assume_unique=True)
+        if envelope is None:
+            err[itself] = 2.0 * table.qerr[at] * np.sqrt(table.m2[at])
     if rest.size:
         sub = np.unravel_index(rest, full)
         sa_r, sb_r = np.broadcast_to(sa, full)[sub], np.broadcast_to(sb, full)[sub]
@@ -899,8 +998,10 @@ def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
                 todo, ja, jb = todo[~ok], ja[~ok], jb[~ok]
         done = size
     if todo.size:
+        ta, tb = tables[_SMALL_TABLE]
+        target = _NESTED_SHARE * rtol * np.sqrt(ta.m2[ia[todo]] * tb.m2[ib[todo]])
         out[todo], err[todo] = _nested_pair(phi, psi, va[ia[todo]], vb[ib[todo]],
-                                            rho[todo] * np.sqrt(va[ia[todo]] * vb[ib[todo]]))
+                                            rho[todo] * np.sqrt(va[ia[todo]] * vb[ib[todo]]), target)
     return out, err
 
 
