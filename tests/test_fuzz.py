@@ -268,8 +268,17 @@ NTK_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, databa
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
+#: relu(gate·relu(LN g)·g) and its gate: the gate's zero set was unknown, so every kink of the backward program
+#: was hidden and its pairs went to QMC (NTK campaign seed 213: 156 s at rtol 1e-3; now 2.4 s at 1e-8)
+GATED_RELUS_OF_A_LAYERNORM = Recipe(
+    sigmas=((0.8, 0.0),), steps=(("layernorm", 564), ("traced", 938, 491, "gate*relu"), ("mul", 80, 108),
+                                 ("traced", 938, 491, "gate*relu")),
+    readouts=(((164, 849), 0.7, 0.0, False), ((164, 849), 0.7, 0.0, True)))
+
+
 @NTK_SETTINGS
 @given(recipe=recipes(max_steps=4), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+@example(recipe=GATED_RELUS_OF_A_LAYERNORM, B=3, seed=825)
 def test_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, seed):
     p = build(recipe)
     X = inputs(B, 4, seed)

@@ -15,7 +15,7 @@ from netsor.errors import ProgramError, UnsupportedError
 from netsor.interpret.infinite import analysis_of
 from netsor.interpret.rules import RULES, rule_for
 from netsor.ir import LinCombLine, Line, NonLinLine, Vector
-from netsor.ir.expr import Apply, Opaque, expand
+from netsor.ir.expr import Apply, Opaque, Prod, expand
 from netsor.ir.transforms import clone, prune, substitute
 
 X = np.random.default_rng(0).standard_normal((4, 3))
@@ -72,6 +72,52 @@ def test_the_step_of_a_function_with_the_sign_of_its_argument_jumps_on_a_plane(f
     np.testing.assert_array_equal(expr.evaluate({a: u, b: v}), np.asarray(fn(u, v), dtype=float))
     kept = p.line_of(netsor.nonlin(lambda u, v: -np.maximum(u, 0.0) > 0, a, b)).expr
     assert kept.child.affine() is None and np.all(kept.evaluate({a: u, b: v}) == 0.0)
+
+
+@pytest.mark.parametrize("fn, never_zero", [
+    (lambda u, v: 0.5 * special.erf(u) + 0.5, True),      # a gate: (0, 1)
+    (lambda u, v: np.tanh(u) + 1.0, True),                # tanh > −1 strictly
+    (lambda u, v: np.exp(u) - np.exp(v) + 3.0, False),    # unbounded below
+    (lambda u, v: np.maximum(u, 0.0) + 1e-3, True),       # relu ≥ 0: ≥ 1e-3
+    (lambda u, v: np.maximum(u, 0.0) * 1.0 + 0.0, False),  # relu reaches 0
+    (lambda u, v: np.sin(u) + 1.0, False),                # sin reaches −1
+    (lambda u, v: 2.0 - special.expit(u) - special.expit(v), True),  # > 0
+])
+def test_expressions_bounded_away_from_zero_have_no_zero_planes(fn, never_zero):
+    """A sum of activations with known images is bounded (interval arithmetic), and one that is never
+    0 has an empty zero set: ``relu(gate·b)`` then kinks on ``b = 0`` only (it was a hidden kink, left
+    to QMC: a random NTK program took 156 s at rtol 1e-3, found by a campaign). Bounds hold on samples."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    lo, hi, lo_hit, hi_hit = expr.image()
+    u, v = np.random.default_rng(0).standard_normal((2, 10_000)) * 3.0
+    values = expr.evaluate({a: u, b: v})
+    assert np.all(values >= lo) and np.all(values <= hi)
+    assert (expr.zero_planes() == ()) == never_zero
+    gated = p.line_of(netsor.nonlin(lambda u, v, fn=fn: np.maximum(fn(u, v) * v, 0.0), a, b)).expr
+    assert not gated.hidden_kinks if never_zero else True
+    if never_zero:
+        assert {b: 1.0} in [dict(terms) for terms, _ in gated.kink_planes()]
+
+
+@pytest.mark.parametrize("fn, outside", [
+    (lambda u, v: np.maximum((0.5 * special.erf(u) + 0.5) * v, 0.0), "relu"),   # gate·relu(b)
+    (lambda u, v: np.abs(np.maximum(u, 0.0) * v), "abs"),                        # relu(a)·|b| (s ≥ 0 suffices)
+    (lambda u, v: (np.exp(u) * v) > 0, "step"),                                  # step(b) (s > 0 needed)
+])
+def test_nonnegative_factors_leave_positively_homogeneous_functions(fn, outside):
+    """φ(s·x) = s·φ(x) for s ≥ 0 (degree 1) and φ(x) for s > 0 (degree 0): the factor whose image says
+    so leaves the argument, which becomes an affine form with a known kink; values are unchanged.
+    ``step(relu(a)·b)`` keeps its form (relu(a) = 0 would make it 0, not step(b))."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    applied = [f for f in (expr.factors if isinstance(expr, Prod) else (expr,)) if isinstance(f, Apply)
+               and f.act.name == outside]
+    assert applied and applied[0].child.affine() == (((b, 1.0),), 0.0) and not expr.hidden_kinks
+    u, v = np.random.default_rng(1).standard_normal((2, 1000))
+    np.testing.assert_array_equal(expr.evaluate({a: u, b: v}), np.asarray(fn(u, v), dtype=float))
+    kept = p.line_of(netsor.nonlin(lambda u, v: np.maximum(u, 0.0) * v > 0, a, b)).expr
+    assert isinstance(kept, Apply) and kept.act.name == "step" and isinstance(kept.child, Prod)
 
 
 def branching(u, v):

@@ -136,6 +136,12 @@ class Activation:
         ``x₀`` when φ(x) > 0 exactly for x > x₀ (relu, tanh, gelu: 0); None when φ's positive set
         is not such a half-line (or is not known). ``step(φ(e))`` is then ``step(e − x₀)``: its jump
         lies on a known plane when ``e`` is affine.
+    image : tuple (lo, hi, lo reached, hi reached) or None
+        Bounds of φ's values: ``lo ≤ φ(x) ≤ hi`` for every x, with equality only where flagged
+        (relu: ``(0, inf, True, False)``; erf: ``(-1, 1, False, False)``; gelu: ``(-0.17, inf, False,
+        False)``, its minimum being −0.16997); None when not known. The tracer bounds sums of
+        activations with it: ``(1 + erf x)/2`` is never 0, so ``relu(((1 + erf x)/2)·g)`` kinks on
+        ``g = 0`` only.
     negative_below : bool
         True when moreover φ(x) < 0 exactly for x < ``positive_above`` (tanh, not relu): then
         ``step(−φ(e)) = step(x₀ − e)`` too.
@@ -172,6 +178,7 @@ class Activation:
     zeros: tuple[float, ...] | None = None
     positive_above: float | None = None
     negative_below: bool = False
+    image: tuple[float, float, bool, bool] | None = None
     kinks_known: bool = True
     continuous: bool = True
     params: dict[str, Any] = field(default_factory=dict)
@@ -269,6 +276,10 @@ def _make_elu(alpha: float = 1.0) -> Activation:
     )
 
 
+#: Images (infimum, supremum, attained?) shared by several activations.
+_UNBOUNDED = (-np.inf, np.inf, False, False)
+_OPEN_UNIT, _CLOSED_UNIT = (-1.0, 1.0, False, False), (-1.0, 1.0, True, True)
+
 #: φ(x) has the sign of x (positive above 0, negative below): ``step(±φ(e)) = step(±e)``.
 _SIGN_OF_X: dict[str, Any] = {"positive_above": 0.0, "negative_below": True}
 
@@ -276,36 +287,45 @@ _FIXED: dict[str, Activation] = {
     a.name: a
     for a in [
         Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,), **_SIGN_OF_X,
+                   image=_UNBOUNDED,
                    kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0),
         Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_1,
+                   image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
         Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_0,
+                   image=(0.0, 1.0, True, True),
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
                    homogeneous=0.0),
-        Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X,
+        Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, mean=np.zeros_like, odd=True),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
+                   image=(0.0, 2.0 / np.sqrt(np.pi), False, True),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
                    mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True),
-        Activation("tanh", fn=np.tanh, zeros=(0.0,), **_SIGN_OF_X, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True),
-        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,), **_SIGN_OF_X,
+        Activation("tanh", fn=np.tanh, zeros=(0.0,), **_SIGN_OF_X, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True,
+                   image=_OPEN_UNIT),
+        Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,), **_SIGN_OF_X, image=_CLOSED_UNIT,
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
                    kinks=(-1.0, 1.0)),
-        Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv),
-        Activation("gelu", fn=_gelu, zeros=(0.0,), **_SIGN_OF_X, deriv=_gelu_deriv),
-        Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), **_SIGN_OF_X, deriv=_silu_deriv),
-        Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), zeros=(), deriv=special.expit),
-        Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel,
+        Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv, image=(0.0, 1.0, False, False)),
+        Activation("gelu", fn=_gelu, zeros=(0.0,), **_SIGN_OF_X, deriv=_gelu_deriv,
+                   image=(-0.17, np.inf, False, False)),  # min −0.16997 at x = −0.7518
+        Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), **_SIGN_OF_X, deriv=_silu_deriv,
+                   image=(-0.279, np.inf, False, False)),  # min −0.27846 at x = −1.2785
+        Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), zeros=(), deriv=special.expit,
+                   image=(0.0, np.inf, False, False)),
+        Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel, image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
                    even=True),
-        Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True),
-        Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel,
+        Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True, image=_CLOSED_UNIT),
+        Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel, image=_CLOSED_UNIT,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a)), even=True),
-        Activation("exp", fn=np.exp, zeros=(), deriv=np.exp, kernel=exp_kernel,
+        Activation("exp", fn=np.exp, zeros=(), deriv=np.exp, kernel=exp_kernel, image=(0.0, np.inf, False, False),
                    mean=lambda a: np.exp(0.5 * np.asarray(a))),
         Activation("gaussian", fn=lambda x: np.exp(-0.5 * x * x), zeros=(), deriv=lambda x: -x * np.exp(-0.5 * x * x),
+                   image=(0.0, 1.0, False, True),
                    kernel=gaussian_kernel, mean=lambda a: 1.0 / np.sqrt(1.0 + np.asarray(a)), even=True),
     ]
 }
@@ -353,16 +373,16 @@ _UFUNCS: dict[Any, Activation] = {
     np.log1p: Activation("log1p", fn=np.log1p, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x), smooth=False,
                          kinks=(-1.0,), continuous=False),
     np.arctan: Activation("arctan", fn=np.arctan, zeros=(0.0,), **_SIGN_OF_X,
-                          deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
+                          image=(-np.pi / 2, np.pi / 2, False, False), deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
     np.arcsinh: Activation("arcsinh", fn=np.arcsinh, zeros=(0.0,), **_SIGN_OF_X,
                            deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x),
                            odd=True),
     np.sinh: Activation("sinh", fn=np.sinh, zeros=(0.0,), **_SIGN_OF_X, deriv=np.cosh, odd=True),
-    np.cosh: Activation("cosh", fn=np.cosh, zeros=(), deriv=np.sinh, even=True),
+    np.cosh: Activation("cosh", fn=np.cosh, zeros=(), deriv=np.sinh, even=True, image=(1.0, np.inf, True, False)),
     np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X,
                         deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
                         continuous=False, homogeneous=0.0),
-    special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(),
+    special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(), image=(0.0, 1.0, False, False),
                              deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),
 }
 

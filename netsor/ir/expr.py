@@ -41,6 +41,15 @@ Array = np.ndarray
 Key = tuple[Any, ...]
 #: An affine function ``Σ coef[v] · v + offset`` of G-vectors.
 AffineForm = tuple[tuple[tuple["Vector", float], ...], float]
+#: ``(lo, hi, lo reached, hi reached)``: bounds of an expression's values (:meth:`Expr.image`).
+Image = tuple[float, float, bool, bool]
+_ANY_REAL: Image = (-np.inf, np.inf, False, False)
+
+
+def _excludes_zero(image: Image) -> bool:
+    """The values bounded by ``image`` are never 0."""
+    lo, hi, lo_hit, hi_hit = image
+    return lo > 0.0 or (lo == 0.0 and not lo_hit) or hi < 0.0 or (hi == 0.0 and not hi_hit)
 #: Products of sums are distributed into monomials while they stay this small.
 EXPANSION_LIMIT = 64
 
@@ -113,10 +122,19 @@ class Expr:
         form = self.affine()
         return None if form is None else (form,)
 
+    def image(self) -> Image:
+        """Bounds ``(lo, hi, lo reached, hi reached)`` of the expression's values (``lo ≤ value ≤ hi``,
+        equality only where flagged; any real unless known: constants, activations with a known
+        :attr:`~netsor.activations.Activation.image`, and sums of them)."""
+        return _ANY_REAL
+
     def zero_planes(self) -> tuple[AffineForm, ...] | None:
         """Hyperplanes that contain the boundary of the expression's zero set, or None when it is
         not known to lie on hyperplanes. Then a kink at 0 of ``ψ(expr)`` lies on them:
-        ``relu(g·tanh(b))`` is smooth off ``{g = 0} ∪ {b = 0}``."""
+        ``relu(g·tanh(b))`` is smooth off ``{g = 0} ∪ {b = 0}``; an expression that is never 0
+        (``(1 + erf x)/2``) has none."""
+        if _excludes_zero(self.image()):
+            return ()
         form = self.affine()
         if form is None:
             return None
@@ -265,6 +283,9 @@ class Const(Expr):
     def affine(self) -> AffineForm:
         return (), self.value
 
+    def image(self) -> Image:
+        return self.value, self.value, True, True
+
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return self
 
@@ -338,6 +359,9 @@ class Apply(Expr):
         return _distinct([(tuple((v, a * c) for v, c in terms if a * c != 0.0), a * offset + b)
                           for terms, offset in pieces for a, b in segments])
 
+    def image(self) -> Image:
+        return self.act.image or _ANY_REAL
+
     def zero_planes(self) -> tuple[AffineForm, ...] | None:
         zeros = self.act.zeros
         if zeros is None:
@@ -401,6 +425,19 @@ class Sum(Expr):
                 acc[v] = acc.get(v, 0.0) + coef * c
             offset += coef * form[1]
         return tuple((v, c) for v, c in acc.items() if c != 0.0), offset
+
+    def image(self) -> Image:
+        lo, hi, lo_hit, hi_hit = self.const, self.const, True, True
+        for coef, term in self.terms:
+            t_lo, t_hi, t_lo_hit, t_hi_hit = term.image()
+            if coef < 0.0:
+                t_lo, t_hi, t_lo_hit, t_hi_hit = t_hi, t_lo, t_hi_hit, t_lo_hit
+            # a bound of the sum is reached only if every term's is (possibly not together: "may")
+            lo, lo_hit = lo + coef * t_lo, lo_hit and t_lo_hit
+            hi, hi_hit = hi + coef * t_hi, hi_hit and t_hi_hit
+        if not lo == lo or not hi == hi:  # inf − inf: nothing known
+            return _ANY_REAL
+        return lo, hi, lo_hit, hi_hit
 
     def linear_pieces(self) -> tuple[AffineForm, ...] | None:
         pieces: tuple[AffineForm, ...] = ((), self.const),
@@ -676,7 +713,30 @@ def apply(act: Activation, e: Expr) -> Expr:
         return Const(float(np.asarray(act.fn(np.asarray(e.value)), dtype=float)))
     if act.key == step.key:
         e = _sign_form(e)
+    if act.homogeneous in (0.0, 1.0) and isinstance(e, Prod):
+        pulled = _out_of_homogeneous(act, e)
+        if pulled is not None:
+            return pulled
     return Apply(act, e)
+
+
+def _out_of_homogeneous(act: Activation, e: Prod) -> Expr | None:
+    """``φ(s·x) = s·φ(x)`` for ``s ≥ 0`` when φ is positively homogeneous of degree 1 (relu, abs,
+    leaky_relu; φ(0) = 0), and ``= φ(x)`` for ``s > 0`` when of degree 0 (step): the factors whose
+    :meth:`~Expr.image` says so leave the argument, or None when none does. ``relu(((1 + erf a)/2)·b)``
+    is then ``((1 + erf a)/2)·relu(b)``, a product of a gate and a relu of linear forms, whose expectations
+    are exact cone moments; as written its kink was inside a product the rules could not see through."""
+    degree = act.homogeneous
+
+    def leaves(f: Expr) -> bool:
+        lo, _, lo_reached, _ = f.image()
+        return lo > 0.0 or (lo == 0.0 and (degree == 1.0 or not lo_reached))
+
+    out = [f for f in e.factors if leaves(f)]
+    if not out:
+        return None
+    inner = apply(act, product([f for f in e.factors if not leaves(f)]))
+    return inner if degree == 0.0 else product([*out, inner])
 
 
 def _sign_form(e: Expr) -> Expr:
