@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor.activations import exp
+from netsor.activations import exp, relu
 from netsor.builder import expression_line, expression_of, inner, linear_combination, moment
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import Vector
@@ -38,12 +38,16 @@ def layernorm(g: Vector) -> Vector:
 
 
 def softmax(scores: Sequence[Vector]) -> list[Vector]:
-    """``exp(sⱼ) / Σₖ exp(sₖ)`` of scalars (no shift by the maximum: scores of order one, as
-    ``qᵀk/n`` are, do not overflow; an overflow at finite width raises ``NumericalError``)."""
+    """``exp(sⱼ − m) / Σₖ exp(sₖ − m)`` of scalars, with ``m = maxₖ sₖ`` (``max(a, b) = a + relu(b − a)``)
+    so that no exponential exceeds 1, whatever the scale of the scores (unshifted, scores above ~709 —
+    inputs of norm ~30 in a transformer, or a small temperature — overflowed and were refused)."""
     scores = list(scores)
     if not scores or not all(isinstance(s, Vector) and s.kind == "scalar" for s in scores):
         raise ProgramError("softmax takes a non-empty list of scalars of one program")
-    weights = [exp(s) for s in scores]
+    top = scores[0]
+    for s in scores[1:]:
+        top = top + relu(s - top)
+    weights = [exp(s - top) for s in scores]
     total = weights[0]
     for w in weights[1:]:
         total = total + w

@@ -264,3 +264,58 @@ def test_a_per_input_quantity_beyond_rtol_is_a_clear_error():
     h = [ln.out for ln in p.lines if ln.out.kind == "H"][-1]
     with pytest.raises(netsor.NumericalError, match="relative to its value at input"):
         netsor.limit(p, X, rtol=1e-15).var(h)
+
+
+def test_kernels_follow_the_program_as_it_grows_and_a_stale_limit_is_refused():
+    """A readout adds no line: the NTK was cached by line count and kept the old output set ((5, 5)
+    after a second readout, where the NNGP was (10, 10)). A Limit built before the program grew raised
+    a raw KeyError; now it says to build it again. The second output's NTK block equals a fresh
+    program's."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    h = netsor.relu(g)
+    p.readout(netsor.tanh(g))
+    first = netsor.ntk(p, X)
+    lim = netsor.limit(p, X)
+    p.readout(h)
+    assert netsor.nngp(p, X).shape == netsor.ntk(p, X).shape == netsor.kernel(p, X).ntk.shape == (10, 10)
+    fresh = netsor.Program()
+    m = fresh.dim("n")
+    fresh.readout(netsor.relu(fresh.input(m)))
+    np.testing.assert_allclose(netsor.ntk(p, X).reshape(5, 2, 5, 2)[:, 1, :, 1], netsor.ntk(fresh, X), rtol=1e-12)
+    np.testing.assert_allclose(netsor.ntk(p, X).reshape(5, 2, 5, 2)[:, 0, :, 0], first, rtol=1e-12)
+    with pytest.raises(ProgramError, match="call netsor.limit"):
+        lim.cov(h)
+
+
+def test_covariances_of_scalars_are_refused_with_the_method_to_use():
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    s = netsor.inner(g, g)
+    p.readout(netsor.relu(g))
+    lim = netsor.limit(p, X)
+    for ask in (lambda: lim.var(s), lambda: lim.cov(s), lambda: lim.cov(g, s)):
+        with pytest.raises(ProgramError, match="scalar"):
+            ask()
+    np.testing.assert_allclose(lim.scalar(s), np.sum(X * X, axis=1) / 3, rtol=1e-14)
+
+
+def test_softmax_of_scores_beyond_the_exponential_range_is_exact():
+    """Scores of 1000·|x|²/3 (up to ~3000): unshifted, exp overflowed and the limit was refused ("exp(scalar)
+    is not finite"), also a transformer on inputs of norm ~30. Shifted by the largest score, the
+    weights are exp(−1000 |x|²/3) and 1 − that (closed form), and the transformer's kernel exists."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    big, zero = netsor.inner(g, g) * 1000.0, netsor.inner(g, g) * 0.0
+    small_weight, large_weight = netsor.softmax([zero, big])
+    p.readout(g)
+    lim = netsor.limit(p, X)
+    want = np.exp(-1000.0 * np.sum(X * X, axis=1) / 3)
+    np.testing.assert_allclose(lim.scalar(small_weight), want, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(lim.scalar(large_weight), 1.0 - want, rtol=1e-14)
+    tokens = np.random.default_rng(0).standard_normal((3, 2, 3)) * 30.0
+    K = netsor.nngp(netsor.zoo.transformer(1, tokens=2), tokens)
+    assert np.all(np.isfinite(K)) and np.allclose(K, K.T)

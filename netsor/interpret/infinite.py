@@ -1607,10 +1607,20 @@ def _one_blas_thread(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapped(self: Limit, *args: Any, **kwargs: Any) -> Any:
+        if self.program.version != self.version:
+            raise ProgramError(f"{self.program.name!r} changed after netsor.limit(...) was built on it (lines or "
+                               f"readouts were added); call netsor.limit(...) again for the new program")
         with _BLAS.limit(limits=1, user_api="blas"):
             return self.retried(lambda: method(self, *args, **kwargs))
 
     return wrapped
+
+
+def _not_a_scalar(u: Vector, method: str) -> None:
+    if u.kind == "scalar":
+        what = "covariance" if method == "cov" else "variance"
+        raise ProgramError(f"{u.name} is a scalar (a NetsorK moment): its limit is deterministic, it has no {what}; "
+                           f"ask Limit.scalar({u.name}) for its value")
 
 
 def _closed_form_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array,
@@ -1735,6 +1745,7 @@ class Limit:
         if not isinstance(program, Program):
             raise ProgramError(f"expected a netsor.Program, got {type(program).__name__}")
         self.program = program
+        self.version = program.version
         self.analysis = analysis_of(program)
         if self.analysis.refusal is not None:
             raise UnsupportedError(self.analysis.refusal)
@@ -2015,6 +2026,7 @@ class Limit:
         v = u if v is None else v
         for w in (u, v):
             self.program.check_own(w)
+            _not_a_scalar(w, "cov")
         if (u.kind == "data") != (v.kind == "data"):
             raise ProgramError("the data point is not a random vector of the limit: cov(data, vector) is "
                                "undefined; ask for cov(p.data(), p.data()) (the inputs' Gram matrix / d) "
@@ -2028,6 +2040,7 @@ class Limit:
     def var(self, u: Vector, *, with_error: bool = False) -> Any:
         """``E[(Z^u(x_i))²]`` for each input of ``X``, shape (B,) (the diagonal of ``cov(u)``)."""
         self.program.check_own(u)
+        _not_a_scalar(u, "var")
         self.stderr = 0.0
         key = canonical(("m", u, u))
         value, err = self._side("left", {key}).values[key]

@@ -79,7 +79,7 @@ class Program:
         self._lines: list[Line] = []
         self._readouts: list[Readout] = []
         self._line_of: dict[Vector, Line] = {}
-        self._derived: dict[str, tuple[int, Any]] = {}
+        self._derived: dict[str, tuple[tuple[int, int], Any]] = {}
         self._data_dim = Dim("d", self, is_data=True)
         self._scalar_dim = Dim("scalar", self, is_scalar=True)
 
@@ -126,11 +126,17 @@ class Program:
         used = [ln.step for ln in self._lines if isinstance(ln, DataLine) and ln.step is not None]
         return max(used) + 1 if used else None
 
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever the program grows (lines or outputs added; programs only grow): what
+        was derived from an earlier version is stale."""
+        return len(self._lines), self.num_outputs
+
     def derived(self, name: str, compute: Callable[[Program], Any]) -> Any:
         """A value interpreters derive from the program (an analysis), computed once and held by
-        the program — so it lives exactly as long as the program — and recomputed after lines
-        are added. The program itself never looks at it."""
-        version = len(self._lines)
+        the program — so it lives exactly as long as the program — and recomputed after lines or
+        outputs are added. The program itself never looks at it."""
+        version = self.version
         cached = self._derived.get(name)
         if cached is None or cached[0] != version:
             cached = self._derived[name] = (version, compute(self))
