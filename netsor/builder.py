@@ -290,5 +290,25 @@ def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | Non
     if expr is None and all(isinstance(e, Const) for e in operands):  # a function of constants is one
         expr = constant(float(call_user_function(fn, tuple(np.array([e.value]) for e in operands), label)[0]))
     if expr is None:
+        _check_elementwise(fn, len(vectors), label, what)
         expr = Opaque(fn, tuple(operands), label)
     return first, expr
+
+
+def _check_elementwise(fn: Callable[..., Any], arity: int, label: str, what: str) -> None:
+    """A function the tracer could not see through must act coordinate by coordinate: on random
+    values, permuting the coordinates permutes its output and a prefix of them gives the prefix
+    (``np.sort(a)`` or ``a·0 + max(a)`` are functions of the whole vector, not nonlinearities)."""
+    rng = np.random.default_rng(0)
+    values = tuple(rng.standard_normal(64) for _ in range(arity))
+    perm = rng.permutation(64)
+    with np.errstate(all="ignore"):
+        out = call_user_function(fn, values, label)
+        moved = call_user_function(fn, tuple(v[perm] for v in values), label)
+        prefix = call_user_function(fn, tuple(v[:7] for v in values), label)
+    if not (np.allclose(moved, out[perm], rtol=1e-12, atol=0.0, equal_nan=True)
+            and np.allclose(prefix, out[:7], rtol=1e-12, atol=0.0, equal_nan=True)):
+        kind = "nonlinearity" if what == "nonlin" else "moment function"
+        raise ProgramError(f"custom {kind} {label!r} does not act coordinate by coordinate (its output at one "
+                           "coordinate depends on the others, e.g. a sort or a max over the vector); write it "
+                           "elementwise, or use netsor.moment for a mean over the coordinates")

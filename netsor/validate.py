@@ -58,12 +58,19 @@ def check_real(value: Any, what: str, *, minimum: float | None = None, maximum: 
     return x
 
 
+#: Largest standard deviation accepted: its square (the variance every rule uses) must be a float.
+MAX_SIGMA = 1e150
+
+
 def check_sigma(value: Any, what: str) -> float:
-    """A standard deviation: a finite real ``>= 0`` (pass σ, not σ²)."""
+    """A standard deviation: a finite real in ``[0, MAX_SIGMA]`` (pass σ, not σ²)."""
     if _is_real_number(value) and math.isfinite(float(value)) and float(value) < 0:
         raise HyperParameterError(
             f"{what} must be a standard deviation >= 0, got {float(value)!r}; pass sigma (not sigma²) "
             "as a non-negative number")
+    if _is_real_number(value) and math.isfinite(float(value)) and float(value) > MAX_SIGMA:
+        raise HyperParameterError(f"{what} must be at most {MAX_SIGMA:g} (its square is a variance), got "
+                                  f"{float(value)!r}; rescale the inputs instead")
     return check_real(value, what, minimum=0.0)
 
 

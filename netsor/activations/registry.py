@@ -90,7 +90,11 @@ def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: 
     user's nonlinearity is part of the program), wherever and on whatever array it is called."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in values))
     try:
-        out = np.asarray(fn(*values), dtype=float)
+        raw = fn(*values)
+        if np.iscomplexobj(raw):
+            raise ProgramError(f"the custom nonlinearity {name!r} returned complex values; a nonlinearity "
+                               "must be real (take the real part or the modulus inside it)")
+        out = np.asarray(raw, dtype=float)
     except NetsorError:  # already says what to change (netsor's own functions inside a program)
         raise
     except Exception as exc:  # noqa: BLE001 - user code: report whatever it raised

@@ -43,7 +43,7 @@ from threadpoolctl import ThreadpoolController
 from netsor.activations import Activation, identity
 from netsor.activations.kernels import known_angle, remembered_angles
 from netsor.allocator import reused_memory
-from netsor.errors import NumericalError, ProgramError, UnsupportedError
+from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import joint
 from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
 from netsor.gaussian.pairs import (
@@ -100,6 +100,7 @@ from netsor.validate import (
     check_real,
     check_threads,
     limit_inputs,
+    seed_sequence,
 )
 
 if TYPE_CHECKING:
@@ -1953,6 +1954,8 @@ class Limit:
         """Refuse a result whose bound exceeds ``rtol`` relative to ``scale`` (an array, or the
         per-point factors ``(l, r)`` of ``l_i r_j``); record the largest bound in ``self.error`` and
         its largest ratio to ``scale`` in ``self.relative_error``."""
+        if not isinstance(with_error, bool | np.bool_):
+            raise HyperParameterError(f"with_error must be True or False, got {with_error!r}")
         if isinstance(err, bounds.TiledBound):
             assert isinstance(scale, tuple)
             value = _finite_or_raise(value, what)
@@ -2317,6 +2320,7 @@ def limit(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFA
     from independent replicates; ``seed`` scrambles it). Both answer ``nngp``, ``cov``, ``var``,
     ``scalar`` and carry ``error``."""
     rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
+    seed_sequence(seed)  # validated whatever the method (only the simulation draws from it)
     if limit_method(program, rtol, method) == "qmc":
         from netsor.interpret.simulation import SimulatedLimit
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netsor.allocator import reused_memory
-from netsor.errors import ProgramError, UnsupportedError
+from netsor.errors import HyperParameterError, ProgramError, UnsupportedError
 from netsor.interpret.bounds import Bound
 from netsor.interpret.infinite import (
     DEFAULT_MEMORY_BUDGET,
@@ -390,7 +390,12 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     >>> k.ntk.shape, bool(np.all(k.ntk >= k.nngp))
     ((3, 3), True)
     """
-    wanted = (get,) if isinstance(get, str) else tuple(get)
+    try:
+        wanted = (get,) if isinstance(get, str) else tuple(get)
+    except TypeError:
+        raise HyperParameterError(f"get must be 'nngp', 'ntk' or a sequence of them, got {get!r}") from None
+    if not wanted:
+        raise HyperParameterError("get must name at least one kernel: 'nngp', 'ntk' or both")
     for g in wanted:
         check_choice(g, "get", KERNELS)
     check_choice(psd, "psd", PSD_POLICIES)

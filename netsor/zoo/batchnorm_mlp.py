@@ -8,6 +8,7 @@ from netsor.errors import HyperParameterError
 from netsor.ir.program import Program
 from netsor.layers import batchnorm
 from netsor.validate import check_count, check_sigma
+from netsor.zoo.naming import number
 
 
 def batchnorm_mlp(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0, sigma_b: float = 0.0,
@@ -31,8 +32,8 @@ def batchnorm_mlp(depth: int, activation: str | Activation = "relu", sigma_w: fl
     sigma_w, sigma_b, sigma_u = (check_sigma(s, name) for s, name in
                                  ((sigma_w, "sigma_w"), (sigma_b, "sigma_b"), (sigma_u, "sigma_u")))
     act = get_activation(activation)
-    p = Program(f"batchnorm_mlp(depth={depth}, {act.name}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g}, "
-                f"sigma_u={sigma_u:g}, batch={batch})")
+    p = Program(f"batchnorm_mlp(depth={depth}, {act.name}, sigma_w={number(sigma_w)}, sigma_b={number(sigma_b)}, "
+                f"sigma_u={number(sigma_u)}, batch={batch})")
     n = p.dim("n")
     xs = [p.data(step=b) for b in range(batch)]
     U = p.matrix(n, xs[0].dim, sigma=sigma_u)

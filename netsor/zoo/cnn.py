@@ -10,6 +10,7 @@ from netsor.activations import activation as get_activation
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.validate import check_choice, check_count, check_sigma
+from netsor.zoo.naming import number
 
 PADDINGS = ("circular", "same")
 POOLS = ("flatten", "gap")
@@ -66,8 +67,8 @@ def cnn(depth: int, length: int, activation: str | Activation = "relu", sigma_w:
     sigma_w = check_sigma(sigma_w, "sigma_w")
     sigma_b = check_sigma(sigma_b, "sigma_b")
     act = get_activation(activation)
-    p = Program(f"cnn(depth={depth}, length={length}, {act.name}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g}, "
-                f"filter_size={filter_size}, padding={padding}, pool={pool})")
+    p = Program(f"cnn(depth={depth}, length={length}, {act.name}, sigma_w={number(sigma_w)}, "
+                f"sigma_b={number(sigma_b)}, filter_size={filter_size}, padding={padding}, pool={pool})")
     n = p.dim("n")
     tap_sigma = sigma_w / filter_size**0.5
     inputs: list[Vector] = [p.data(step=i) for i in range(length)]

@@ -9,6 +9,7 @@ from scipy import special
 from netsor.builder import nonlin
 from netsor.ir.program import Program
 from netsor.validate import check_count, check_sigma
+from netsor.zoo.naming import number
 
 
 def _gate(u: Any) -> Any:
@@ -37,8 +38,8 @@ def gru(steps: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float =
     steps = check_count(steps, "steps")
     sigma_u, sigma_w, sigma_b, sigma_v = (check_sigma(s, name) for s, name in (
         (sigma_u, "sigma_u"), (sigma_w, "sigma_w"), (sigma_b, "sigma_b"), (sigma_v, "sigma_v")))
-    p = Program(f"gru(steps={steps}, sigma_u={sigma_u:g}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g}, "
-                f"sigma_v={sigma_v:g})")
+    p = Program(f"gru(steps={steps}, sigma_u={number(sigma_u)}, sigma_w={number(sigma_w)}, sigma_b={number(sigma_b)}, "
+                f"sigma_v={number(sigma_v)})")
     n = p.dim("n")
     U = {k: p.matrix(n, p.data_dim, sigma=sigma_u, name=f"U_{k}") for k in "zrh"}
     W = {k: p.matrix(n, n, sigma=sigma_w, name=f"W_{k}") for k in "zrh"}

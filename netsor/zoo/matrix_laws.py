@@ -17,6 +17,7 @@ from netsor.ir.differentiate import differentiate
 from netsor.ir.expr import Var, apply
 from netsor.ir.program import Program
 from netsor.validate import check_count, check_real
+from netsor.zoo.naming import number
 
 
 def semicircle_moments(k: int, sigma: float = 1.0) -> Program:
@@ -29,7 +30,7 @@ def semicircle_moments(k: int, sigma: float = 1.0) -> Program:
     """
     k = check_count(k, "k", minimum=0)
     sigma = check_real(sigma, "sigma", minimum=0.0, strict=True)
-    p = Program(f"semicircle_moments(k={k}, sigma={sigma:g})")
+    p = Program(f"semicircle_moments(k={k}, sigma={number(sigma)})")
     n = p.dim("n")
     W = p.matrix(n, n, sigma=sigma, name="W")
     x = v = p.gaussian(n)
@@ -53,7 +54,7 @@ def marchenko_pastur_moments(k: int, ratio: float = 1.0) -> Program:
     """
     k = check_count(k, "k", minimum=0)
     ratio = check_real(ratio, "ratio", minimum=0.0, strict=True)
-    p = Program(f"marchenko_pastur_moments(k={k}, ratio={ratio:g})")
+    p = Program(f"marchenko_pastur_moments(k={k}, ratio={number(ratio)})")
     n, m = p.dim("n"), p.dim("m", ratio=ratio)
     W = p.matrix(n, m, sigma=ratio**0.5, name="W")
     x = v = p.gaussian(m)
@@ -87,8 +88,8 @@ def jacobian_moments(k: int, depth: int, activation: str | Activation = "tanh", 
     sigma_b = check_real(sigma_b, "sigma_b", minimum=0.0)
     q0 = check_real(q0, "q0", minimum=0.0, strict=True)
     act = resolve_activation(activation)
-    p = Program(f"jacobian_moments(k={k}, depth={depth}, activation={act.name}, sigma_w={sigma_w:g}, "
-                f"sigma_b={sigma_b:g}, q0={q0:g})")
+    p = Program(f"jacobian_moments(k={k}, depth={depth}, activation={act.name}, sigma_w={number(sigma_w)}, "
+                f"sigma_b={number(sigma_b)}, q0={number(q0)})")
     n = p.dim("n")
     Ws = [p.matrix(n, n, sigma=sigma_w, name=f"W{layer + 1}") for layer in range(depth)]
     x = p.gaussian(n, sigma=q0**0.5)

@@ -8,6 +8,7 @@ from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.layers import layernorm
 from netsor.validate import check_count
+from netsor.zoo.naming import number
 
 
 def mlp(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
@@ -23,7 +24,7 @@ def mlp(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
     depth = check_count(depth, "depth")
     act = get_activation(activation)
     kind = "layernorm_mlp" if normalise else "mlp"
-    p = Program(f"{kind}(depth={depth}, {act.name}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g})")
+    p = Program(f"{kind}(depth={depth}, {act.name}, sigma_w={number(sigma_w)}, sigma_b={number(sigma_b)})")
     n = p.dim("n")
 
     def phi(g: Vector) -> Vector:

@@ -6,6 +6,7 @@ from netsor.activations import Activation
 from netsor.activations import activation as get_activation
 from netsor.ir.program import Program
 from netsor.validate import check_count
+from netsor.zoo.naming import number
 
 
 def resnet(blocks: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
@@ -18,7 +19,7 @@ def resnet(blocks: int, activation: str | Activation = "relu", sigma_w: float = 
     """
     blocks = check_count(blocks, "blocks", minimum=0)
     act = get_activation(activation)
-    p = Program(f"resnet(blocks={blocks}, {act.name}, sigma_w={sigma_w:g}, sigma_b={sigma_b:g})")
+    p = Program(f"resnet(blocks={blocks}, {act.name}, sigma_w={number(sigma_w)}, sigma_b={number(sigma_b)})")
     n = p.dim("n")
     g = p.input(n, sigma=sigma_w, bias=sigma_b)
     for _ in range(blocks):

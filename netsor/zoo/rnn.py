@@ -6,6 +6,7 @@ from netsor.activations import Activation
 from netsor.activations import activation as get_activation
 from netsor.ir.program import Program
 from netsor.validate import check_count
+from netsor.zoo.naming import number
 
 
 def rnn(steps: int, activation: str | Activation = "tanh", sigma_w: float = 1.0, sigma_u: float = 1.0,
@@ -19,8 +20,8 @@ def rnn(steps: int, activation: str | Activation = "tanh", sigma_w: float = 1.0,
     """
     steps = check_count(steps, "steps")
     act = get_activation(activation)
-    p = Program(f"rnn(steps={steps}, {act.name}, sigma_w={sigma_w:g}, sigma_u={sigma_u:g}, "
-                f"sigma_b={sigma_b:g}, sigma_v={sigma_v:g})")
+    p = Program(f"rnn(steps={steps}, {act.name}, sigma_w={number(sigma_w)}, sigma_u={number(sigma_u)}, "
+                f"sigma_b={number(sigma_b)}, sigma_v={number(sigma_v)})")
     n = p.dim("n")
     U = p.matrix(n, p.data_dim, sigma=sigma_u, name="U")
     W = p.matrix(n, n, sigma=sigma_w, name="W")

@@ -6,6 +6,7 @@ from netsor.activations import relu
 from netsor.ir.program import Program
 from netsor.layers import attention, layernorm
 from netsor.validate import check_count, check_real, check_sigma
+from netsor.zoo.naming import number
 
 
 def transformer(layers: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float = 0.0,
@@ -27,8 +28,8 @@ def transformer(layers: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b
     sigma_u, sigma_w, sigma_b = (check_sigma(s, name) for s, name in
                                  ((sigma_u, "sigma_u"), (sigma_w, "sigma_w"), (sigma_b, "sigma_b")))
     temperature = check_real(temperature, "temperature", minimum=1e-12)
-    p = Program(f"transformer(layers={layers}, tokens={tokens}, sigma_u={sigma_u:g}, sigma_w={sigma_w:g}, "
-                f"sigma_b={sigma_b:g}, temperature={temperature:g})")
+    p = Program(f"transformer(layers={layers}, tokens={tokens}, sigma_u={number(sigma_u)}, sigma_w={number(sigma_w)}, "
+                f"sigma_b={number(sigma_b)}, temperature={number(temperature)})")
     n = p.dim("n")
     xs = [p.data(step=t) for t in range(tokens)]
     for _ in range(layers):
