@@ -357,3 +357,25 @@ def test_with_error_must_be_a_boolean():
     g = p.lines[1].out
     with pytest.raises(HyperParameterError, match="with_error"):
         netsor.limit(p, X).cov(g, with_error="yes")
+
+
+def test_matrices_vectors_lists_and_kernels_too_large_for_memory_get_clear_errors(monkeypatch):
+    p = netsor.zoo.mlp(2)
+    g = p.lines[1].out
+    W = p.matrices[-1]
+    for bad in (g, 3):  # one vector, not a list of them: a raw TypeError
+        with pytest.raises(ProgramError, match="list of vectors"):
+            netsor.run_finite(p, X, width=4, samples=2, vectors=bad)
+    with pytest.raises(HyperParameterError, match="applies to vectors"):
+        netsor.relu(W)
+    assert W.T.T is W  # was an AttributeError
+    # the kernel and its bounds are refused before any work when they cannot fit (a raw MemoryError)
+    monkeypatch.setattr("netsor.validate.physical_memory", lambda: 2**20)
+    with pytest.raises(HyperParameterError, match="GiB"):
+        netsor.nngp(p, np.random.default_rng(0).standard_normal((300, 3)))
+
+
+def test_a_bound_as_large_as_the_kernel_does_not_advise_a_larger_rtol():
+    """At rtol = 1 (its largest value) the advice "pass a larger rtol" could not be followed."""
+    with pytest.raises(NumericalError, match="no rtol accepts"):
+        netsor.nngp(netsor.zoo.mlp(200, "tanh", 1.5, 0.1), X, rtol=1.0)

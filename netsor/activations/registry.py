@@ -210,6 +210,9 @@ class Activation:
         apply = getattr(x, "__netsor_apply__", None)
         if apply is not None:
             return apply(self)
+        if hasattr(x, "in_dim") or hasattr(x, "matrix"):  # a Matrix or its transpose (no import: ir uses us)
+            raise HyperParameterError(f"{self.name} applies to vectors, not to the matrix {x!r}; apply it to a "
+                                      "product such as W @ h")
         return self.fn(np.asarray(x, dtype=float))
 
     def __repr__(self) -> str:

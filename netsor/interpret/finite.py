@@ -183,8 +183,12 @@ def run_finite(
         Bytes one chunk of networks may use; results do not depend on it.
     """
     Xa = inputs_or_point(program, X)
+    if isinstance(vectors, Vector) or not isinstance(vectors, Iterable):
+        raise ProgramError(f"vectors must be a list of vectors of the program, got {vectors!r}; pass [v] for one")
     vectors = list(vectors)
     for v in vectors:
+        if not isinstance(v, Vector):
+            raise ProgramError(f"vectors must be a list of vectors of the program, got an item {v!r}")
         program.check_own(v)
     if not program.outputs and not vectors:
         raise ProgramError("the program has no outputs; add p.readout(h, sigma=...) first")

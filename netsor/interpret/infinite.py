@@ -96,6 +96,7 @@ from netsor.linalg import (
 )
 from netsor.validate import (
     check_choice,
+    check_fits_in_memory,
     check_memory_budget,
     check_real,
     check_threads,
@@ -1751,6 +1752,10 @@ class Limit:
         if self.analysis.refusal is not None:
             raise UnsupportedError(self.analysis.refusal)
         self.X, self.X2 = limit_inputs(program, X, X2)
+        outputs = max(1, program.num_outputs)
+        # the kernel and its error bound (and their mirrored or clipped copies): refused up front
+        check_fits_in_memory(3 * self.X.shape[0] * self.X2.shape[0] * outputs**2,
+                             f"the kernel of {self.X.shape[0]} × {self.X2.shape[0]} inputs and its error bounds")
         self.symmetric = X2 is None
         self.rtol = check_real(rtol, "rtol", minimum=1e-15, maximum=1.0)
         self.memory_budget = check_memory_budget(memory_budget)
@@ -1993,9 +1998,12 @@ class Limit:
                 "whose limit variance is 0 by cancellation, W(g − LN(g)) on inputs with K(x, x) = 1, under a "
                 "jump, whose limit is then not defined); rescale the inputs, or compute those entries "
                 "separately (X2)")
+        advice = ("pass a larger rtol to accept it" if worst < 1.0 else
+                  "no rtol accepts a bound as large as the value itself: reduce the depth or the scale of the "
+                  "inputs, or simulate the limit (method='qmc')")
         refusal = NumericalError(
             f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
-            f"above rtol = {self.rtol:g}; pass a larger rtol to accept it (largest absolute bound "
+            f"above rtol = {self.rtol:g}; {advice} (largest absolute bound "
             f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
             f"{self._parallel_hint(*at, shape) if len(at) == 2 else ''}")
         refusal.overshoot = worst / self.rtol  # read by Limit.retried

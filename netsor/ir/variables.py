@@ -76,6 +76,11 @@ class TransposedMatrix:
 
     matrix: Matrix
 
+    @property
+    def T(self) -> Matrix:  # noqa: N802 - numpy's name
+        """``(Wᵀ)ᵀ = W``."""
+        return self.matrix
+
     def __matmul__(self, other: Any) -> Vector:
         from netsor.builder import matmul
 
