@@ -231,3 +231,20 @@ def test_a_jump_on_a_degenerate_pair_sees_the_tie_in_every_rule():
     K, E = netsor.limit(p, X, rtol=1e-3).nngp(with_error=True)
     K_a = netsor.nngp(q, X)
     assert np.all(np.abs(K - 0.25 * K_a) <= E + 1e-14)
+
+
+def test_a_rewrite_at_a_tolerance_that_would_change_the_kernel_is_refused():
+    """At tolerance 0.6, W·tanh(a) was rewritten as 0.723·W·relu(a) (not degenerate) and the NNGP changed by
+    20 %; rewrites now take tolerances up to 1e-6 (detection, netsor.degeneracies, any in (0, 1])."""
+    q = netsor.Program()
+    m = q.dim("n")
+    a = q.input(m)
+    W = q.matrix(m, m)
+    q.readout(netsor.relu(W @ netsor.relu(a) + W @ netsor.tanh(a)))
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    with pytest.raises(netsor.HyperParameterError, match="tolerance"):
+        netsor.rewrite_degenerate(q, X, tolerance=0.6)
+    assert netsor.degeneracies(q, X, tolerance=0.6)  # nearly degenerate at that looseness: reported, not rewritten
+    new, _, found = netsor.rewrite_degenerate(q, X)
+    assert not found
+    np.testing.assert_array_equal(netsor.nngp(new, X), netsor.nngp(q, X))

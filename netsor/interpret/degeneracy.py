@@ -170,19 +170,31 @@ def pooled_coefficients(blocks: Array) -> Array:
         return np.linalg.lstsq(A, r, rcond=None)[0]
 
 
+#: Largest tolerance of :func:`rewrite_degenerate` (a rewrite changes the kernel by up to that share).
+MAX_REWRITE_TOLERANCE = 1e-6
+
+
 def rewrite_degenerate(program: Program, X: Any = None, *, tolerance: float = DEGENERACY_TOLERANCE
                        ) -> tuple[Program, Renaming, list[Degeneracy]]:
     """``program`` with every degenerate MatMul line of constant coefficients replaced by the
     LinComb line ``Σ_j c_j · (W h_j)`` of the earlier uses (same name).
 
-    The new program has the same limit (its NNGP kernel equals the original's) and, where the
-    identity ``h = Σ_j c_j h_j`` holds coordinatewise (e.g. ``W (2h)``), the same finite-width law.
+    The new program has the same limit on the inputs ``X`` (its NNGP kernel equals the original's
+    there, to ``tolerance`` relative: the rewritten line loses its conditional variance, at most that
+    share) and, where the identity ``h = Σ_j c_j h_j`` holds coordinatewise (e.g. ``W (2h)``), the same
+    finite-width law. Degeneracies are found on ``X``: one that holds only there (all-zero inputs) makes
+    a program for those inputs only. ``tolerance`` is at most ``MAX_REWRITE_TOLERANCE`` (1e-6): a looser
+    one would rewrite lines that are not degenerate and change the kernel (use :func:`degeneracies` to
+    look for nearly degenerate lines).
 
     Returns
     -------
     (new program, renaming from the old program's variables, the :func:`degeneracies` found —
     those with ``rewritable`` were rewritten, the others kept as MatMul lines)
     """
+    tolerance = check_real(tolerance, "rewrite_degenerate's tolerance (a looser one rewrites lines that are not "
+                           "degenerate and changes the kernel; netsor.degeneracies finds nearly degenerate lines)",
+                           minimum=0.0, maximum=MAX_REWRITE_TOLERANCE, strict=True)
     found = degeneracies(program, X, tolerance=tolerance)
     rewrites: dict[Vector, Rewrite] = {d.line.out: _as_lincomb(d) for d in found if d.constant is not None}
     new, renaming = substitute(program, rewrites)
