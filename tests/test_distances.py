@@ -457,3 +457,43 @@ def test_debias_rules():
 def test_bad_input_raises_netsor_errors(call):
     with pytest.raises(NetsorError):
         call()
+
+
+def test_mmd2_is_exact_at_every_bandwidth():
+    """Two points 0 and 1 on each side: MMD² = 2e − 2(1 + e)/2 = e − 1 with e = exp(−1/(2ℓ²)). Shifted by 1e8
+    (the Gram expansion ‖x‖² + ‖y‖² − 2xᵀy loses the unit distance to rounding there) and at ℓ = 1e-300 (ℓ²
+    underflows: the value was NaN), where e = 0; at ℓ = 1e300, e = 1 and MMD² = 0. With repeated points the
+    ℓ → 0 limit counts equal pairs: Y1 = (0, 0, 1), Y2 = (0, 2) gives 2/6 + 0 − 2·2/6 = −1/3."""
+    pair = np.array([[0.0], [1.0]])
+    assert mmd2_unbiased(pair, pair, bandwidth=1.0) == pytest.approx(np.exp(-0.5) - 1.0, rel=1e-14)
+    assert mmd2_unbiased(pair + 1e8, pair + 1e8, bandwidth=0.5) == pytest.approx(np.exp(-2.0) - 1.0, rel=1e-14)
+    assert mmd2_unbiased(pair, pair, bandwidth=1e-300) == -1.0
+    assert mmd2_unbiased(pair, pair, bandwidth=1e300) == 0.0
+    assert mmd2_unbiased([0.0, 0.0, 1.0], [0.0, 2.0], bandwidth=1e-300) == pytest.approx(-1.0 / 3.0, rel=1e-15)
+
+
+def test_rb_mmd2_has_its_limits_at_extreme_bandwidths():
+    """E k(X, Y) = det(I + (A + B)/ℓ²)^{-1/2} is 0 for ℓ → 0 (A + B ≠ 0) and 1 for ℓ → ∞, so the
+    Rao–Blackwellised MMD² is 0 − 0 + 0 and 1 − 2 + 1; ℓ² used to underflow or overflow into NaN."""
+    khat = np.stack([K3 * 1.1, K3 * 0.9, K3])
+    assert rb_mmd2(khat, K3, bandwidth=1e-300) == 0.0
+    assert rb_mmd2(khat, K3, bandwidth=1e300) == 0.0
+    with pytest.raises(NumericalError, match="not PSD"):
+        rb_mmd2(np.stack([-K3, -K3]), K3, bandwidth=1.0)
+
+
+def test_a_noise_floor_with_a_nan_estimate_is_refused():
+    with pytest.raises(NumericalError, match="replicate 0"):
+        noise_floor(lambda y: float("nan"), lambda rng: rng.standard_normal(3))
+    with pytest.raises(InputError, match="one real number"):
+        noise_floor(lambda y: y, lambda rng: rng.standard_normal(3))
+    with pytest.raises(InputError, match="callable"):
+        noise_floor(1.0, lambda rng: rng.standard_normal(3))
+
+
+def test_debias_refuses_negative_distances_and_floors():
+    """debias(−1, 0.5) returned sqrt(1 − 0.25) = 0.866 for a negative "distance"."""
+    with pytest.raises(InputError, match="distance must be >= 0"):
+        debias(-1.0, 0.5)
+    with pytest.raises(InputError, match="floor must be >= 0"):
+        debias(1.0, -0.5, rule="subtract")

@@ -271,3 +271,25 @@ def test_cell_keys_are_canonical():
     a = np.random.default_rng(cell_seed(("a", 1))).random()
     assert a == np.random.default_rng(cell_seed(["a", 1])).random()
     assert a != np.random.default_rng(cell_seed(("a", 2))).random()
+
+
+def test_sweep_stores_and_cells_of_the_wrong_kind_are_refused(tmp_path):
+    """A directory as the store raised IsADirectoryError; a list cell raised TypeError (unhashable) only after
+    every cell had run; cells 1 and 1.0 are distinct keys but one dict key, and the result lost one."""
+    with pytest.raises(InputError, match="not a file.*run_sweep"):
+        load_sweep(tmp_path)
+    with pytest.raises(InputError, match="not a file"):
+        run_sweep([1], lambda c: {}, tmp_path, progress=False)
+    store = tmp_path / "sweep.jsonl"
+    calls = []
+    with pytest.raises(InputError, match="not hashable.*tuples"):
+        run_sweep([[1]], lambda c: calls.append(c) or {}, store, progress=False)
+    assert calls == [] and not store.exists()
+    with pytest.raises(InputError, match="duplicates"):
+        run_sweep([1, 1.0], lambda c: {}, store, progress=False)
+    with pytest.raises(InputError, match="iterable"):
+        run_sweep(5, lambda c: {}, store, progress=False)
+    with pytest.raises(InputError, match="callable"):
+        run_sweep([1], None, store, progress=False)
+    with pytest.raises(InputError, match="store_path must be a path"):
+        load_sweep(5)

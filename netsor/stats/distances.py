@@ -452,14 +452,19 @@ def median_bandwidth(K: Any) -> float:
 
 
 def _rbf_sum(x: Array, y: Array, ell: float) -> float:
-    """``Σ_{i,j} exp(−‖x_i − y_j‖² / (2ℓ²))``, in blocks of rows of ``x``."""
-    yy = (y * y).sum(axis=1)
-    rows = max(1, _CHUNK_ELEMENTS // max(1, len(y)))
+    """``Σ_{i,j} exp(−‖x_i − y_j‖² / (2ℓ²))``, in blocks of rows of ``x``.
+
+    From the differences divided by ``ℓ`` (not the Gram expansion ``‖x‖² + ‖y‖² − 2xᵀy``, whose
+    rounding ``≈ ε‖x‖²`` swamps small bandwidths): equal points give exactly 1, and a scaled
+    distance beyond float64's range gives exactly 0, so every ``ℓ > 0`` gets its correct value
+    (``ℓ → 0``: the count of equal pairs; ``ℓ → ∞``: the count of all pairs).
+    """
+    rows = max(1, _CHUNK_ELEMENTS // max(1, len(y) * x.shape[1]))
     total = 0.0
-    for start in range(0, len(x), rows):
-        xb = x[start : start + rows]
-        d2 = (xb * xb).sum(axis=1)[:, None] + yy[None, :] - 2.0 * xb @ y.T
-        total += float(np.exp(-np.maximum(d2, 0.0) / (2.0 * ell * ell)).sum())
+    with np.errstate(over="ignore"):
+        for start in range(0, len(x), rows):
+            z = (x[start : start + rows, None, :] - y[None, :, :]) / ell
+            total += float(np.exp(-0.5 * np.einsum("ijk,ijk->ij", z, z)).sum())
     return total
 
 
@@ -474,7 +479,8 @@ def mmd2_unbiased(Y1: Any, Y2: Any, *, bandwidth: float) -> float:
     Y1 : array, shape ``(S1, D)``, ``S1 ≥ 2``
     Y2 : array, shape ``(S2, D)``, ``S2 ≥ 2``
     bandwidth : float
-        ``ℓ > 0``, e.g. :func:`median_bandwidth` of the limit kernel.
+        ``ℓ > 0``, e.g. :func:`median_bandwidth` of the limit kernel. Any positive float is
+        computed exactly in the limits: tiny ``ℓ`` counts equal points only, huge ``ℓ`` gives 0.
     """
     x, y = _samples(Y1, "Y1", min_samples=2), _samples(Y2, "Y2", min_samples=2)
     if x.shape[1] != y.shape[1]:
@@ -488,11 +494,20 @@ def mmd2_unbiased(Y1: Any, Y2: Any, *, bandwidth: float) -> float:
 
 def _gaussian_rbf_mean(cov_sum: Array, ell: float) -> Array:
     """``E k(X, Y) = det(I + (A + B)/ℓ²)^{-1/2}`` for ``X ~ N(0, A)``, ``Y ~ N(0, B)``
-    independent, given ``cov_sum = A + B`` of shape ``(..., D, D)``."""
-    eye = np.eye(cov_sum.shape[-1])
-    sign, logdet = np.linalg.slogdet(eye + cov_sum / (ell * ell))
-    if np.any(sign <= 0):
-        raise NumericalError("a conditional kernel is not PSD: I + (A + B)/ℓ² is singular.")
+    independent, given ``cov_sum = A + B`` of shape ``(..., D, D)``.
+
+    As ``Π_i (1 + μ_i/ℓ²)^{-1/2}`` over the eigenvalues ``μ`` of ``A + B`` divided by ``ℓ`` twice:
+    no ``ℓ²`` that underflows, and an overflowing ``μ/ℓ²`` gives its limit 0, so every ``ℓ > 0`` is
+    fine. Eigenvalues negative by more than ``1e-8`` of the largest raise (not PSD); smaller ones
+    are rounding and are clipped to 0.
+    """
+    mu = np.linalg.eigvalsh(cov_sum)
+    tol = 1e-8 * np.max(np.abs(mu), axis=-1, initial=0.0)
+    if np.any(mu[..., 0] < -tol):
+        raise NumericalError("a conditional kernel is not PSD: A + B has a negative eigenvalue beyond "
+                             "rounding; check how the kernels were computed.")
+    with np.errstate(over="ignore"):
+        logdet = np.log1p(np.maximum(mu, 0.0) / ell / ell).sum(axis=-1)
     return np.exp(-0.5 * logdet)
 
 
@@ -639,8 +654,9 @@ def noise_floor(
     Parameters
     ----------
     estimator : callable
-        Maps a sample (whatever ``sampler`` returns) to a distance, e.g.
-        ``lambda Y: sliced_w1_to_gaussian(Y, K, directions)``.
+        Maps a sample (whatever ``sampler`` returns) to a distance, a finite real number, e.g.
+        ``lambda Y: sliced_w1_to_gaussian(Y, K, directions)``; a NaN or Inf raises
+        :class:`~netsor.NumericalError` naming the replicate.
     sampler : callable
         Maps a Generator to a sample *of the limit* of the size used for the real
         estimate, e.g. ``lambda rng: gaussian_samples(K, S, rng)``.
@@ -657,8 +673,20 @@ def noise_floor(
     >>> debias(sliced_w1_to_gaussian(Y_finite, K, dirs), floor.mean)
     """
     num_reps = check_count(num_reps, "num_reps", minimum=2)
+    for name, fn in (("estimator", estimator), ("sampler", sampler)):
+        if not callable(fn):
+            raise InputError(f"{name} must be a callable, got {type(fn).__name__}")
     children = seed_sequence(seed).spawn(num_reps)
-    values = np.array([float(estimator(sampler(np.random.default_rng(c)))) for c in children])
+    values = np.empty(num_reps)
+    for i, child in enumerate(children):
+        value = estimator(sampler(np.random.default_rng(child)))
+        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
+            raise InputError(f"estimator must return one real number (a distance), got {value!r} on replicate {i}")
+        values[i] = float(value)
+        if not np.isfinite(values[i]):
+            raise NumericalError(f"estimator returned {values[i]!r} on replicate {i} (a sample of the limit): the "
+                                 "floor would be NaN/Inf; check the estimator on that sample (its seed is child "
+                                 f"{i} of seed)")
     return Floor(mean=float(values.mean()), std=float(values.std(ddof=1)), values=values)
 
 
@@ -685,11 +713,18 @@ def debias_argument(distance: Any, floor: Any, *, rule: str = "quadrature") -> t
     ``q``, the map carries an interval for ``q`` to one for the debiased distance, also
     where it is clipped at 0 (:func:`netsor.stats.rates.debias_replicates`).
 
+    Both ``distance`` and ``floor`` must be ``≥ 0`` (distances); an MMD² U-statistic, which can be
+    negative, is unbiased and needs no debiasing.
+
     Returns
     -------
     q, dq_dd, dq_df : arrays of the broadcast shape
     """
     d, f = np.broadcast_arrays(real_array(distance, "distance"), real_array(floor, "floor"))
+    for name, value in (("distance", d), ("floor", f)):
+        if np.any(value < 0):
+            raise InputError(f"{name} must be >= 0 (a distance), got {float(value.min())!r}; an MMD² U-statistic "
+                             "can be negative but is unbiased: do not debias it")
     if check_choice(rule, "rule", DEBIAS_RULES) == "quadrature":
         return d * d - f * f, 2.0 * d, -2.0 * f
     return d - f, np.ones_like(d), -np.ones_like(f)

@@ -424,15 +424,27 @@ def cell_seed(cell: Hashable, *, seed: Seed = 0) -> np.random.SeedSequence:
     return np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, *words), pool_size=root.pool_size)
 
 
+def _store(store_path: Any) -> Path:
+    """``store_path`` as a Path (InputError for anything that is not a path)."""
+    try:
+        return Path(store_path)
+    except TypeError:
+        raise InputError(f"store_path must be a path to a JSON-lines file, got {type(store_path).__name__}") from None
+
+
 def load_sweep(store_path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Finished cells of a sweep store, ``{cell_key: result}``.
 
-    A half-written last line (an interrupted write) is ignored; a corrupt line
-    elsewhere raises :class:`InputError`.
+    ``store_path`` is the JSON-lines file written by :func:`run_sweep` (missing: no cell is
+    finished). A half-written last line (an interrupted write) is ignored; a corrupt line
+    elsewhere, or a path that is not a file, raises :class:`InputError`.
     """
-    path = Path(store_path)
+    path = _store(store_path)
     if not path.exists():
         return {}
+    if not path.is_file():
+        raise InputError(f"{path} is not a file: pass the JSON-lines file written by run_sweep, e.g. "
+                         f"{path / 'sweep.jsonl'}")
     lines = path.read_bytes().split(b"\n")
     done: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(lines, start=1):
@@ -441,7 +453,7 @@ def load_sweep(store_path: str | os.PathLike) -> dict[str, dict[str, Any]]:
         try:
             record = json.loads(line)
             done[cell_key(record["cell"])] = record["result"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             if number == len(lines):  # unterminated last line: an interrupted write
                 break
             raise InputError(
@@ -493,11 +505,23 @@ def run_sweep(
     """
     from tqdm.auto import tqdm
 
-    cells = list(cells)
+    if not callable(fn):
+        raise InputError(f"fn must be a callable cell -> dict, got {type(fn).__name__}.")
+    try:
+        cells = list(cells)
+    except TypeError:
+        raise InputError(f"cells must be an iterable of cells, got {type(cells).__name__}.") from None
+    for cell in cells:
+        try:
+            hash(cell)
+        except TypeError:
+            raise InputError(f"cell {cell!r} is not hashable (the result is a dict keyed by cell); use tuples "
+                             "instead of lists, e.g. (1, 2) for [1, 2].") from None
     keys = [cell_key(c) for c in cells]
-    if len(set(keys)) != len(keys):
-        raise InputError("cells contain duplicates; give every cell a distinct key.")
-    path = Path(store_path)
+    if len(set(keys)) != len(keys) or len(set(cells)) != len(cells):
+        raise InputError("cells contain duplicates (equal cells, such as 1 and 1.0, count as one); give every "
+                         "cell a distinct key.")
+    path = _store(store_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = load_sweep(path)
     _truncate_partial_line(path)
