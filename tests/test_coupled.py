@@ -216,3 +216,10 @@ def test_input_in_the_span_of_earlier_inputs_is_degenerate():
 def test_bad_p_raises(bad):
     with pytest.raises(netsor.HyperParameterError):
         netsor.coupled(netsor.zoo.mlp(2), flat_inputs(2), width=8, samples=2, p=bad)
+
+
+def test_cost_exponents_whose_powers_overflow_are_refused():
+    """p = 1e300 returned infinite distances; exponents are at most 64."""
+    X = np.random.default_rng(0).standard_normal((5, 3))
+    with pytest.raises(netsor.HyperParameterError, match="p must be <= 64"):
+        netsor.coupled(netsor.zoo.mlp(2), X, width=4, samples=4, p=1e300)

@@ -115,6 +115,10 @@ class LimitGram:
         return np.block([[self.block(u, v) for v in args] for u in args])
 
 
+#: Largest exponent of the coupling cost (``|Δ|^p`` of differences of order 1 to 10 stays a float).
+MAX_COST_EXPONENT = 64.0
+
+
 def coupled(
     program: Program,
     X: Any,
@@ -142,7 +146,7 @@ def coupled(
     seed : int, SeedSequence or Generator
         The finite side equals ``run_finite(..., method="matrix-free", seed=seed)`` draw for draw.
     p : float
-        Exponent of the coupling cost (``p >= 1``).
+        Exponent of the coupling cost (``1 <= p <= 64``: larger powers of O(1) differences overflow).
     memory_budget : int
         Bytes a chunk of coupled networks may use (both worlds together).
     rtol : float
@@ -151,7 +155,7 @@ def coupled(
     """
     Xa = inputs_or_point(program, X)
     samples = check_count(samples, "samples")
-    p = check_real(p, "p", minimum=1.0)
+    p = check_real(p, "p", minimum=1.0, maximum=MAX_COST_EXPONENT)
     budget = check_memory_budget(memory_budget)
     sizes = resolve_widths(program, width, Xa.shape[-1])
     plan = ForwardPlan(program)
