@@ -117,7 +117,9 @@ def random_shape(random: str, program: Program) -> tuple[int, ...]:
 
 
 def output_path(path: str, what: str) -> Path:
-    """A file to write: its parent directory is created if missing; a directory is refused."""
+    """A file to write: its parent directory is created if missing; a directory or an empty name is refused."""
+    if not path.strip():
+        raise InputError(f"{what} is empty; give a file name (or leave {what} out to print the result)")
     out = Path(path)
     if out.is_dir():
         raise InputError(f"{what} {path} is a directory; give a file name")
@@ -244,7 +246,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
-    out_path = output_path(out, "--out") if out else None
+    out_path = output_path(out, "--out") if out is not None else None
     if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
         _check_kernel_size(random_shape(random, program)[0], program)
     X = load_inputs(inputs, random, program, seed=seed)
@@ -336,7 +338,7 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     samples = check_count(samples, "--samples")
     program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
     X = load_inputs(inputs, random, program, seed=seed)
-    out_path = output_path(out, "--out") if out else None
+    out_path = output_path(out, "--out") if out is not None else None
     _check_network_size(width, X, f"--width {width}")
     # The outputs, their squares and the fourth-moment table of the covariance check.
     D = X.shape[0] * program.num_outputs

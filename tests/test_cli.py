@@ -276,3 +276,11 @@ def test_batchnorm_batch_size_on_the_command_line(capsys) -> None:
     assert "NTK (4, 4)" in text and "joint randomised QMC simulation" in text
     assert "at least 4" in run_error(["kernel", "batchnorm_mlp", "--batch", "3", "--random", "1,5", "--ntk"], capsys)
     assert "--batch" in run_error(["kernel", "batchnorm_mlp", "--batch", "1", "--random", "1,5"], capsys)
+
+
+@pytest.mark.parametrize("args", [["kernel", "mlp", "--random", "3,2", "--out", ""],
+                                  ["sample", "mlp", "--random", "3,2", "-n", "8", "-S", "5", "--out", ""],
+                                  ["kernel", "mlp", "--random", "3,2", "--sigma-w", "1e300"]])
+def test_an_empty_output_name_and_an_overflowing_sigma_are_errors(args, capsys):
+    """``--out ""`` exited 0 and wrote nothing; ``--sigma-w 1e300`` printed an OverflowError traceback."""
+    assert "error:" in run_error(args, capsys)
