@@ -62,6 +62,9 @@ SPECTRUM_BAD = [
     (["--out", "UNDER_FILE"], "cannot create"),
     (["--out", "FILE"], "not a directory"),
     (["--activation", "exp", "--depth", "2"], "diverges"),
+    (["--sigma-w", "1e-300"], "--sigma-w"),
+    (["--sigma-w", "1e300"], "--sigma-w"),
+    (["--sigma-b", "1e300"], "--sigma-b"),
 ]
 LAWS_BAD = [
     (["--size", "0"], "--size"),
@@ -70,6 +73,8 @@ LAWS_BAD = [
     (["--ratio", "0"], "--ratio"),
     (["--ratio", "-2"], "--ratio"),
     (["--ratio", "1e-9"], "--ratio"),
+    (["--ratio", "1e300"], "--ratio"),
+    (["--size", "10", "--ratio", "100"], "--ratio"),
     (["--seed", "-1"], "--seed"),
     (["--out", "UNDER_FILE"], "cannot create"),
 ]
@@ -92,3 +97,19 @@ def test_bad_values_are_one_line_errors_with_status_2(command, args, needle, tmp
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
     assert "Traceback" not in err and not list(tmp_path.glob("*.png"))
+
+
+def test_one_sample_prints_no_interval(tmp_path, capsys):
+    """A standard error needs two networks: with --samples 1 no ``±`` (and never ``nan``) is printed."""
+    code, out, err = run(capsys, ["spectrum", "--activation", "tanh", "--depth", "2", "--width", "40",
+                                  "--samples", "1", "--grid-size", "100", "--out", str(tmp_path)])
+    assert code == 0, err
+    assert "nan" not in out.lower() and "±" not in out and "--samples >= 2" in out
+
+
+def test_diverging_homogeneous_recursion_prints_no_infinite_fixed_point(tmp_path, capsys):
+    """ReLU at σ_w = 2: q doubles each layer, but the law of φ'² = step does not depend on q."""
+    code, out, err = run(capsys, ["spectrum", "--activation", "relu", "--depth", "2", "--sigma-w", "2",
+                                  "--width", "40", "--samples", "2", "--grid-size", "100", "--out", str(tmp_path)])
+    assert code == 0, err
+    assert "q* = none" in out and "inf" not in out and "nan" not in out

@@ -18,7 +18,7 @@ from scipy import optimize, special
 
 from netsor.activations import Activation, activation, custom
 from netsor.errors import NetsorError
-from netsor.matrixlaws import FussCatalan, derivative_law, fixed_point, jacobian_spectrum, numlaw
+from netsor.matrixlaws import FussCatalan, derivative_law, fixed_point, jacobian_spectrum, numlaw, variance_map
 from netsor.matrixlaws.numlaw import REFINE_TARGET
 
 # ----------------------------------------------------------------------------- references
@@ -276,3 +276,64 @@ def test_bernoulli_product_moments_by_lagrange_inversion():
                                * comb(n * k + k - 2 - j, k - 1 - j) for j in range(k)) / k * s2 ** (depth * k))
                      for k in range(1, 7)]
             assert np.allclose(law.moments(6), exact, rtol=1e-12, atol=0)
+
+
+# ------------------------------------------------------ large Fuss–Catalan orders; the variance map
+
+@pytest.mark.parametrize("order", [45, 50, 200])
+def test_large_fuss_catalan_orders(order):
+    """Moments against the Fuss–Catalan numbers ``C((s+1)k, k)/(sk + 1)`` in Python integers; the
+    law's own quadrature reproduces them; support edge ``(s+1)^{s+1}/s^s`` (one exact division);
+    quantile and cdf finite and consistent; the first moment beyond float64 is named."""
+    law = FussCatalan(order)
+    exact = [comb((order + 1) * k, k) // (order * k + 1) for k in range(1, 5)]
+    assert np.allclose(law.moments(4), exact, rtol=1e-14, atol=0)
+    x, w = law.quadrature()
+    assert np.all(np.isfinite(x)) and np.isclose(w.sum(), 1.0, rtol=1e-14)
+    assert np.allclose([np.dot(w, x**k) for k in range(1, 5)], exact, rtol=1e-10, atol=0)
+    assert law.support[1] == float(Fraction((order + 1) ** (order + 1), order**order))  # correctly rounded
+    median = law.quantile(np.array([0.5]))[0]
+    assert 0 < median < law.support[1] and abs(law.cdf(np.array([median]))[0] - 0.5) < 1e-6
+    f1 = law.cdf(np.array([1.0]))[0]
+    assert 0.5 < f1 < 1.0
+    top = float(np.finfo(float).max)  # a Python float: compared with integers exactly
+    first = next(k for k in range(1, 10**4) if comb((order + 1) * k, k) // (order * k + 1) > top)
+    with pytest.raises(NetsorError, match=f"m_{first} is beyond"):
+        law.moments(first + 5)
+
+
+def test_fuss_catalan_beyond_float64_is_refused():
+    with pytest.raises(NetsorError, match="order must be <= 1000"):
+        FussCatalan(1001)
+    with pytest.raises(NetsorError, match="beyond the float64 range"):
+        FussCatalan(50, 1e10)
+
+
+def test_variance_map_and_fixed_point_take_names_and_check_q():
+    """Names resolve as in jacobian_spectrum; ``V(q) = σ_w² E tanh(√q Z)² + σ_b²`` (quad); an empty
+    array maps to an empty array; negative or NaN variances are refused."""
+    act = activation("tanh")
+    q = np.array([[0.5, 2.0]])
+    ref = [[1.5**2 * quad_expect(lambda h: np.tanh(h) ** 2, v) + 0.01 for v in q[0]]]
+    assert np.allclose(variance_map("tanh", q, 1.5, 0.1), ref, rtol=1e-12)
+    assert variance_map(act, np.array([]), 1.0, 0.0).shape == (0,)
+    with pytest.raises(NetsorError, match=">= 0"):
+        variance_map(act, -1.0, 1.0, 0.0)
+    with pytest.raises(NetsorError, match="NaN"):
+        variance_map(act, np.nan, 1.0, 0.0)
+    assert fixed_point("tanh", 1.2, 0.1) == fixed_point(act, 1.2, 0.1)
+
+
+def test_fixed_point_divergence_is_always_an_error():
+    """ReLU: ``V(q) = σ_w² q/2 + σ_b²``. σ_w = 2 (q doubles) and σ_w = √2 with σ_b > 0 (q grows by
+    σ_b² per layer) diverge, as exp does; σ_w = √2, σ_b = 0: V(q) = q, the recursion stays at its
+    start; σ_w = 1.2, σ_b = 0.5: q* = 0.25/(1 − 0.72)."""
+    relu = activation("relu")
+    for sw, sb in [(2.0, 0.0), (np.sqrt(2.0), 0.1)]:
+        with pytest.raises(NetsorError, match="diverges"):
+            fixed_point(relu, sw, sb)
+    with pytest.raises(NetsorError, match="diverges"):
+        fixed_point("exp", 2.0, 0.0)
+    assert fixed_point(relu, np.sqrt(2.0), 0.0, start=3.0) == 3.0
+    assert np.isclose(fixed_point(relu, 1.2, 0.5), 0.25 / (1 - 0.72), rtol=1e-12)
+    assert jacobian_spectrum("relu", 2, 2.0).q_star == np.inf  # the law of φ'² does not depend on q

@@ -7,18 +7,22 @@ free projections), :func:`scipy.integrate.quad` for Gaussian expectations.
 import ast
 import inspect
 import warnings
+from fractions import Fraction
 from math import comb
 from pathlib import Path
 
+import mpmath
 import numpy as np
 import pytest
 from references import quad_expect
 from scipy import integrate, optimize
 
 from netsor.activations import activation
-from netsor.errors import HyperParameterError, InputError, NetsorError
+from netsor.errors import HyperParameterError, InputError, NetsorError, NumericalError
 from netsor.matrixlaws import (
+    DensityLaw,
     DiscreteLaw,
+    Factor,
     FussCatalan,
     MarchenkoPastur,
     Semicircle,
@@ -31,6 +35,8 @@ from netsor.matrixlaws import (
     free_multiplicative_convolution,
     jacobian_spectrum,
     moments_from_free_cumulants,
+    moments_from_s,
+    r_transform,
     s_transform,
 )
 from netsor.matrixlaws.numlaw import REFINE_TARGET
@@ -164,10 +170,11 @@ def test_first_two_moments_from_independent_chi(name, sw, sb, bracket):
 
 
 def test_relu_critical_law_independent_of_q_and_atom_at_zero():
-    """ReLU at σ_w = √2, σ_b = 0: every q is fixed (q* reported as nan), χ = 1, the law does not
-    depend on q0, and the product of the Bernoulli(½) D² laws keeps the atom ½ at 0."""
+    """ReLU at σ_w = √2, σ_b = 0: V(q) = q, every q is fixed (the recursion from q = 1 stays at 1),
+    χ = 1, the law does not depend on q0, and the product of the Bernoulli(½) D² laws keeps the atom
+    ½ at 0."""
     law = jacobian_spectrum("relu", 5, np.sqrt(2.0))
-    assert np.isnan(law.q_star)
+    assert law.q_star == 1.0
     assert np.isclose(law.chi, 1.0, rtol=1e-12)
     loc, mass = law.atoms
     assert np.allclose(loc, [0.0]) and np.allclose(mass, [0.5])
@@ -298,3 +305,182 @@ def test_no_private_names_across_modules():
                 assert not any(alias.name.startswith("_") for alias in node.names), (path.name, node.module)
             if isinstance(node, ast.Name):
                 assert node.id != "_KINKS", path.name
+
+
+# --------------------------------------------------- extreme arguments: transforms, moments, inputs
+
+def _mp_density_mp(lam, v):
+    """Marchenko–Pastur density in mpmath (30 digits), for the defining integral of G."""
+    a, b = v * (1 - mpmath.sqrt(lam)) ** 2, v * (1 + mpmath.sqrt(lam)) ** 2
+    return a, b, lambda t: mpmath.sqrt((b - t) * (t - a)) / (2 * mpmath.pi * v * lam * t)
+
+
+def _cauchy_by_quadrature(density, a, b, z, atom=0):
+    """``G(z) = ∫ ρ(t) dt/(z − t) + atom/z`` by mpmath's tanh-sinh quadrature at 30 digits, split at
+    ``Re z`` (where the integrand peaks when z is near the support)."""
+    with mpmath.workdps(30):
+        zz = mpmath.mpc(z)
+        points = [a, zz.real, b] if a < zz.real < b else [a, b]
+        return complex(mpmath.quad(lambda t: density(t) / (zz - t), points) + atom / zz)
+
+
+def _inverse(z):
+    """``1/z`` without overflow of ``|z|²`` (Python's complex division squares |z|)."""
+    scale = abs(z)
+    return (1 / (z / scale)) / scale
+
+
+MODERATE_Z = [3.0, -2.5, 0.5 + 0.1j, 0.5 - 0.1j, 0.5 + 1e-3j, 2.0j, -1.0 - 3.0j, 12.0 + 0.5j]
+LARGE_Z = [1e8, -1e8, 1e10, 1e100, -1e100, 1e10j, -1e10j, 1e8 * (1 + 1j), 1e200 - 1e199j]
+
+
+@pytest.mark.parametrize("v,c", [(1.0, 0.0), (2.5, -0.7)])
+def test_semicircle_cauchy_transform_has_full_relative_accuracy(v, c):
+    """Large |z|: ``G = 1/w + v/w³ + 2v²/w⁵ + …`` (``w = z − c``; the next term is below 1e−30 of
+    the first). Moderate z off the support, both half-planes and the real axis: the defining
+    integral with the semicircle density at 30 digits."""
+    law = Semicircle(v, c)
+    for z in LARGE_Z:
+        u = _inverse(z - c)
+        ref = u + v * u**3
+        assert abs(law.stieltjes(np.array([z]))[0] - ref) <= 1e-12 * abs(ref), z
+    r = 2 * mpmath.sqrt(v)
+    dens = lambda t: mpmath.sqrt(r * r - (t - c) ** 2) / (2 * mpmath.pi * v)  # noqa: E731
+    for z in MODERATE_Z + [c + float(r) + 0.01, c - float(r) - 1.0]:
+        if z.imag == 0 and abs(z - c) <= float(r):
+            continue
+        ref = _cauchy_by_quadrature(dens, c - r, c + r, z)
+        assert abs(law.stieltjes(np.array([z]))[0] - ref) <= 1e-12 * abs(ref), z
+
+
+@pytest.mark.parametrize("lam,v", [(0.5, 1.0), (2.0, 0.7)])
+def test_marchenko_pastur_cauchy_transform_has_full_relative_accuracy(lam, v):
+    """Large |z|: ``G = 1/z + m₁/z² + m₂/z³`` with ``m₁ = v``, ``m₂ = v²(1 + λ)``. Moderate z: the
+    defining integral of the density at 30 digits, plus the atom ``1 − 1/λ`` at 0 when λ > 1."""
+    law = MarchenkoPastur(lam, v)
+    for z in LARGE_Z:
+        u = _inverse(z)
+        ref = u + v * u**2 + v * v * (1 + lam) * u**3
+        assert abs(law.stieltjes(np.array([z]))[0] - ref) <= 1e-12 * abs(ref), z
+    a, b, dens = _mp_density_mp(lam, v)
+    atom = max(0.0, 1 - 1 / lam)
+    for z in MODERATE_Z + [-0.3, 1e-3j, float(b) + 0.01]:
+        if z.imag == 0 and float(a) <= z <= float(b):
+            continue
+        ref = _cauchy_by_quadrature(dens, a, b, z, atom)
+        assert abs(law.stieltjes(np.array([z]))[0] - ref) <= 1e-12 * abs(ref), z
+
+
+def test_marchenko_pastur_cauchy_transform_refuses_its_pole():
+    """λ ≥ 1: z = 0 is the atom's pole (or the x^(−1/2) edge); λ < 1: G(0) = −E[1/t] = −1/(v(1 − λ))."""
+    with pytest.raises(InputError, match="pole"):
+        MarchenkoPastur(2.0).stieltjes(np.zeros(1))
+    assert np.isclose(MarchenkoPastur(0.5, 2.0).stieltjes(np.zeros(1))[0], -1 / (2.0 * 0.5), rtol=1e-14)
+
+
+W_SMALL_TO_LARGE = np.array([0.0, 1e-12, 1e-8, 1e-6, 1e-2, 0.1, 0.3, -0.2, 0.1 - 0.2j, 5.0, 100.0])
+
+
+def test_r_and_s_transforms_in_closed_form():
+    """Semicircle ``R(w) = c + v w``; Marchenko–Pastur ``R(w) = v/(1 − vλw)`` (free cumulants
+    ``v^n λ^{n−1}``) and ``S(w) = 1/(v(1 + λw))``; Fuss–Catalan ``S(w) = (v(1 + w))^{−s}``; for
+    small and large w alike, and R(0) = m₁."""
+    w = W_SMALL_TO_LARGE
+    assert np.allclose(r_transform(Semicircle(), w), w, rtol=1e-15, atol=0)
+    assert np.allclose(r_transform(Semicircle(2.0, 0.5), w), 0.5 + 2.0 * w, rtol=1e-15, atol=0)
+    lam, v = 0.5, 1.5
+    mp = MarchenkoPastur(lam, v)
+    assert np.allclose(r_transform(mp, w), v / (1 - v * lam * w), rtol=1e-14, atol=0)
+    assert np.allclose(s_transform(mp, w), 1 / (v * (1 + lam * w)), rtol=1e-14, atol=0)
+    assert np.allclose(s_transform(FussCatalan(3, 0.8), w), (0.8 * (1 + w)) ** -3.0, rtol=1e-13, atol=0)
+    with pytest.raises(InputError, match="pole"):
+        r_transform(mp, np.array([1 / (v * lam)]))
+    with pytest.raises(InputError, match="pole"):
+        s_transform(mp, np.array([-1 / lam]))
+
+
+def test_r_transform_by_series_and_inversion():
+    """``μ = (δ₋₁ + δ₁)/2``: ``G(z) = z/(z² − 1)``, so ``R(w) = (√(1 + 4w²) − 1)/(2w) =
+    2w/(√(1 + 4w²) + 1)`` (the root with ``z ~ 1/w``), R(0) = 0: small w use the cumulant series,
+    larger w the Newton inversion of G."""
+    law = DiscreteLaw([-1.0, 1.0], [0.5, 0.5])
+    w = np.array([0.0, 1e-12, 1e-8, 1e-6, 1e-3, 0.05, 0.2, 0.35, -0.3, 0.1 + 0.05j])
+    assert np.allclose(r_transform(law, w), 2 * w / (np.sqrt(1 + 4 * w * w) + 1), rtol=1e-12, atol=0)
+
+
+def test_s_transform_by_series_and_inversion():
+    """``μ = (δ₁ + δ₂)/2``: ``ψ(u) = (u/(1 − u) + 2u/(1 − 2u))/2 = w`` is the quadratic
+    ``4(1 + w)u² − (6w + 3)u + 2w = 0``, whose root ``u ~ 2w/3`` gives
+    ``S(w) = 4(1 + w)/(6w + 3 + √(4w² + 4w + 9))``, S(0) = 2/3 = 1/m₁."""
+    law = DiscreteLaw([1.0, 2.0], [0.5, 0.5])
+    w = np.array([0.0, 1e-12, 1e-8, 1e-3, 0.1, 0.5, 1.0, 0.2j])
+    exact = 4 * (1 + w) / (6 * w + 3 + np.sqrt(4 * w * w + 4 * w + 9))
+    assert np.allclose(s_transform(law, w), exact, rtol=1e-12, atol=0)
+
+
+def test_r_transform_without_inverse_is_an_error():
+    """Uniform law on [0, 1]: ``G(z) = log(z/(z − 1))`` has ``|Im G| < π``, so ``G(z) = 100i`` has no
+    solution and ``R(100i)`` does not exist; R(0.1) = e^{0.1}/(e^{0.1} − 1) − 10."""
+    law = DensityLaw(lambda x: np.ones_like(x), (0.0, 1.0))
+    assert np.isclose(r_transform(law, np.array([0.1]))[0], np.exp(0.1) / np.expm1(0.1) - 10, rtol=1e-12)
+    with pytest.raises(NumericalError, match="no solution"):
+        r_transform(law, np.array([100j]))
+
+
+def _first_beyond_float(values):
+    """Index (from 1) of the first exact integer or fraction in ``values`` above the largest float."""
+    top = Fraction(np.finfo(float).max)
+    return next(j for j, x in enumerate(values, start=1) if x > top)
+
+
+def test_moments_are_exact_or_refused_beyond_float64():
+    """Catalan numbers, Narayana sums and binomial expansions computed exactly (Python integers and
+    fractions); the first moment beyond the float64 range is named in the error."""
+    catalan = [comb(2 * j, j) // (j + 1) for j in range(1, 600)]
+    m = MarchenkoPastur(1.0).moments(500)
+    assert np.allclose(m, [float(c) for c in catalan[:500]], rtol=1e-12, atol=0)
+    first = _first_beyond_float(catalan)
+    with pytest.raises(NumericalError, match=f"m_{first} is beyond"):
+        MarchenkoPastur().moments(1000)
+    sc = Semicircle(4.0).moments(400)  # m_{2j} = 4^j Catalan(j): beyond float64 from 2j = 2·first' on
+    assert np.allclose(sc[1::2], [float(4**j * catalan[j - 1]) for j in range(1, 201)], rtol=1e-14, atol=0)
+    with pytest.raises(NumericalError, match="m_2 is beyond"):
+        MarchenkoPastur(variance=1e300).moments(3)
+    with pytest.raises(NumericalError, match="m_2 is beyond"):
+        Semicircle(center=1e300).moments(4)
+    lam = Fraction(1e-3)  # the float's exact value
+    n = 600  # m_600 of MP(1e−3) is ~1e16 although the Narayana numbers exceed 1e300
+    exact = sum(comb(n, r) * comb(n, r - 1) // n * lam ** (r - 1) for r in range(1, n + 1))
+    assert np.isclose(MarchenkoPastur(1e-3).moments(n)[-1], float(exact), rtol=1e-11, atol=0)
+    v, c = Fraction(1e-6), Fraction(1)
+    n = 1200  # Semicircle(1e−6, center 1): m_n = Σ_j C(n, 2j) Catalan(j) v^j c^{n−2j} ≈ e^{n v}…
+    exact = sum(comb(n, 2 * j) * (comb(2 * j, j) // (j + 1)) * v**j * c ** (n - 2 * j) for j in range(n // 2 + 1))
+    assert np.isclose(Semicircle(1e-6, 1.0).moments(n)[-1], float(exact), rtol=1e-12, atol=0)
+
+
+def test_constant_density_is_broadcast_and_shapes_are_checked():
+    """ρ = 1 on [0, 1]: moments 1/2, 1/3; a density returning the wrong shape is refused."""
+    law = DensityLaw(lambda x: 1.0, (0, 1))
+    assert np.allclose(law.moments(2), [1 / 2, 1 / 3], rtol=1e-13)
+    assert np.array_equal(law.density(np.array([0.5, 2.0])), [1.0, 0.0])
+    with pytest.raises(InputError, match="vectorised"):
+        DensityLaw(lambda x: np.ones(3), (0, 1))
+
+
+@pytest.mark.parametrize("call,kind,needle", [
+    (lambda: Factor(MarchenkoPastur(), power=0), HyperParameterError, "Factor power"),
+    (lambda: free_cumulants("ab"), InputError, "real numbers"),
+    (lambda: free_cumulants(np.array([])), InputError, "empty"),
+    (lambda: moments_from_s(np.array([])), InputError, "empty"),
+    (lambda: moments_from_s(np.array([0.0, 1.0])), InputError, "non-zero"),
+    (lambda: moments_from_free_cumulants(np.array([np.nan])), InputError, "NaN"),
+    (lambda: jacobian_spectrum("tanh", 2, 1e-300), HyperParameterError, "sigma_w must"),
+    (lambda: jacobian_spectrum("tanh", 2, 1e300), HyperParameterError, "sigma_w must"),
+    (lambda: jacobian_spectrum("tanh", 2, 1.0, 1e300), HyperParameterError, "sigma_b must"),
+    (lambda: jacobian_spectrum("tanh", 2, 1e-20), HyperParameterError, "upper edge"),
+    (lambda: jacobian_spectrum("tanh", 2, 1.0, q0=1e300), HyperParameterError, "smaller q0"),
+    (lambda: MarchenkoPastur(1e300, 1e10), HyperParameterError, "too large for float64"),
+])
+def test_extreme_inputs_are_named_errors(call, kind, needle):
+    with pytest.raises(kind, match=needle):
+        call()

@@ -211,3 +211,15 @@ def test_haar_orthogonal_follows_the_seed_policy():
     np.testing.assert_array_equal(haar_orthogonal(6, 4), haar_orthogonal(6, np.random.SeedSequence(4)))
     with pytest.raises(netsor.HyperParameterError, match="n must be"):
         haar_orthogonal(0)
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda: netsor.matrixlaws.haar_orthogonal(10**6), "smaller n"),  # 3 × 8 TB
+    (lambda: MarchenkoPastur(ratio=1e-12).sample_matrix(10), "larger ratio"),  # 10¹³ × 10 entries
+    (lambda: Semicircle().sample_matrix(10**7), "smaller n"),
+    (lambda: w1_distance(np.array([0.1, 0.2]), Semicircle(), resolution=10**13), "smaller resolution"),
+    (lambda: empirical_jacobian_spectrum("tanh", 2, 1.0, width=10**7), "smaller width"),
+])
+def test_impossible_allocations_are_refused_before_they_start(call, needle):
+    with pytest.raises(netsor.NetsorError, match=needle):
+        call()

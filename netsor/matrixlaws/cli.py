@@ -21,7 +21,7 @@ from netsor.activations import activation as resolve_activation
 from netsor.errors import HyperParameterError
 from netsor.matrixlaws.empirical import empirical_jacobian_spectrum, moment_table
 from netsor.matrixlaws.esd import esd
-from netsor.matrixlaws.jacobian import WEIGHT_KINDS, jacobian_spectrum
+from netsor.matrixlaws.jacobian import SIGMA_W_RANGE, WEIGHT_KINDS, jacobian_spectrum
 from netsor.matrixlaws.laws import MarchenkoPastur, Semicircle
 from netsor.validate import check_choice, check_count, check_real
 
@@ -55,12 +55,13 @@ class CountType(click.ParamType):
 
 
 class RealType(click.ParamType):
-    """A finite real option ``≥ minimum`` (``> minimum`` when ``strict``)."""
+    """A finite real option ``≥ minimum`` (``> minimum`` when ``strict``) and ``≤ maximum``."""
 
     name = "number"
 
-    def __init__(self, minimum: float | None = None, strict: bool = False) -> None:
-        self.minimum, self.strict = minimum, strict
+    def __init__(self, minimum: float | None = None, strict: bool = False,
+                 maximum: float | None = None) -> None:
+        self.minimum, self.strict, self.maximum = minimum, strict, maximum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         what = _option_name(param)
@@ -69,7 +70,7 @@ class RealType(click.ParamType):
                 value = float(value.strip())
             except ValueError:
                 raise HyperParameterError(f"{what} must be a number, got {value!r}") from None
-        return check_real(value, what, minimum=self.minimum, strict=self.strict)
+        return check_real(value, what, minimum=self.minimum, strict=self.strict, maximum=self.maximum)
 
 
 class ChoiceType(click.ParamType):
@@ -129,9 +130,10 @@ def _pyplot():
 @click.option("--depth", type=CountType(1), default=8, show_default=True, help="Layers L >= 1.")
 @click.option("--weights", type=ChoiceType(WEIGHT_KINDS), default="gaussian", show_default=True,
               help=f"Weight law: {', '.join(WEIGHT_KINDS)}.")
-@click.option("--sigma-w", type=RealType(0.0, strict=True), default=1.0, show_default=True,
-              help="Weight std σ_w > 0.")
-@click.option("--sigma-b", type=RealType(0.0), default=0.0, show_default=True, help="Bias std σ_b >= 0.")
+@click.option("--sigma-w", type=RealType(SIGMA_W_RANGE[0], maximum=SIGMA_W_RANGE[1]), default=1.0,
+              show_default=True, help=f"Weight std σ_w in [{SIGMA_W_RANGE[0]:g}, {SIGMA_W_RANGE[1]:g}].")
+@click.option("--sigma-b", type=RealType(0.0, maximum=SIGMA_W_RANGE[1]), default=0.0, show_default=True,
+              help=f"Bias std σ_b in [0, {SIGMA_W_RANGE[1]:g}].")
 @click.option("--q0", type=RealType(0.0), default=None, help="Input second moment >= 0 (default: q*).")
 @click.option("--width", type=CountType(1, MAX_SIZE), default=1000, show_default=True,
               help=f"Width of the finite networks (at most {MAX_SIZE}).")
@@ -152,14 +154,17 @@ def spectrum_command(activation: str, depth: int, weights: str, sigma_w: float, 
     x, rho = law.grid
     spec = esd(ev)
     pred = law.moments(4)
-    click.echo(f"q* = {law.q_star:.10g}   chi = {law.chi:.10g}   chi^L = "
-               f"{np.prod(law.chi_layers):.10g}")
+    q_star = (f"{law.q_star:.10g}" if np.isfinite(law.q_star)
+              else "none (the variance recursion diverges; this law does not depend on q)")
+    click.echo(f"q* = {q_star}   chi = {law.chi:.10g}   chi^L = {np.prod(law.chi_layers):.10g}")
     if samples >= 2:
         emp, se = moment_table(ev)
+        spread = [f" ± {v:.2g}" for v in se]
     else:
-        emp, se = spec.moments(4), np.full(4, np.nan)
+        emp, spread = spec.moments(4), [""] * 4
+        click.echo("one network: no standard errors (they need --samples >= 2)")
     for k in range(4):
-        click.echo(f"m{k + 1}: predicted {pred[k]:.6g}   empirical {emp[k]:.6g} ± {se[k]:.2g}")
+        click.echo(f"m{k + 1}: predicted {pred[k]:.6g}   empirical {emp[k]:.6g}{spread[k]}")
     loc, mass = law.atoms
     for a, m in zip(loc, mass, strict=True):
         click.echo(f"atom at {a:.6g}: mass {m:.6g}")
@@ -186,18 +191,19 @@ def spectrum_command(activation: str, depth: int, weights: str, sigma_w: float, 
 @click.command("laws")
 @click.option("--size", type=CountType(2, MAX_SIZE), default=1000, show_default=True,
               help=f"Matrix size n (2..{MAX_SIZE}).")
-@click.option("--ratio", type=RealType(0.0, strict=True), default=0.5, show_default=True,
-              help="Marchenko–Pastur aspect ratio λ > 0.")
+@click.option("--ratio", type=RealType(0.0, strict=True, maximum=MAX_SIZE), default=0.5, show_default=True,
+              help=f"Marchenko–Pastur aspect ratio λ in (0, {MAX_SIZE}], at most --size.")
 @click.option("--seed", type=CountType(0), default=0, show_default=True, help="Seed (integer >= 0).")
 @click.option("--out", type=DirectoryType(), default=".", show_default=True,
               help="Directory for the PNG (created if missing).")
 def laws_command(size: int, ratio: float, seed: int, out: Path) -> None:
     """Semicircle and Marchenko–Pastur laws against sampled matrices (PNG + distances)."""
     laws = [Semicircle(1.0), MarchenkoPastur(ratio, 1.0)]
-    if round(size / ratio) > MAX_SIZE:
+    rows = round(size / ratio)
+    if not 1 <= rows <= MAX_SIZE:
         raise HyperParameterError(
-            f"--size / --ratio = {size / ratio:.6g} rows for the Marchenko–Pastur sample exceeds "
-            f"{MAX_SIZE}; use a larger --ratio or a smaller --size")
+            f"--size / --ratio = {size / ratio:.6g} rows for the Marchenko–Pastur sample is outside "
+            f"[1, {MAX_SIZE}]; use a --ratio between {size / MAX_SIZE:.6g} and {size} (or change --size)")
     spectra = [np.linalg.eigvalsh(law.sample_matrix(size, seed)) for law in laws]
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

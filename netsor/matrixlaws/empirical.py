@@ -23,6 +23,7 @@ from threadpoolctl import ThreadpoolController
 from netsor.activations import Activation
 from netsor.errors import HyperParameterError, InputError
 from netsor.matrixlaws.jacobian import check_network, layer_variances, width_profile
+from netsor.matrixlaws.laws import check_memory
 from netsor.validate import Seed, check_count, generator, real_array, seed_sequence
 
 Array = np.ndarray
@@ -41,6 +42,7 @@ def haar_orthogonal(n: int, seed: Seed = 0) -> Array:
     slower at ``n = 2000`` on the reference machines.
     """
     n = check_count(n, "matrix size n", minimum=1)
+    check_memory(3 * n * n, f"haar_orthogonal({n}) (a Gaussian matrix and its QR factors)", "use a smaller n")
     q, r = linalg.qr(generator(seed).standard_normal((n, n)))
     return q * np.sign(np.diag(r))
 
@@ -78,6 +80,8 @@ def empirical_jacobian_spectrum(activation: str | Activation, depth: int, sigma_
     if weights == "orthogonal" and not np.allclose(ratios, 1.0):
         raise HyperParameterError("orthogonal weights need equal widths; drop width_ratios")
     n = np.maximum(1, np.round(width * ratios).astype(int))
+    check_memory(5 * int(n.max()) ** 2, f"a network of width {int(n.max())} (its weights, Jacobian and "
+                 "their products)", "use a smaller width")
     _, _, m0 = layer_variances(act, depth, sigma_w, sigma_b, q0)
     streams = seed_sequence(seed).spawn(samples)
     out = np.empty((samples, n[-1]))

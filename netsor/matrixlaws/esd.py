@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from netsor.errors import InputError, NetsorError
-from netsor.matrixlaws.laws import SpectralLaw
+from netsor.matrixlaws.laws import SpectralLaw, check_memory
 from netsor.validate import check_count, real_array
 
 Array = np.ndarray
+#: Float64 arrays of the size of the evaluation grid that :func:`w1_distance` holds at once (a bound).
+_W1_ARRAYS = 16
 
 
 class EmpiricalSpectrum:
@@ -121,6 +123,8 @@ def w1_distance(spectrum: EmpiricalSpectrum | Array, law: SpectralLaw, resolutio
         table = law.cdf_table()[0]
     except NetsorError:  # laws with a closed-form cdf and no table
         table = np.zeros(0)
+    check_memory(_W1_ARRAYS * (ev.size + table.size + resolution), f"w1_distance with resolution={resolution}",
+                 "use a smaller resolution (the default 20000 is plenty)")
     pts = np.unique(np.concatenate([ev, law.atoms[0], table, np.linspace(lo, hi, resolution)]))
     fn = spectrum.cdf(pts[:-1])  # constant on [t_j, t_{j+1})
     a = fn - law.cdf(pts[:-1])

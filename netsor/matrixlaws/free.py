@@ -38,15 +38,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
+from netsor.errors import HyperParameterError, InputError, NumericalError, UnsupportedError
 from netsor.matrixlaws import series
-from netsor.matrixlaws.laws import DiscreteLaw, FussCatalan, MarchenkoPastur, SpectralLaw
+from netsor.matrixlaws.laws import (
+    DiscreteLaw,
+    FussCatalan,
+    MarchenkoPastur,
+    Semicircle,
+    SpectralLaw,
+    finite_moments,
+)
 from netsor.matrixlaws.numlaw import SolvedLaw
 from netsor.validate import check_count, check_real, complex_array, real_array
 
 Array = np.ndarray
 LogS = Callable[[Array, float, Array], tuple[Array, Array]]
-_N_MOMENTS = 8
+#: Range of the upper support edge of a free product that the solver accepts (its starting point
+#: sums moments over powers of z up to z^4, and the support is probed on a grid down to 1e−290 of it).
+EDGE_RANGE = (1e-60, 1e60)
+#: Moments used by the series of the R- and S-transforms near 0.
+_SERIES_TERMS = 24
+#: A series is used where its last terms are below this fraction of the sum of its terms' moduli.
+_SERIES_TOLERANCE = 1e-16
 _NEWTON_TOLERANCE = 1e-8
 _NEWTON_ITERATIONS = 6
 _SIGN_SLACK = 1e-9
@@ -64,51 +77,112 @@ def _wrap(phase: Array) -> Array:
 
 
 def cauchy_transform(law: SpectralLaw, z: Array) -> Array:
-    """``G_μ(z) = ∫ dμ(t)/(z − t)`` for ``Im z > 0`` (same shape as ``z``)."""
+    """``G_μ(z) = ∫ dμ(t)/(z − t)`` (same shape as ``z``): ``law.stieltjes(z)``. Closed-form laws
+    accept any ``z`` off the support (see :mod:`netsor.matrixlaws.laws`), others ``Im z > 0``."""
     return law.stieltjes(z)
 
 
-def _check_small(w: Array, name: str) -> Array:
-    return complex_array(w, f"{name} argument")
+def _explicit_r(law: SpectralLaw) -> Callable[[Array], Array] | None:
+    """The R-transform in closed form, for all ``w`` (its analytic continuation), or None."""
+    if isinstance(law, Semicircle):
+        return lambda w: law.center + law.variance * w
+    if isinstance(law, MarchenkoPastur):
+        v, lam = law.variance, law.ratio
+        return lambda w: v / (1.0 - v * lam * w)
+    return None
+
+
+def _series_terms(law: SpectralLaw) -> int:
+    """How many moments the series of the transforms use: ``_SERIES_TERMS``, fewer when
+    ``(max |t|)^k`` would leave the float64 range."""
+    lo, hi = law.support
+    decades = abs(np.log10(max(abs(lo), abs(hi), 1e-300)))
+    return int(np.clip(250.0 / max(decades, 1.0), 2, _SERIES_TERMS))
+
+
+def _sum_series(coeffs: Array, w: Array) -> tuple[Array, Array]:
+    """``Σ_n c_n w^n`` and whether it has converged there: its last four terms are below
+    ``_SERIES_TOLERANCE`` of the sum of the absolute values of all its terms."""
+    terms = coeffs * w[..., None] ** np.arange(coeffs.size)
+    size = np.sum(np.abs(terms), axis=-1)
+    tail = np.sum(np.abs(terms[..., -4:]), axis=-1) if coeffs.size > 4 else np.full(w.shape, np.inf)
+    return np.sum(terms, axis=-1), tail <= _SERIES_TOLERANCE * size
 
 
 def _invert(fn: Callable[[Array], Array], target: Array, start: Array, what: str) -> Array:
-    """Newton solve of ``fn(x) = target`` from ``start`` (complex-step derivative)."""
+    """Newton solve of ``fn(x) = target`` from ``start`` (central-difference derivative); the
+    result is checked (finite, ``|fn(x) − target| ≤ 1e−10 |target|``)."""
     x = start.astype(complex)
-    for _ in range(60):
-        h = 1e-7 * np.maximum(np.abs(x), 1e-3)
-        f = fn(x) - target
-        d = (fn(x + h) - fn(x - h)) / (2 * h)
-        step = f / d
-        x = x - step
-        if np.all(np.abs(step) <= 1e-13 * np.maximum(np.abs(x), 1.0)):
-            return x
-    raise NumericalError(f"{what}: Newton inversion did not converge; use a smaller argument")
+    with np.errstate(all="ignore"):
+        for _ in range(60):
+            h = 1e-7 * np.maximum(np.abs(x), 1e-3)
+            step = (fn(x) - target) / ((fn(x + h) - fn(x - h)) / (2 * h))
+            x = x - step
+            if not np.all(np.isfinite(x)) or np.all(np.abs(step) <= 1e-13 * np.maximum(np.abs(x), 1.0)):
+                break
+        ok = np.isfinite(x) & (np.abs(fn(np.where(np.isfinite(x), x, 1.0)) - target) <= 1e-10 * np.abs(target))
+    if not np.all(ok):
+        bad = target[~ok][0]
+        raise NumericalError(f"{what}: no solution of the inversion found at argument {bad:.6g}: the "
+                             "transform is defined near 0 only (where G is invertible at infinity); use an "
+                             "argument of smaller modulus")
+    return x
 
 
 def r_transform(law: SpectralLaw, w: Array) -> Array:
-    """R-transform ``R(w) = G⁻¹(w) − 1/w`` near ``w = 0`` (same shape as ``w``).
+    """R-transform ``R(w) = G⁻¹(w) − 1/w = Σ_n κ_n w^{n−1}`` (same shape as ``w``; ``R(0) = m₁``).
 
-    Computed by Newton inversion of ``G`` (started from the cumulant series), so
-    ``w`` must lie in the domain where ``G`` is invertible: ``|w|`` small compared
-    with ``1/(support radius)``; complex ``w`` with ``Im w < 0`` is the safe side.
+    Closed form where known (semicircle ``c + v w``, Marchenko–Pastur ``v/(1 − vλw)``: their
+    analytic continuations, for any ``w`` but the latter's pole). Otherwise the free-cumulant
+    series (24 terms) where it has converged to rounding — near 0, where ``G⁻¹(w) − 1/w`` would
+    cancel — and elsewhere Newton inversion of ``G`` started from the series, which exists only
+    for ``|w|`` small compared with ``1/max|t|`` (else :class:`~netsor.errors.NumericalError`).
     """
-    ww = _check_small(w, "r_transform")
-    k = series.free_cumulants(law.moments(_N_MOMENTS))
-    guess = np.polyval(k[::-1][-4:], ww) + 1.0 / ww  # z ≈ 1/w + κ₁ + κ₂ w + κ₃ w²
-    z = _invert(law.stieltjes, ww, guess, "r_transform")
-    return z - 1.0 / ww
+    ww = complex_array(w, "r_transform argument w")
+    closed = _explicit_r(law)
+    if closed is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = closed(ww)
+        if not np.all(np.isfinite(r)):
+            raise InputError(f"w = {ww[~np.isfinite(r)][0]:.6g} is a pole of the R-transform of {law!r}; "
+                             "pass another w")
+        return r
+    kappa = series.free_cumulants(law.moments(_series_terms(law)))
+    r, ok = _sum_series(kappa, ww)
+    if not np.all(ok):
+        far = ww[~ok]
+        z = _invert(law.stieltjes, far, 1.0 / far + r[~ok], f"r_transform of {law!r}")
+        r[~ok] = z - 1.0 / far
+    return r
 
 
 def s_transform(law: SpectralLaw, w: Array) -> Array:
-    """S-transform ``S(w) = χ(w)(1 + w)/w`` near ``w = 0`` (same shape as ``w``), for laws with
-    non-zero mean; Newton inversion of ``ψ(u) = G(1/u)/u − 1`` started from its series."""
-    ww = _check_small(w, "s_transform")
-    m = law.moments(_N_MOMENTS)
-    s = series.s_from_moments(m)
-    guess = ww * np.polyval(s[:3][::-1], ww) / (1.0 + ww)
-    u = _invert(lambda uu: law.stieltjes(1.0 / uu) / uu - 1.0, ww, guess, "s_transform")
-    return u * (1.0 + ww) / ww
+    """S-transform ``S(w) = χ(w)(1 + w)/w`` (same shape as ``w``; ``S(0) = 1/m₁``), for laws with
+    non-zero mean.
+
+    Closed form where known (Marchenko–Pastur ``1/(v(1 + λw))``, Fuss–Catalan
+    ``(v(1 + w))^{−s}``, two-point laws with an atom at 0): for any ``w`` but their poles.
+    Otherwise the series of ``S`` (24 terms) where it has converged to rounding — near 0, where
+    ``ψ(u) = G(1/u)/u − 1`` would cancel — and elsewhere Newton inversion of ``ψ`` started
+    from the series (:class:`~netsor.errors.NumericalError` where it has no solution).
+    """
+    ww = complex_array(w, "s_transform argument w")
+    log_s = _explicit_log_s(law)
+    if log_s is not None:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            s = np.exp(log_s(ww, 1.0, ww)[0])
+        if not np.all(np.isfinite(s)):
+            raise InputError(f"w = {ww[~np.isfinite(s)][0]:.6g} is a pole of the S-transform of {law!r}; "
+                             "pass another w")
+        return s
+    coeffs = series.s_from_moments(law.moments(_series_terms(law)))
+    s, ok = _sum_series(coeffs, ww)
+    if not np.all(ok):
+        far = ww[~ok]
+        start = far * s[~ok] / (1.0 + far)
+        u = _invert(lambda uu: law.stieltjes(1.0 / uu) / uu - 1.0, far, start, f"s_transform of {law!r}")
+        s[~ok] = u * (1.0 + far) / far
+    return s
 
 
 # --------------------------------------------------------------------------- ⊠
@@ -149,7 +223,8 @@ def _point_mass(law: SpectralLaw) -> float | None:
 
 @dataclass(frozen=True)
 class Factor:
-    """One factor ``μ`` of a free product, entering as ``S_μ(κ z)^power``.
+    """One factor ``μ`` of a free product, entering as ``S_μ(κ z)^power`` (``power ≥ 1``: leave out
+    a factor that should not enter).
 
     ``kappa ≠ 1`` arises for rectangular matrices (changes of normalisation);
     plain free multiplicative convolution uses ``kappa = 1``.
@@ -162,7 +237,7 @@ class Factor:
     def __post_init__(self) -> None:
         if not isinstance(self.law, SpectralLaw):
             raise HyperParameterError(f"a Factor needs a SpectralLaw, got {type(self.law).__name__}")
-        object.__setattr__(self, "power", check_count(self.power, "Factor power", minimum=0))
+        object.__setattr__(self, "power", check_count(self.power, "Factor power", minimum=1))
         object.__setattr__(self, "kappa", check_real(self.kappa, "Factor kappa", minimum=0.0,
                                                      strict=True))
 
@@ -234,8 +309,6 @@ class FreeProductLaw(SolvedLaw):
                     "below 0")
             if f.law.mean <= 0:
                 raise HyperParameterError(f"{f.law!r} has mean 0: its S-transform is undefined")
-            if f.power == 0:
-                continue
             a = _point_mass(f.law)
             log_s = _explicit_log_s(f.law)
             if a is not None:
@@ -255,9 +328,15 @@ class FreeProductLaw(SolvedLaw):
         # zG → (mass at 0) as z → 0: the solver's unknown is δ = zG − zero_mass
         self._zero_mass = float(np.sum(self._atoms[1][self._atoms[0] == 0.0]))
         self.smoothed_points = 0  # points where only the ε = 1e−4 x₊ continuation converged
-        powers = [f.power for f in self.factors if f.power] or [1]
+        powers = [f.power for f in self.factors]
         self._max_correction = min(_MAX_CORRECTION, 0.5 * np.pi / max(powers))
         self._upper = self._upper_edge()
+        if not EDGE_RANGE[0] <= self._upper <= EDGE_RANGE[1]:
+            raise HyperParameterError(
+                f"{FreeProductLaw.__repr__(self)}: the upper edge of the support, {self._upper:.3g}, is "
+                f"outside [{EDGE_RANGE[0]:g}, {EDGE_RANGE[1]:g}], where the solver's powers of z stay within "
+                "float64; rescale the factors (for a Jacobian spectrum: sigma_w closer to its critical "
+                "value, or a smaller depth)")
         self._lower = self._lower_edge()
 
     def __repr__(self) -> str:
@@ -272,11 +351,12 @@ class FreeProductLaw(SolvedLaw):
         k = self._moment_check(k)
         s = np.zeros(k)
         s[0] = 1.0
-        for f in self.factors:
-            sf = series.scale_argument(series.s_from_moments(f.law.moments(k)), f.kappa)
-            for _ in range(f.power):
-                s = np.convolve(s, sf)[:k]
-        return series.moments_from_s(s)
+        with np.errstate(all="ignore"):  # overflow: refused below
+            for f in self.factors:
+                sf = series.scale_argument(series.s_from_moments(f.law.moments(k)), f.kappa)
+                for _ in range(f.power):
+                    s = np.convolve(s, sf)[:k]
+            return finite_moments(self, series.moments_from_s(s))
 
     # ---- the equations
     @staticmethod
@@ -502,7 +582,7 @@ class FreeProductLaw(SolvedLaw):
         is that discrete rule rescaled: nothing smooths it into a density."""
         if self._explicit or len(self._implicit) != 1 or self._implicit[0].power != 1:
             return None
-        law = next(f.law for f in self.factors if f.power and _point_mass(f.law) is None)
+        law = next(f.law for f in self.factors if _point_mass(f.law) is None)
         return (f"{self!r} is {law!r} times a constant: that law is known only through "
                 f"{self._implicit[0].nodes.size} nodes (Gauss quadrature nodes and atoms), and no free "
                 "convolution spreads them, so it has no density or cdf here (its moments are exact); e.g. a depth-1 "
@@ -571,7 +651,8 @@ class FreeSumLaw(SolvedLaw):
     def moments(self, k: int) -> Array:
         k = self._moment_check(k)
         kappa = series.free_cumulants(self.mu.moments(k)) + series.free_cumulants(self.nu.moments(k))
-        return series.moments_from_free_cumulants(kappa)
+        with np.errstate(all="ignore"):  # overflow: refused below
+            return finite_moments(self, series.moments_from_free_cumulants(kappa))
 
     def _support_bounds(self) -> tuple[float, float]:
         (a, b), (c, d) = self.mu.support, self.nu.support

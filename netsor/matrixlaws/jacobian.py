@@ -31,7 +31,7 @@ from scipy import optimize, special
 
 from netsor.activations import Activation
 from netsor.activations import activation as resolve_activation
-from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
+from netsor.errors import HyperParameterError, InputError, NumericalError, UnsupportedError
 from netsor.gaussian import expect_1d, gaussian_rule
 from netsor.matrixlaws.free import Factor, FreeProductLaw
 from netsor.matrixlaws.gauss import gauss_rule
@@ -40,6 +40,8 @@ from netsor.validate import check_choice, check_count, check_real, check_sigma, 
 
 Array = np.ndarray
 WEIGHT_KINDS = ("gaussian", "orthogonal")
+#: Accepted weight standard deviations (``σ_w²`` is a normal float64); ``σ_b`` is at most the upper bound.
+SIGMA_W_RANGE = (1e-150, 1e150)
 GAUSS_NODES = 48
 #: Largest variance the fixed-point search looks at; beyond it the recursion diverges.
 Q_MAX = 1e12
@@ -70,7 +72,14 @@ def check_network(activation: object, depth: object, sigma_w: object, sigma_b: o
     sigma_w = check_sigma(sigma_w, "sigma_w")
     if sigma_w == 0.0:
         raise HyperParameterError("sigma_w must be > 0: with sigma_w = 0 the Jacobian is 0")
+    if not SIGMA_W_RANGE[0] <= sigma_w <= SIGMA_W_RANGE[1]:
+        raise HyperParameterError(
+            f"sigma_w must lie in [{SIGMA_W_RANGE[0]:g}, {SIGMA_W_RANGE[1]:g}] (its square, the weight "
+            f"variance, must be a normal float64), got {sigma_w!r}")
     sigma_b = check_sigma(sigma_b, "sigma_b")
+    if sigma_b > SIGMA_W_RANGE[1]:
+        raise HyperParameterError(f"sigma_b must be at most {SIGMA_W_RANGE[1]:g} (its square is a variance), "
+                                  f"got {sigma_b!r}")
     weights = check_choice(weights, "weights", WEIGHT_KINDS)
     q0 = None if q0 is None else check_real(q0, "q0 (input second moment)", minimum=0.0)
     return act, depth, sigma_w, sigma_b, weights, q0
@@ -95,9 +104,25 @@ def is_homogeneous(act: Activation) -> bool:
     return bool(np.allclose(act.deriv(x), act.deriv(3.7 * x), rtol=0, atol=1e-14))
 
 
-def variance_map(act: Activation, q: float | Array, sigma_w: float, sigma_b: float) -> float | Array:
-    """``σ_w² E φ(√q Z)² + σ_b²`` (elementwise over an array of ``q``)."""
-    value = sigma_w**2 * expect_1d(lambda h: act.fn(h) ** 2, q, features(act)) + sigma_b**2
+def _map_arguments(activation: str | Activation, q: float | Array, sigma_w: float,
+                   sigma_b: float) -> tuple[Activation, Array, float, float]:
+    """The arguments of the variance map, validated: an activation (name or object), variances
+    ``q ≥ 0`` (finite, any shape) and the standard deviations ``σ_w, σ_b ≥ 0``."""
+    act = resolve_activation(activation)
+    qq = real_array(q, "q (pre-activation variance)")
+    if np.any(qq < 0):
+        raise InputError(f"q (pre-activation variance) must be >= 0, got {float(qq[qq < 0].flat[0])!r}")
+    return act, qq, check_sigma(sigma_w, "sigma_w"), check_sigma(sigma_b, "sigma_b")
+
+
+def variance_map(activation: str | Activation, q: float | Array, sigma_w: float,
+                 sigma_b: float) -> float | Array:
+    """``σ_w² E φ(√q Z)² + σ_b²`` (elementwise over an array of ``q ≥ 0``, any shape, possibly
+    empty); ``activation`` a name or an :class:`~netsor.activations.Activation`."""
+    act, qq, sigma_w, sigma_b = _map_arguments(activation, q, sigma_w, sigma_b)
+    if qq.size == 0:
+        return qq.copy()
+    value = sigma_w**2 * expect_1d(lambda h: act.fn(h) ** 2, qq, features(act)) + sigma_b**2
     return float(value) if np.ndim(value) == 0 else value
 
 
@@ -119,7 +144,7 @@ def _root(gap, lo: float, hi: float) -> float:
                              f"[{lo:.6g}, {hi:.6g}]: {exc}") from None
 
 
-def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 1.0) -> float:
+def fixed_point(activation: str | Activation, sigma_w: float, sigma_b: float, start: float = 1.0) -> float:
     """The fixed point ``q*`` of the variance map ``V`` that the recursion reaches from ``start``.
 
     ``V`` increases with ``q`` for the usual activations, so the recursion moves monotonically
@@ -130,18 +155,23 @@ def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 
     ``q* = 0``, however slowly the recursion gets there (tanh at ``σ_w = 1``: ``q_l ~ 1/(2l)``;
     hard-tanh at ``σ_w = 1``, whose map is the identity up to ``O(e^{−1/(2q)})``).
 
-    Positively homogeneous activations with ``σ_b = 0`` have the linear map ``q ↦ c q``:
-    ``q* = 0`` if ``c < 1``, ``nan`` (every ``q`` is fixed) if ``c = 1``, ``inf`` if ``c > 1``; with
-    ``σ_b > 0``, ``σ_b²/(1 − c)`` or ``inf``. Otherwise a recursion that grows past ``Q_MAX``
-    raises :class:`~netsor.errors.HyperParameterError`.
+    Positively homogeneous activations have the affine map ``q ↦ c q + σ_b²``: ``q* = σ_b²/(1 − c)``
+    if ``c < 1``; if ``c = 1`` and ``σ_b = 0`` every ``q`` is fixed and the recursion stays at
+    ``q* = start``. A recursion that diverges (``c > 1``, or ``c = 1`` with ``σ_b > 0``, or any
+    activation growing past ``Q_MAX``) raises :class:`~netsor.errors.HyperParameterError`.
+    ``activation`` is a name or an :class:`~netsor.activations.Activation`.
     """
+    act, _, sigma_w, sigma_b = _map_arguments(activation, 1.0, sigma_w, sigma_b)
     start = check_real(start, "start", minimum=0.0, strict=True)
+    diverges = HyperParameterError(
+        f"the variance recursion of {act.name} diverges at sigma_w={sigma_w}, sigma_b={sigma_b}: no fixed "
+        f"point q* below {Q_MAX:g}; pass q0 (and a finite depth)")
     if is_homogeneous(act):
         c = variance_map(act, 1.0, sigma_w, 0.0)
-        if abs(c - 1.0) < 1e-12:
-            return float("nan") if sigma_b == 0 else float("inf")
-        if c > 1.0:
-            return float("inf")
+        if abs(c - 1.0) < 1e-12 and sigma_b == 0:
+            return start
+        if c >= 1.0 - 1e-12:
+            raise diverges
         return sigma_b**2 / (1.0 - c)
     gap = lambda v: variance_gap(act, v, sigma_w, sigma_b)  # noqa: E731
     with np.errstate(over="ignore", invalid="ignore"):
@@ -166,14 +196,12 @@ def fixed_point(act: Activation, sigma_w: float, sigma_b: float, start: float = 
         g = gap(qs)
         below = np.flatnonzero(~(g > 0) & np.isfinite(g))
     if below.size == 0:
-        raise HyperParameterError(
-            f"the variance recursion of {act.name} diverges at sigma_w={sigma_w}, "
-            f"sigma_b={sigma_b}: no fixed point q* below {Q_MAX:g}; pass q0 (and a finite depth)")
+        raise diverges
     k = int(below[0])
     return float(qs[k]) if g[k] == 0 else _root(gap, qs[k - 1], qs[k])
 
 
-def derivative_law(act: Activation, q: float) -> SpectralLaw:
+def derivative_law(activation: str | Activation, q: float) -> SpectralLaw:
     """The law of ``φ'(h)²``, ``h ~ N(0, q)``.
 
     Nodes and weights of the shared Gaussian rule (:func:`netsor.gaussian.gaussian_rule`,
@@ -187,8 +215,9 @@ def derivative_law(act: Activation, q: float) -> SpectralLaw:
     of the full rule to ~1e−12, but lose 4 % of the mass near 0 for erf at σ_w = 1.5 (the
     small values of ``φ'²`` matter there); 48 agree with 64. Returns a :class:`DiscreteLaw`
     when everything is atoms (identity, ReLU, hard-tanh, leaky ReLU), else a
-    :class:`QuadratureLaw`.
+    :class:`QuadratureLaw`. ``activation`` is a name or an :class:`~netsor.activations.Activation`.
     """
+    act = resolve_activation(activation)
     q = check_real(q, "q (pre-activation variance)", minimum=0.0)
     if q == 0.0:
         return DiscreteLaw([float(act.deriv(np.zeros(1))[0]) ** 2], [1.0])
@@ -253,8 +282,8 @@ class JacobianLaw(FreeProductLaw):
     q : ndarray, shape (depth,)
         Pre-activation variances ``q_1..q_L`` used for the layers' ``D_l²``.
     q_star : float
-        Fixed point of the variance map (``nan`` when every q is fixed, ``inf``
-        when the recursion diverges but the law does not depend on q).
+        Fixed point of the variance map reached from ``q = 1`` (1 when every q is fixed,
+        ``inf`` when the recursion diverges but the law does not depend on q).
     chi_layers : ndarray, shape (depth,)
         ``χ_l = σ_w² E φ'(h_l)²``.
     chi : float
@@ -301,11 +330,14 @@ def layer_variances(act: Activation, depth: int, sigma_w: float, sigma_b: float,
     """``(q_1..q_L, q*, m_0)``: per-layer pre-activation variances, the fixed point reached
     from ``q = 1`` and the input second moment (see the module docstring)."""
     if q0 is None:
-        q_star = fixed_point(act, sigma_w, sigma_b)
+        q_star = _fixed_point_or_inf(act, sigma_w, sigma_b)
         q_ref = q_star if np.isfinite(q_star) else 1.0
         return np.full(depth, q_ref), q_star, max(q_ref - sigma_b**2, 0.0) / sigma_w**2
     q = np.empty(depth)
     q[0] = sigma_w**2 * q0 + sigma_b**2
+    if not q[0] <= 1e200:
+        raise HyperParameterError(f"q_1 = sigma_w² q0 + sigma_b² = {q[0]:.3g} is too large (above 1e200); use a "
+                                  "smaller q0, sigma_w or sigma_b")
     with np.errstate(over="ignore", invalid="ignore"):
         for layer in range(1, depth):
             q[layer] = variance_map(act, q[layer - 1], sigma_w, sigma_b)
@@ -318,6 +350,17 @@ def layer_variances(act: Activation, depth: int, sigma_w: float, sigma_b: float,
     except HyperParameterError:
         q_star = float("inf")
     return q, q_star, q0
+
+
+def _fixed_point_or_inf(act: Activation, sigma_w: float, sigma_b: float) -> float:
+    """:func:`fixed_point` from ``q = 1``; ``inf`` when the recursion diverges but the law of ``φ'(h)²``
+    does not depend on ``q`` (positively homogeneous activations), else its error."""
+    try:
+        return fixed_point(act, sigma_w, sigma_b)
+    except HyperParameterError:
+        if is_homogeneous(act):
+            return float("inf")
+        raise
 
 
 def jacobian_spectrum(activation: str | Activation, depth: int, sigma_w: float,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from netsor.errors import HyperParameterError, NumericalError
+from netsor.errors import HyperParameterError, InputError, NumericalError
+from netsor.validate import real_array
 
 Array = np.ndarray
 
@@ -54,12 +55,16 @@ def reverse(f: Array, order: int) -> Array:
     return g
 
 
+def _check_coefficients(values: Array, what: str) -> Array:
+    """``values`` as a non-empty 1-D float64 array of finite numbers, else :class:`InputError`."""
+    c = real_array(values, what, ndim=1)
+    if c.size == 0:
+        raise InputError(f"{what} is empty; pass at least one coefficient")
+    return c
+
+
 def _check_moments(moments: Array) -> Array:
-    m = np.asarray(moments, dtype=float)
-    if m.ndim != 1 or m.size == 0 or not np.all(np.isfinite(m)):
-        raise HyperParameterError(
-            "moments must be a non-empty 1-D array of finite numbers m_1..m_K")
-    return m
+    return _check_coefficients(moments, "moments (m_1..m_K)")
 
 
 def s_from_moments(moments: Array) -> Array:
@@ -78,7 +83,9 @@ def s_from_moments(moments: Array) -> Array:
 def moments_from_s(s: Array) -> Array:
     """Moments ``m_1..m_K`` from S-transform coefficients ``s_0..s_{K−1}`` (inverse of
     :func:`s_from_moments`)."""
-    s = np.asarray(s, dtype=float)
+    s = _check_coefficients(s, "S-transform coefficients (s_0..s_{K-1})")
+    if s[0] == 0.0:
+        raise InputError("the S-transform's constant term s_0 = 1/m_1 must be non-zero")
     order = s.size
     one_over = (-1.0) ** np.arange(order)  # 1/(1+z)
     chi = np.concatenate([[0.0], _mul(s, one_over, order - 1)])
@@ -87,7 +94,7 @@ def moments_from_s(s: Array) -> Array:
 
 def scale_argument(coeffs: Array, kappa: float) -> Array:
     """Coefficients of ``f(κ z)`` given those of ``f(z)``."""
-    c = np.asarray(coeffs, dtype=float)
+    c = _check_coefficients(coeffs, "series coefficients")
     return c * kappa ** np.arange(c.size)
 
 
@@ -109,7 +116,7 @@ def free_cumulants(moments: Array) -> Array:
 def moments_from_free_cumulants(kappa: Array) -> Array:
     """Moments ``m_1..m_K`` from free cumulants ``κ_1..κ_K`` (inverse of
     :func:`free_cumulants`)."""
-    k = np.asarray(kappa, dtype=float)
+    k = _check_coefficients(kappa, "free cumulants (kappa_1..kappa_K)")
     order = k.size
     c = np.concatenate([[1.0], k])
     recip = np.zeros(order + 1)  # 1/C(w)
