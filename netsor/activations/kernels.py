@@ -193,9 +193,15 @@ def exp_kernel(a: Array, b: Array, c: Array) -> Array:
 
 
 def sin_kernel(a: Array, b: Array, c: Array) -> Array:
-    # e^{−(a+b)/2} sinh c with both exponents ≤ 0 (|c| ≤ (a+b)/2): no inf·0 at large variances
-    half = 0.5 * (np.asarray(a) + np.asarray(b))
-    return 0.5 * (np.exp(c - half) - np.exp(-c - half))
+    # e^{−(a+b)/2} sinh c as ½(e^{c−h} − e^{−c−h}) with both exponents ≤ 0 (|c| ≤ h = (a+b)/2: no inf·0
+    # at large variances), where that difference does not cancel; for |c| < 1 as e^{−h} sinh c, whose
+    # relative accuracy does not depend on c (the difference lost all digits at c ~ 1e-8: variances 1e-8)
+    a, b, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (a, b, c)))
+    half = 0.5 * (a + b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        small = np.exp(-half) * np.sinh(c)
+        large = 0.5 * (np.exp(c - half) - np.exp(-c - half))
+    return np.where(np.abs(c) < 1.0, small, large)
 
 
 def cos_kernel(a: Array, b: Array, c: Array) -> Array:
