@@ -37,6 +37,7 @@ from netsor.gaussian.quadrature import (
     GL10_WEIGHTS,
     GL_NODES,
     GL_WEIGHTS,
+    INV_SQRT_2PI,
     MAX_BISECTIONS,
     Z_MAX,
     check_finite,
@@ -84,6 +85,11 @@ _GATHER = 1 << 20
 #: halves the panels' width) and within ``_REFINE_BUDGET`` node-coefficient products per table.
 COEFFICIENT_TOL = 1e-13
 MAX_REFINEMENTS = 4
+#: Farthest standard coordinate of the rules when ``φ(√var z)² φ(z)`` still has mass at ``|z| = Z_MAX``
+#: (exponential growth: cosh(g) at variance 9 puts E φ² near z = 6 ± 1, at 16 near 8 ± 1): panels of width
+#: ½ out to ±Z_FAR. Density at the ends above ``_LEAK`` of ``E φ²`` counts as mass.
+Z_FAR, _LEAK = 40.0, 1e-18
+_FAR_EDGES = np.concatenate([np.linspace(-Z_FAR, -Z_MAX, 61), np.linspace(Z_MAX, Z_FAR, 61)])
 #: Share of a pair's tolerance that the nested 2-D rule's estimate must meet before its grids are refined.
 _NESTED_SHARE = 0.1
 #: Outer panel edges around a crossing of ψ's kink in the nested rule, in units of the inner turn's width.
@@ -494,8 +500,12 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
         e = panel_edges(np.zeros(1), np.full(1, top), (0.0,), extra_z=edges[None])
         fw, m2, qerr, z = _weighted_values(act, sd, e)
         alpha = hermite_functions(z[0], order) @ fw.T
-        return _refined_coefficients(act, sd, order, lambda rows: np.broadcast_to(e, (rows.size, e.shape[1])),
-                                     alpha, m2, qerr)
+
+        def shared(rows: Array) -> Array:
+            return np.broadcast_to(e, (rows.size, e.shape[1]))
+
+        _reaching_far(act, sd, order, shared, alpha, m2, qerr)
+        return _refined_coefficients(act, sd, order, shared, alpha, m2, qerr)
     features = tuple(dict.fromkeys((*act.kinks, 0.0)))
 
     def edges_of(rows: Array) -> Array:
@@ -504,6 +514,7 @@ def _hermite_coefficients_serial(act: Activation, var: Array, order: int) -> tup
 
     alpha, m2, qerr = np.empty((order + 1, var.size)), np.empty(var.size), np.empty(var.size)
     _coefficients_on_panels(act, sd, order, np.arange(var.size), edges_of, alpha, m2, qerr)
+    _reaching_far(act, sd, order, edges_of, alpha, m2, qerr)
     return _refined_coefficients(act, sd, order, edges_of, alpha, m2, qerr)
 
 
@@ -520,6 +531,34 @@ def _coefficients_on_panels(act: Activation, sd: Array, order: int, rows: Array,
         r = rows[i:i + step]
         fw, m2[r], qerr[r], z = _weighted_values(act, sd[r], edges_of(r))
         alpha[:, r] = np.einsum("kpq,pq->kp", hermite_functions(z, order), fw)
+
+
+def _end_density(act: Activation, sd: Array, end: float) -> Array:
+    """The larger of ``φ(±sd·end)² φ_N(end)`` per standard deviation (inf where φ overflows there)."""
+    with np.errstate(all="ignore"):
+        f = np.asarray(act.fn(sd[:, None] * np.array([-end, end])), dtype=float)
+        density = np.max(f * f, axis=1) * (INV_SQRT_2PI * np.exp(-0.5 * end * end))
+    return np.where(np.isnan(density), np.inf, density)
+
+
+def _reaching_far(act: Activation, sd: Array, order: int, edges_of: Callable[[Array], Array],
+                  alpha: Array, m2: Array, qerr: Array) -> None:
+    """In place: the variances at which ``E φ²`` still has mass at the rules' box ends ``|z| = Z_MAX``
+    (a φ growing exponentially: cosh(g) at variance 16 was 2.3e-2 off with a bound of 3e-14) computed
+    again with panels out to ``±Z_FAR``; where it has mass even there, an infinite error (refused, not
+    wrong)."""
+    rows = np.flatnonzero(~(_end_density(act, sd, Z_MAX) <= _LEAK * np.maximum(m2, 0.0)))
+    if not rows.size:
+        return
+
+    def far(r: Array) -> Array:
+        return np.sort(np.concatenate([edges_of(r), np.broadcast_to(_FAR_EDGES, (r.size, _FAR_EDGES.size))],
+                                      axis=1), axis=1)
+
+    with np.errstate(all="ignore"):
+        _coefficients_on_panels(act, sd, order, rows, far, alpha, m2, qerr)
+    beyond = ~(_end_density(act, sd[rows], Z_FAR) <= _LEAK * np.maximum(m2[rows], 0.0))
+    qerr[rows[beyond | ~np.isfinite(m2[rows])]] = np.inf
 
 
 def _refined_coefficients(act: Activation, sd: Array, order: int, edges_of: Callable[[Array], Array],
@@ -1033,6 +1072,26 @@ _MOMENT_GH_Z, _MOMENT_GH_W = np.polynomial.hermite_e.hermegauss(64)
 _MOMENT_GH_W = _MOMENT_GH_W / np.sqrt(2.0 * np.pi)
 
 
+def _reaching_far_rule(act: Activation, var: Array, x: Array, w: Array) -> tuple[Array, Array]:
+    """The rule ``(x, w)`` (nodes in x, per variance or shared) with the variances whose ``E φ²`` still
+    has mass at the box ends given panels out to ``±Z_FAR`` instead (exponential growth; padded with
+    zero weights to one width)."""
+    far = np.flatnonzero(~(_end_density(act, np.sqrt(var), Z_MAX) <= _LEAK))
+    if not far.size:
+        return x, w
+    sd = np.sqrt(var[far])
+    edges = np.sort(np.concatenate([panel_edges(np.zeros(far.size), sd, features(act)),
+                                    np.broadcast_to(_FAR_EDGES, (far.size, _FAR_EDGES.size))], axis=1), axis=1)
+    z, wz = rule_on_panels(edges)
+    width = max(np.shape(x)[-1], z.shape[1])
+    nodes, weights = np.zeros((var.size, width)), np.zeros((var.size, width))
+    nodes[:, :np.shape(x)[-1]] = x
+    weights[:, :np.shape(w)[-1]] = w
+    nodes[far], weights[far] = 0.0, 0.0
+    nodes[far, :z.shape[1]], weights[far, :z.shape[1]] = sd[:, None] * z, wz
+    return nodes, weights
+
+
 def _unit_moments(act: Activation) -> dict[str, float]:
     if act.key not in _UNIT_MOMENTS:
         act_plain = replace(act, homogeneous=None)
@@ -1067,6 +1126,7 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         x = np.sqrt(var)[:, None] * (x1 / top)
     else:
         x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
+    x, w = _reaching_far_rule(act, var, x, w)
     with np.errstate(all="ignore"):
         f = np.asarray(act.fn(x), dtype=float)
     check_finite(f, f"E {act.name}(u)²")
