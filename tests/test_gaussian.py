@@ -937,6 +937,11 @@ def test_a_cusp_in_the_coefficients_is_in_their_error_estimate():
     p = netsor.Program()
     n = p.dim("n")
     p.readout(netsor.nonlin(lambda u: np.sqrt(np.abs(u)), p.input(n)))
-    K, E = netsor.limit(p, np.sqrt(2.0) * np.eye(2), rtol=1e-6).nngp(with_error=True)
     want = (2**0.25 * special.gamma(0.75) / np.sqrt(np.pi)) ** 2
-    assert abs(K[0, 1] - want) <= E[0, 1] <= 1e-6 * np.sqrt(K[0, 0] * K[1, 1])
+    for rtol in (1e-8, 1e-6):
+        try:
+            K, E = netsor.limit(p, np.sqrt(2.0) * np.eye(2), rtol=rtol).nngp(with_error=True)
+        except netsor.NumericalError:
+            assert rtol < 1e-6  # a refusal is honest; a bound below the error is not
+            continue
+        assert abs(K[0, 1] - want) <= E[0, 1] <= rtol * np.sqrt(K[0, 0] * K[1, 1])
