@@ -616,3 +616,31 @@ def test_kinks_off_the_origin_at_nearly_identical_inputs_are_integrated_within_t
         want = integrate.quad(lambda z: np.clip(sa * z, -1, 1) * conditional(z) * stats.norm.pdf(z), -12, 12,
                               points=[-1 / sa, 1 / sa], limit=200, epsabs=1e-14, epsrel=1e-13)[0]
     assert abs(K[0, 1] - want) <= E[0, 1] + 1e-13
+
+
+def test_a_bias_on_both_sides_of_a_gated_pair_is_one_variable_and_the_kernel_meets_its_reference():
+    """h = gate(g − 0.7b)·relu(b) with b a bias (the same variable at every input) and gate = (1 + erf)/2:
+    the pair's law held b twice, two copies whose rounding made a singular orthant and a bound of
+    800× the kernel (strict campaign seed 223: refused at every rtol). Tied across the two sides, the
+    cone moments are exact. Reference: given b, E[gate(u)gate(v)] is a bivariate normal CDF (gate(x) =
+    P(Z/√2 < x)), integrated against b²·1{b > 0} by adaptive quadrature."""
+    X = np.random.default_rng(271).standard_normal((3, 5))
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.2, bias=0.3)
+    b = p.bias(n, 0.5)
+    p.readout((0.5 * netsor.erf(g - 0.7 * b) + 0.5) * netsor.relu(b), sigma=1.0)
+    lim = netsor.limit(p, X, rtol=1e-8)
+    K, E = lim.nngp(with_error=True)
+    G = lim.cov(g)
+
+    def entry(i, j):
+        cov = np.array([[0.5 + G[i, i], G[i, j]], [G[i, j], 0.5 + G[j, j]]])
+        law = stats.multivariate_normal([0.0, 0.0], cov)
+        return integrate.quad(lambda t: t * t * law.cdf([-0.7 * t, -0.7 * t]) * stats.norm.pdf(t, scale=0.5),
+                              0.0, 6.0, epsabs=1e-13, epsrel=1e-10, limit=200)[0]
+
+    want = np.array([[entry(i, j) for j in range(3)] for i in range(3)])
+    scale = np.sqrt(np.outer(np.diag(want), np.diag(want)))
+    assert np.all(np.abs(K - want) <= E + 1e-14 * scale)  # (the reference's quadrature: ~1e-16 of the entries)
+    assert np.all(E <= 1e-8 * scale)

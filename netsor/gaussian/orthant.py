@@ -496,6 +496,18 @@ def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y:
     return _integrate(forms, tuple(terms), atol, rows)
 
 
+def pair_cone(F: ConeFunction, G: ConeFunction) -> ConeFunction:
+    """``F(u)·G(v)`` as one cone function of ``(u, v)`` (``k₁ + k₂`` arguments; G's forms after F's,
+    its noises relabelled after F's: the two functions' noises are independent)."""
+    (m, k1), (mg, k2) = F.normals.shape, G.normals.shape
+    normals = np.block([[F.normals, np.zeros((m, k2))], [np.zeros((mg, k1)), G.normals]])
+    terms = tuple((c1 * c2, p1 + tuple(q + m for q in p2), s1 + tuple(q + m for q in s2))
+                  for (c1, p1, s1), (c2, p2, s2) in product(F.terms, G.terms))
+    assert F.labels is not None and G.labels is not None
+    labels = np.concatenate([F.labels, np.where(G.labels > 0, G.labels + int(F.labels.max(initial=0)), 0)])
+    return ConeFunction(normals, terms, np.concatenate([F.noise, G.noise]), labels)
+
+
 def _rows(normals: Array, noise: Array) -> Array:
     """The forms ``n·u + ε`` as rows over ``(u, ε)`` (each form's noise its own coordinate): a form
     whose row lies in the span of others' rows is exactly their combination, at every covariance."""
