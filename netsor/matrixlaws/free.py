@@ -138,22 +138,11 @@ def r_transform(law: SpectralLaw, w: Array) -> Array:
     cancel — and elsewhere Newton inversion of ``G`` started from the series, which exists only
     for ``|w|`` small compared with ``1/max|t|`` (else :class:`~netsor.errors.NumericalError`).
     """
-    ww = complex_array(w, "r_transform argument w")
-    closed = _explicit_r(law)
-    if closed is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = closed(ww)
-        if not np.all(np.isfinite(r)):
-            raise InputError(f"w = {ww[~np.isfinite(r)][0]:.6g} is a pole of the R-transform of {law!r}; "
-                             "pass another w")
-        return r
-    kappa = series.free_cumulants(law.moments(_series_terms(law)))
-    r, ok = _sum_series(kappa, ww)
-    if not np.all(ok):
-        far = ww[~ok]
-        z = _invert(law.stieltjes, far, 1.0 / far + r[~ok], f"r_transform of {law!r}")
-        r[~ok] = z - 1.0 / far
-    return r
+    def far_values(far: Array, approx: Array) -> Array:
+        return _invert(law.stieltjes, far, 1.0 / far + approx, f"r_transform of {law!r}") - 1.0 / far
+
+    return _transform(law, complex_array(w, "r_transform argument w"), "R-transform", _explicit_r(law),
+                      lambda: series.free_cumulants(law.moments(_series_terms(law))), far_values)
 
 
 def s_transform(law: SpectralLaw, w: Array) -> Array:
@@ -166,23 +155,33 @@ def s_transform(law: SpectralLaw, w: Array) -> Array:
     ``ψ(u) = G(1/u)/u − 1`` would cancel — and elsewhere Newton inversion of ``ψ`` started
     from the series (:class:`~netsor.errors.NumericalError` where it has no solution).
     """
-    ww = complex_array(w, "s_transform argument w")
     log_s = _explicit_log_s(law)
-    if log_s is not None:
+
+    def far_values(far: Array, approx: Array) -> Array:
+        u = _invert(lambda uu: law.stieltjes(1.0 / uu) / uu - 1.0, far, far * approx / (1.0 + far),
+                    f"s_transform of {law!r}")
+        return u * (1.0 + far) / far
+
+    return _transform(law, complex_array(w, "s_transform argument w"), "S-transform",
+                      None if log_s is None else (lambda ww: np.exp(log_s(ww, 1.0, ww)[0])),
+                      lambda: series.s_from_moments(law.moments(_series_terms(law))), far_values)
+
+
+def _transform(law: SpectralLaw, w: Array, name: str, closed: Callable[[Array], Array] | None,
+               coefficients: Callable[[], Array], far_values: Callable[[Array, Array], Array]) -> Array:
+    """An R- or S-transform at ``w``: its closed form where the law has one (a non-finite value is a
+    pole), else its power series (``coefficients()``) where that has converged to rounding, and
+    ``far_values(w, series value)`` (Newton inversion) elsewhere."""
+    if closed is not None:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            s = np.exp(log_s(ww, 1.0, ww)[0])
-        if not np.all(np.isfinite(s)):
-            raise InputError(f"w = {ww[~np.isfinite(s)][0]:.6g} is a pole of the S-transform of {law!r}; "
-                             "pass another w")
-        return s
-    coeffs = series.s_from_moments(law.moments(_series_terms(law)))
-    s, ok = _sum_series(coeffs, ww)
+            out = closed(w)
+        if not np.all(np.isfinite(out)):
+            raise InputError(f"w = {w[~np.isfinite(out)][0]:.6g} is a pole of the {name} of {law!r}; pass another w")
+        return out
+    out, ok = _sum_series(coefficients(), w)
     if not np.all(ok):
-        far = ww[~ok]
-        start = far * s[~ok] / (1.0 + far)
-        u = _invert(lambda uu: law.stieltjes(1.0 / uu) / uu - 1.0, far, start, f"s_transform of {law!r}")
-        s[~ok] = u * (1.0 + far) / far
-    return s
+        out[~ok] = far_values(w[~ok], out[~ok])
+    return out
 
 
 # --------------------------------------------------------------------------- ⊠
