@@ -644,3 +644,20 @@ def test_a_bias_on_both_sides_of_a_gated_pair_is_one_variable_and_the_kernel_mee
     scale = np.sqrt(np.outer(np.diag(want), np.diag(want)))
     assert np.all(np.abs(K - want) <= E + 1e-14 * scale)  # (the reference's quadrature: ~1e-16 of the entries)
     assert np.all(E <= 1e-8 * scale)
+
+
+def test_a_form_of_variance_zero_up_to_rounding_under_a_kink_has_a_finite_bound():
+    """h = g' + relu(g − g' + 0.3) with g' the one-token attention of g (weight exactly 1): h = g + 0.3.
+    The form g − g' has variance exactly 0, with an error bound from the weight's rounding; the first-order
+    rules divided that bound by 0 and capped the kernel's bound at twice its scale (refused at every rtol:
+    strict campaign seed 230). The change is now bounded by √E(φ(u) − φ(0))² over the variances the
+    bound allows. Closed form: E[(g + 0.3)(g' + 0.3)] = C + 0.09."""
+    X = np.random.default_rng(46133).standard_normal((2, 3))
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.2)
+    mixed, = netsor.attention([g], [g], [g])
+    p.readout(mixed + netsor.relu(g - mixed + 0.3), sigma=1.0)
+    K, E = netsor.limit(p, X, rtol=1e-4).nngp(with_error=True)
+    want = 1.44 * X @ X.T / 3 + 0.09
+    assert np.all(np.abs(K - want) <= E) and np.all(E <= 1e-4 * np.sqrt(np.outer(np.diag(K), np.diag(K))))

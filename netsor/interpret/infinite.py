@@ -48,6 +48,7 @@ from netsor.gaussian import joint
 from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
 from netsor.gaussian.pairs import (
     CoefficientMemo,
+    expect_1d_err,
     is_elementary,
     mean,
     moments_1d,
@@ -1298,16 +1299,32 @@ class Run:
             if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
                 h = product_activation(pl.act, pr.act)  # than the partials in a, b, c
                 if h.homogeneous is not None:
-                    return value, err + propagation.point_homogeneous(value, a, da, h.homogeneous)
-                if pl.act.key == pr.act.key:  # E φ(w)²: from φ's own moments, no quadrature of φ²
-                    return value, err + propagation.point_square(a, da, self.get(("pm", left.key))[0])
-                return value, err + propagation.point_1d(a, da, moments_1d(h, a))
+                    prop = propagation.point_homogeneous(value, a, da, h.homogeneous)
+                elif pl.act.key == pr.act.key:  # E φ(w)²: from φ's own moments, no quadrature of φ²
+                    prop = propagation.point_square(a, da, self.get(("pm", left.key))[0])
+                else:
+                    prop = propagation.point_1d(a, da, moments_1d(h, a))
+                vanishing = _vanishing(a, da)
+                if vanishing.any():  # |E h(w) − h(0)| ≤ √E(h(w) − h(0))²
+                    prop = np.where(vanishing, 0.0, prop)
+                    prop[vanishing] = _spread_at_zero(h, da[vanishing])
+                return value, err + prop
             if not (pl.act.continuous and pr.act.continuous):  # a jump: a closed form's change stays finite at
                 change = _closed_form_change(pl.act, pr.act, a, da, b, db, c, dc, value)  # colinear forms
                 if change is not None:
                     return value, err + change
             s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
-            return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+            zero_a, zero_b = _vanishing(a, da), _vanishing(b, db)
+            if not (zero_a.any() or zero_b.any()):
+                return value, err + propagation.pair_1d(a, b, c, da, db, dc, s_left, s_right)
+            prop = propagation.pair_1d(a, b, c, np.where(zero_a, 0.0, da), np.where(zero_b, 0.0, db), dc,
+                                       s_left, s_right)
+            for zero, phi, dphi, psi, var, dvar, m2 in ((zero_a, pl.act, da, pr.act, b, db, s_right["m2"]),
+                                                        (zero_b, pr.act, db, pl.act, a, da, s_left["m2"])):
+                i = np.flatnonzero(zero)
+                if i.size:
+                    prop[i] = _change_near_zero(phi, dphi[i], psi, var[i], dvar[i], m2[i])
+            return value, err + prop
         # in the product's own argument order: it may have been registered before with its atoms in
         # another order (the mirrored pair), and its joint function takes that order
         product = an.register(left.atoms + right.atoms)
@@ -1448,6 +1465,32 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.broadcast_to(value, self.shape), bounds.from_dense(np.broadcast_to(err, self.shape), env_l, env_r)
 
+    def _pair_1d_relative(self, phi: Activation, psi: Activation, a: Array, b: Array, da: Array, db: Array,
+                          c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array], env_l: Array,
+                          env_r: Array) -> bounds.Bound:
+        """:func:`~netsor.interpret.propagation.pair_1d_relative` on the tile, with the rows (columns)
+        whose form vanishes up to its error (:func:`_vanishing`) bounded by :func:`_from_vanishing`
+        as a dense part instead of capping the whole tile's bound."""
+        zero_l, zero_r = _vanishing(a, da)[:, 0], _vanishing(b, db)[0]
+        if not (zero_l.any() or zero_r.any()):
+            return propagation.pair_1d_relative(a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
+        da_kept, db_kept = np.where(zero_l[:, None], 0.0, da), np.where(zero_r[None, :], 0.0, db)
+        prop = propagation.pair_1d_relative(a, b, da_kept, db_kept, c_bound, s_left, s_right, env_l, env_r)
+        dense = np.zeros(self.shape) if prop.dense is None else np.array(prop.dense, dtype=float)
+        sides = ((zero_l, phi, da[:, 0], psi, b[0], db[0], s_right["m2"][0], False),
+                 (zero_r, psi, db[0], phi, a[:, 0], da[:, 0], s_left["m2"][:, 0], True))
+        for zero, act, dvar_own, other, var, dvar, m2, columns in sides:
+            own = np.flatnonzero(zero)
+            if not own.size:
+                continue
+            block = (_spread_at_zero(act, dvar_own[own])[:, None] * np.sqrt(m2)[None, :]
+                     + abs(act.at_zero) * _mean_change(other, var, dvar)[None, :])
+            if columns:
+                dense[:, own] += block.T
+            else:
+                dense[own, :] += block
+        return bounds.Bound(prop.eta, env_l, env_r, dense)
+
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
         ``√(E L²) ⊗ √(E R²)``."""
@@ -1479,7 +1522,7 @@ class Run:
             diagonal = self.left is self.right and self.rows == self.cols
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
-                prop = propagation.pair_1d_relative(a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
+                prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
                   and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
                                                         env_r, diagonal, angle)) <= threshold):
@@ -1666,6 +1709,54 @@ def _exact_zero(a: Array, da: Array) -> Array:
     """Points whose linear form has variance exactly 0 with no error (e.g. a zero input without
     bias): the form is the constant 0 there, so every pair with it is exact."""
     return (a == 0.0) & (da == 0.0)
+
+
+def _vanishing(a: Array, da: Array) -> Array:
+    """Points whose linear form has variance exactly 0 but an error bound (``g − s·g`` with ``s = 1``
+    computed exactly, up to its scalar's rounding): its variance is somewhere in ``[0, da]``, where the
+    first-order rules divide by ``a`` (:func:`_from_vanishing`)."""
+    return (a == 0.0) & (da > 0.0)
+
+
+def _spread_at_zero(act: Activation, da: Array) -> Array:
+    """``√ E(φ(u) − φ(0))²`` for ``u ~ N(0, δ)`` over ``δ ≤ da``, per entry of ``da``: the largest of four
+    variances down from ``da`` (near 0 the leading term of φ — linear, a kink's √δ, a jump's ½ — grows
+    with δ), with its quadrature error, doubled."""
+    phi0 = act.at_zero
+    spread = np.zeros(da.size)
+    for shrink in (1.0, 0.25, 0.0625, 0.015625):
+        value, err = expect_1d_err(lambda x: (np.asarray(act.fn(x), dtype=float) - phi0) ** 2,
+                                   shrink * np.ravel(da), features=act.kinks or (0.0,))
+        spread = np.maximum(spread, value + err)
+    return (2.0 * np.sqrt(spread)).reshape(np.shape(da))
+
+
+def _from_vanishing(phi: Activation, da: Array, m2_psi: Array, mean_change_psi: Array) -> Array:
+    """A bound of the change of ``E[φ(u) ψ(v)]`` where u's variance is 0 up to ``da``, whatever its
+    covariance with v (Cauchy–Schwarz): ``√E(φ(u) − φ(0))² √E ψ² + |φ(0)| |ΔE ψ|``. The first-order
+    rules divided ``da`` by the variance 0 and capped the bound at twice the scale: ``g₁₀ + relu(g₁ −
+    g₁₀ + 0.3)`` with g₁₀ a one-token attention of g₁ (weight 1 up to rounding) was refused at every
+    rtol (strict campaign seed 230)."""
+    return _spread_at_zero(phi, da) * np.sqrt(m2_psi) + abs(phi.at_zero) * mean_change_psi
+
+
+def _mean_change(act: Activation, var: Array, dvar: Array) -> Array:
+    """A bound of the change of ``E ψ(v)`` over the error ``dvar`` of ``Var v = var`` (1-D): the first-order
+    one, or the spread about ψ(0) where the form vanishes (:func:`_vanishing`)."""
+    change = np.zeros(var.size)
+    vanishing = _vanishing(var, dvar)
+    if vanishing.any():
+        change[vanishing] = _spread_at_zero(act, dvar[vanishing])
+    if (~vanishing).any():
+        rest = ~vanishing
+        change[rest] = propagation.point_1d(var[rest], dvar[rest], moments_1d(act, var[rest]))
+    return change
+
+
+def _change_near_zero(phi: Activation, dphi: Array, psi: Activation, var: Array, dvar: Array, m2_psi: Array
+                      ) -> Array:
+    """:func:`_from_vanishing` at points where φ's form vanishes (1-D arrays of those points)."""
+    return _from_vanishing(phi, dphi, m2_psi, _mean_change(psi, var, dvar))
 
 
 def _exactly_zero_rows(a: Array, da: Array, b: Array, db: Array, c: Array, c_bound: bounds.Bound
