@@ -211,6 +211,11 @@ A_VANISHING_FORM_UNDER_A_KINK = Recipe(
                                  ("traced", 413, 31, "max"), ("matmul", 432, 3, 0.5)),
     readouts=(((917, 364), 1.0, 0.2, True),))
 
+#: clip(2g)², traced into cancelling monomials of relus of one form, whose bounds added (strict campaign seed 251)
+CLIP_SQUARED = Recipe(sigmas=((1.2, 0.0),),
+                      steps=(("traced", 344, 500, "clip"), ("mul", 999, 999), ("act", 292, "gelu")),
+                      readouts=(((534, 157), 1.0, 0.2, False),))
+
 
 @settings(FAST, max_examples=60)
 @given(recipe=recipes(max_steps=5), B=st.integers(2, 4), d=st.integers(3, 6), seed=st.integers(0, 2**16))
@@ -232,6 +237,7 @@ A_VANISHING_FORM_UNDER_A_KINK = Recipe(
 @example(recipe=SIN_OF_A_SQUARE, B=2, d=3, seed=2)
 @example(recipe=A_BIAS_ON_BOTH_SIDES, B=3, d=5, seed=271)
 @example(recipe=A_VANISHING_FORM_UNDER_A_KINK, B=2, d=3, seed=46133)
+@example(recipe=CLIP_SQUARED, B=3, d=5, seed=65536)
 def test_random_programs_without_opaque_functions_reach_1e_3(recipe, B, d, seed):
     """Every step of these programs has an exact or quadrature rule, so the engine must reach 1e-3 (a
     refusal that says why is no excuse here: two bounds capped at twice the kernel hid behind it), unless
