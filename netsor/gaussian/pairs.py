@@ -87,6 +87,7 @@ _CUSP_ORDERS = 4
 #: halves the panels' width) and within ``_REFINE_BUDGET`` node-coefficient products per table.
 COEFFICIENT_TOL = 1e-13
 MAX_REFINEMENTS = 4
+_REFINE_BUDGET = 1 << 28
 #: Farthest standard coordinate of the rules when ``φ(√var z)² φ(z)`` still has mass at ``|z| = Z_MAX``
 #: (exponential growth: cosh(g) at variance 9 puts E φ² near z = 6 ± 1, at 16 near 8 ± 1): panels of width
 #: ½ out to ±Z_FAR. Density at the ends above ``_LEAK`` of ``E φ²`` counts as mass.
@@ -99,7 +100,6 @@ _TURN_STEPS = 2.0 ** np.arange(-2, 7)
 #: Pairs times refinement cost (4 per level) beyond which the nested rule is not refined (each
 #: refined pair costs ~2·10⁵·4^level nodes).
 _NESTED_REFINE_BUDGET = 4096
-_REFINE_BUDGET = 1 << 28
 #: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
 _COLINEAR = 1e-14
 #: Pairs processed at once by the nested 2-D rule (bounds the working memory to ~200 MB).
@@ -541,6 +541,12 @@ def _end_density(act: Activation, sd: Array, end: float) -> Array:
     return np.where(np.isnan(density), np.inf, density)
 
 
+def _with_far_panels(edges: Array) -> Array:
+    """Panel edges (P, E) with the panels out to ``±Z_FAR`` added to every row."""
+    far = np.broadcast_to(_FAR_EDGES, (edges.shape[0], _FAR_EDGES.size))
+    return np.sort(np.concatenate([edges, far], axis=1), axis=1)
+
+
 def _reaching_far(act: Activation, sd: Array, order: int, edges_of: Callable[[Array], Array],
                   alpha: Array, m2: Array, qerr: Array) -> Callable[[Array], Array]:
     """In place: the variances at which ``E φ²`` still has mass at the rules' box ends ``|z| = Z_MAX``
@@ -555,10 +561,7 @@ def _reaching_far(act: Activation, sd: Array, order: int, edges_of: Callable[[Ar
     reaching[rows] = True
 
     def far(r: Array) -> Array:
-        e = edges_of(r)
-        if not reaching[r].any():
-            return e
-        return np.sort(np.concatenate([e, np.broadcast_to(_FAR_EDGES, (r.size, _FAR_EDGES.size))], axis=1), axis=1)
+        return _with_far_panels(edges_of(r)) if reaching[r].any() else edges_of(r)
 
     with np.errstate(all="ignore"):
         _coefficients_on_panels(act, sd, order, rows, far, alpha, m2, qerr)
@@ -1096,9 +1099,7 @@ def _reaching_far_rule(act: Activation, var: Array, x: Array, w: Array) -> tuple
     if not far.size:
         return x, w
     sd = np.sqrt(var[far])
-    edges = np.sort(np.concatenate([panel_edges(np.zeros(far.size), sd, features(act)),
-                                    np.broadcast_to(_FAR_EDGES, (far.size, _FAR_EDGES.size))], axis=1), axis=1)
-    z, wz = rule_on_panels(edges)
+    z, wz = rule_on_panels(_with_far_panels(panel_edges(np.zeros(far.size), sd, features(act))))
     width = max(np.shape(x)[-1], z.shape[1])
     nodes, weights = np.zeros((var.size, width)), np.zeros((var.size, width))
     nodes[:, :np.shape(x)[-1]] = x

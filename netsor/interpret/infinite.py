@@ -48,7 +48,6 @@ from netsor.gaussian import joint
 from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
 from netsor.gaussian.pairs import (
     CoefficientMemo,
-    expect_1d_err,
     is_elementary,
     mean,
     moments_1d,
@@ -56,6 +55,7 @@ from netsor.gaussian.pairs import (
     product_activation,
     same_kernel,
 )
+from netsor.gaussian.quadrature import expect_1d_err
 from netsor.groups import connected_groups
 from netsor.interpret import bounds, pointcoef, propagation, ties
 from netsor.interpret.functions import activation_of, joint_function, shifted
@@ -1306,7 +1306,7 @@ class Run:
                     prop = propagation.point_1d(a, da, moments_1d(h, a))
                 vanishing = _vanishing(a, da)
                 if vanishing.any():  # |E h(w) − h(0)| ≤ √E(h(w) − h(0))²
-                    prop = np.where(vanishing, 0.0, prop)
+                    prop = np.array(prop, dtype=float)
                     prop[vanishing] = _spread_at_zero(h, da[vanishing])
                 return value, err + prop
             if not (pl.act.continuous and pr.act.continuous):  # a jump: a closed form's change stays finite at
@@ -1323,7 +1323,7 @@ class Run:
                                                         (zero_b, pr.act, db, pl.act, a, da, s_left["m2"])):
                 i = np.flatnonzero(zero)
                 if i.size:
-                    prop[i] = _change_near_zero(phi, dphi[i], psi, var[i], dvar[i], m2[i])
+                    prop[i] = _from_vanishing(phi, dphi[i], m2[i], _mean_change(psi, var[i], dvar[i]))
             return value, err + prop
         # in the product's own argument order: it may have been registered before with its atoms in
         # another order (the mirrored pair), and its joint function takes that order
@@ -1483,8 +1483,7 @@ class Run:
             own = np.flatnonzero(zero)
             if not own.size:
                 continue
-            block = (_spread_at_zero(act, dvar_own[own])[:, None] * np.sqrt(m2)[None, :]
-                     + abs(act.at_zero) * _mean_change(other, var, dvar)[None, :])
+            block = _from_vanishing(act, dvar_own[own][:, None], m2[None, :], _mean_change(other, var, dvar)[None, :])
             if columns:
                 dense[:, own] += block.T
             else:
@@ -1733,10 +1732,11 @@ def _spread_at_zero(act: Activation, da: Array) -> Array:
 
 def _from_vanishing(phi: Activation, da: Array, m2_psi: Array, mean_change_psi: Array) -> Array:
     """A bound of the change of ``E[φ(u) ψ(v)]`` where u's variance is 0 up to ``da``, whatever its
-    covariance with v (Cauchy–Schwarz): ``√E(φ(u) − φ(0))² √E ψ² + |φ(0)| |ΔE ψ|``. The first-order
-    rules divided ``da`` by the variance 0 and capped the bound at twice the scale: ``g₁₀ + relu(g₁ −
-    g₁₀ + 0.3)`` with g₁₀ a one-token attention of g₁ (weight 1 up to rounding) was refused at every
-    rtol (strict campaign seed 230)."""
+    covariance with v (Cauchy–Schwarz): ``√E(φ(u) − φ(0))² √E ψ² + |φ(0)| |ΔE ψ|``, the arrays broadcast
+    (a column of ``da`` against rows of ψ's moments on a tile). The first-order rules divided ``da`` by
+    the variance 0 and capped the bound at twice the scale: ``g₁₀ + relu(g₁ − g₁₀ + 0.3)`` with g₁₀ a
+    one-token attention of g₁ (weight 1 up to rounding) was refused at every rtol (strict campaign
+    seed 230)."""
     return _spread_at_zero(phi, da) * np.sqrt(m2_psi) + abs(phi.at_zero) * mean_change_psi
 
 
@@ -1751,12 +1751,6 @@ def _mean_change(act: Activation, var: Array, dvar: Array) -> Array:
         rest = ~vanishing
         change[rest] = propagation.point_1d(var[rest], dvar[rest], moments_1d(act, var[rest]))
     return change
-
-
-def _change_near_zero(phi: Activation, dphi: Array, psi: Activation, var: Array, dvar: Array, m2_psi: Array
-                      ) -> Array:
-    """:func:`_from_vanishing` at points where φ's form vanishes (1-D arrays of those points)."""
-    return _from_vanishing(phi, dphi, m2_psi, _mean_change(psi, var, dvar))
 
 
 def _exactly_zero_rows(a: Array, da: Array, b: Array, db: Array, c: Array, c_bound: bounds.Bound
