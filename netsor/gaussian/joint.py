@@ -1017,6 +1017,12 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     return by_genz(np.arange(M))
 
 
+def _joint_covariance(cov_x: Array, cov_y: Array, C: Array) -> Array:
+    """The covariance (M, k₁ + k₂, k₁ + k₂) of ``(U, V)`` from its blocks."""
+    return np.concatenate([np.concatenate([cov_x, C], axis=2),
+                           np.concatenate([np.swapaxes(C, 1, 2), cov_y], axis=2)], axis=1)
+
+
 def _tied_across(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C: Array
                  ) -> tuple[Array, Array, Array] | None:
     """Cone moments of ``F(U)·G(V)`` written in fewer arguments where an argument of one side is a fixed
@@ -1026,8 +1032,7 @@ def _tied_across(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C
     ``E[gate(g − 0.7b)·relu(b) · gate(g′ − 0.7b)·relu(b)]`` a bound of 800 times the kernel (strict
     campaign seed 223)."""
     k1 = cov_x.shape[-1]
-    joint = np.concatenate([np.concatenate([cov_x, C], axis=2),
-                            np.concatenate([np.swapaxes(C, 1, 2), cov_y], axis=2)], axis=1)
+    joint = _joint_covariance(cov_x, cov_y, C)
     ties = colinear_sources(joint)
     if ties is None or np.all((ties[0][k1:] >= k1) | (ties[0][k1:] == np.arange(k1, joint.shape[-1]))):
         return None  # no argument of the right side is tied to one of the left
@@ -1119,11 +1124,7 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
         value[rest], err[rest], se[rest] = leftover(rest)
     elif rest.size:
         atol = None if scale is None else rtol * scale[rest]
-        joint = np.zeros((rest.size, F.dim + G.dim, F.dim + G.dim))
-        joint[:, :F.dim, :F.dim] = ux[ix[rest]]
-        joint[:, F.dim:, F.dim:] = uy[iy[rest]]
-        joint[:, :F.dim, F.dim:] = C[rest]
-        joint[:, F.dim:, :F.dim] = np.swapaxes(C[rest], 1, 2)
+        joint = _joint_covariance(ux[ix[rest]], uy[iy[rest]], C[rest])
         if whiten(joint)[1] <= NESTED_MAX_DIM // 2 + 1 or F.hidden_kinks or G.hidden_kinks:
             value[rest], err[rest], se[rest] = point_expectation(product_function(F, G), joint, seed, atol)
         else:
