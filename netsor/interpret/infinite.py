@@ -57,7 +57,7 @@ from netsor.gaussian.pairs import (
 )
 from netsor.gaussian.quadrature import expect_1d_err
 from netsor.groups import connected_groups
-from netsor.interpret import bounds, pointcoef, propagation, ties
+from netsor.interpret import bounds, parity, pointcoef, propagation, ties
 from netsor.interpret.functions import activation_of, joint_function, shifted
 from netsor.interpret.rules import (
     DataForm,
@@ -206,6 +206,8 @@ class Analysis:
         #: :class:`Limit`; the simulation may still run it.
         self.refusal: str | None = None
         self._source_cov: dict[tuple[Vector, Vector], SourceCovariance | None] = {}
+        #: Parity under the program's declared sign symmetry: sources of opposite parities are independent.
+        self.parity = parity.vector_parities(program)
         self._correlated: dict[tuple[Vector, Vector], bool] = {}
         self._components: dict[tuple[Key, Key, bool], list[Component]] = {}
         self._factors: dict[Key, list[Monomial]] = {}
@@ -445,9 +447,12 @@ class Analysis:
         (``W a`` and ``W b`` with ``a`` from the data and ``b`` a Gaussian of the program: exactly 0,
         so the two Gaussian sources are independent — kept joint, a kinked function of one times
         the other had a Hellinger-type bound that is infinite where the other is the same vector at
-        every input)."""
+        every input), and where the two have opposite parities (:mod:`netsor.interpret.parity`)."""
         key = (s1, s2)
         if key not in self._source_cov:
+            if self.parity[s1] * self.parity[s2] == parity.ODD:
+                self._source_cov[key] = None
+                return None
             l1, l2 = self.program.line_of(s1), self.program.line_of(s2)
             cov = rule_for(l1).source_covariance(l1, l2)
             if cov is not None and cov.moment is not None:

@@ -4,21 +4,34 @@ NTK parameterisation: every matrix, input matrix, bias, readout vector and reado
 trained, and gradients are taken with respect to standard-normal parameters
 (``W = σ/√n_in · Ŵ``, ``b = σ_b · b̂``, ``y = σ_v v̂ᵀh/√n + σ_vb b̂_v``; a concatenated readout
 ``y = σ_v Σ_k v̂_kᵀh_k/√(Kn) + σ_vb b̂_v`` trains every ``v̂_k``) — Neural Tangents'
-``Dense(W_std=σ, b_std=σ_b, parameterization="ntk")``. In the limit
+``Dense(W_std=σ, b_std=σ_b, parameterization="ntk")``.
 
-``Θ(y_r(x), y_s(x')) = Σ_W σ_W² Σ_{uses g=Wh, g'=Wh'} E[Z^{δg} Z^{δg'}] E[Z^h Z^{h'}]
+By default the NTK is the NNGP kernel of the *tangent program* (:mod:`netsor.ir.tangent`): the
+forward-mode derivative ``ẏ`` of every output along a random standard-normal direction of the
+parameters has ``E[ẏ(x) ẏ(x')] = Θ(x, x')``, and in the limit
+
+``Θ(y_r(x), y_s(x')) = σ_v²/K Σ_k (E[Z^{h_{r,k}} Z^{h_{s,k}}] + E[Z^{ḣ_{r,k}} Z^{ḣ_{s,k}}]) + σ_vb²``,
+
+second moments of an ordinary program that the infinite-width engine computes with their error
+bounds (forward vectors are even and tangents odd under the direction's sign flip, so the engine
+factorises ``E[φ'(g)ġ φ'(g')ġ']``: :mod:`netsor.interpret.parity`). It assumes nothing — no
+gradient independence; transposes are differentiated as they are — and costs one pass over the
+program: the NTK of an RNN of T steps needs O(T²) second moments.
+
+``backward="exact"`` or ``"independent"`` use the backward program instead
+(:func:`netsor.ir.backward.gradient_program`; BatchNorm networks use it always, where
+:mod:`netsor.interpret.radial` integrates the batch radius out of its powers of 1/s):
+
+``Θ = Σ_W σ_W² Σ_{uses g=Wh, g'=Wh'} E[Z^{δg} Z^{δg'}] E[Z^h Z^{h'}]
 + Σ_b σ_b² E[Z^{δb} Z^{δb'}] + σ_v²/K Σ_k E[Z^{h_{r,k}} Z^{h_{s,k}}] + σ_vb²``
 
-(``E[Z^h Z^{h'}] = ⟨x, x'⟩/d`` for an input matrix; the last two terms are the NNGP kernel),
-where ``δ`` are the √n-scaled gradients of the backward program
-(:func:`netsor.ir.backward.gradient_program`): built under gradient independence for programs
-whose forward pass uses no transposed MatMul (with a readout independent of everything else),
-with the real transposes otherwise — a use ``g = Wᵀh`` then contributes ``h ⊗ δg``, so its
-factors enter the sum swapped (``E[Z^h Z^{h'}] E[Z^{δg} Z^{δg'}]``, and across orientations
-``E[Z^{δg} Z^{h'}] E[Z^h Z^{δg'}]``), each transposed use with a factor ``√(n_out/n_in)`` of its
-matrix (1 for square ones). Every
-second moment comes from the infinite-width engine with its error bound; the bounds of the
-products are combined exactly (``|AB − ÂB̂| ≤ |Â| e_B + |B̂| e_A + e_A e_B``).
+(``E[Z^h Z^{h'}] = ⟨x, x'⟩/d`` for an input matrix), where ``δ`` are the √n-scaled gradients:
+under gradient independence (an independent copy of each ``Wᵀ``: exact for programs whose forward
+pass uses no transposed MatMul), or with the real transposes — a use ``g = Wᵀh`` then contributes
+``h ⊗ δg``, so its factors enter the sum swapped (``E[Z^h Z^{h'}] E[Z^{δg} Z^{δg'}]``, and across
+orientations ``E[Z^{δg} Z^{h'}] E[Z^h Z^{δg'}]``), each transposed use with a factor
+``√(n_out/n_in)`` of its matrix (1 for square ones). The bounds of the products are combined
+exactly (``|AB − ÂB̂| ≤ |Â| e_B + |B̂| e_A + e_A e_B``).
 
 Outputs of different readout calls have independent readout vectors, so their gradients are
 independent: those NTK blocks are 0, like the NNGP's.
@@ -45,9 +58,10 @@ from netsor.interpret.infinite import (
     limit_method,
     worst_entry,
 )
-from netsor.interpret.radial import partial_batch_operands, radial_program, smallest_batch
+from netsor.interpret.radial import normalises_batches, partial_batch_operands, radial_program, smallest_batch
 from netsor.ir.backward import BACKWARDS, GradientProgram, MatrixUse, OutputGradient, gradient_program
 from netsor.ir.program import Program
+from netsor.ir.tangent import TangentOutput, TangentProgram, tangent_program
 from netsor.ir.variables import Vector
 from netsor.linalg import largest_ratio, mirror_upper
 from netsor.validate import check_choice, check_real
@@ -91,7 +105,13 @@ class Kernels:
     method: str = "expectations"
 
 
-def _gradients(program: Program, backward: str) -> GradientProgram:
+def _gradients(program: Program, backward: str) -> TangentProgram | GradientProgram:
+    """The program whose second moments make the kernels, held by ``program``: the tangent program
+    (``"auto"``) or a backward program (``"exact"``, ``"independent"``; and ``"auto"`` on BatchNorm
+    networks, whose batch radius :mod:`netsor.interpret.radial` integrates out of the powers of 1/s
+    of a backward pass)."""
+    if backward == "auto" and not normalises_batches(program):
+        return program.derived("tangent_program", tangent_program)
     return program.derived(f"gradient_program[{backward}]", lambda p: gradient_program(p, backward))
 
 
@@ -161,12 +181,18 @@ def _check_sampled_radii(lim: SimulatedLimit) -> None:
         "least 5 dimensions")
 
 
-def _terms(r: OutputGradient, s: OutputGradient, ntk: bool) -> list[Term]:
-    """The terms of the kernel block of outputs ``r`` and ``s`` (of the same readout)."""
+def _terms(r: TangentOutput | OutputGradient, s: TangentOutput | OutputGradient, ntk: bool) -> list[Term]:
+    """The terms of the kernel block of outputs ``r`` and ``s`` (of the same readout): the NNGP's
+    ``σ_v²/K Σ_k E[h_rk h_sk]``, and for the NTK those of the tangents ``σ_v²/K Σ_k E[ḣ_rk ḣ_sk]``
+    (:mod:`netsor.ir.tangent`) or of the parameters' gradients (:mod:`netsor.ir.backward`)."""
     coef = r.readout.sigma**2 / r.readout.num_parts
     terms: list[Term] = [(coef, pair, None) for pair in zip(r.parts, s.parts, strict=True)]
     if not ntk:
         return terms
+    if isinstance(r, TangentOutput):
+        assert isinstance(s, TangentOutput)
+        return terms + [(coef, pair, None) for pair in zip(r.tangents, s.tangents, strict=True)]
+    assert isinstance(s, OutputGradient)
     for a in r.uses:
         for b in s.uses:
             if a.matrix is b.matrix:
@@ -363,14 +389,17 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     memory_budget, threads, psd
         As for :func:`netsor.nngp`.
     backward : {"auto", "exact", "independent"}
-        The backward pass of the NTK (:func:`netsor.ir.backward.gradient_program`). ``"auto"``:
-        gradient independence (an independent copy of each ``Wᵀ``) for programs whose forward pass
-        has no transposed MatMul — exact there — and the real transposes (Netsor⊤) otherwise,
-        where gradient independence is wrong (for ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives
-        Θ = 4.54 instead of 5.29 — finite networks: 5.30 ± 0.02 at width 1024,
-        ``tests/test_empirical_ntk.py``). The expectation engine takes the real transposes where
-        every Netsor⊤ correction is linear in G-vectors (with data, its coefficients ``E[∂φ]`` are
-        per-input scalars of the limit); the simulation (``method="qmc"``) takes any.
+        How the NTK is derived. ``"auto"``: the tangent program (forward-mode, exact for every
+        program the engine takes, transposes included; :mod:`netsor.ir.tangent`), except for
+        BatchNorm networks, which take the backward program. ``"exact"``: the backward program
+        with the real transposes (Netsor⊤). ``"independent"``: the backward program under
+        gradient independence (an independent copy of each ``Wᵀ``) — the same NTK where the
+        forward pass has no transposed MatMul, and wrong where it has (for
+        ``y = vᵀ Wᵀ tanh(W g)/√n``, σ_W = 1.3, it gives Θ = 4.54 instead of 5.29 — finite
+        networks: 5.30 ± 0.02 at width 1024, ``tests/test_empirical_ntk.py``); offered to show
+        the difference. The expectation engine takes transposes where every Netsor⊤ correction
+        is linear in G-vectors (with data, its coefficients ``E[∂φ]`` are per-input scalars of the
+        limit); the simulation (``method="qmc"``) takes any.
     method : {"auto", "expectations", "qmc"}
         As for :func:`netsor.limit`: ``"qmc"`` estimates every second moment of the forward and
         backward programs by the joint randomised QMC simulation (Netsor⊤ included) and
@@ -479,7 +508,7 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
     return lim.retried(exact)
 
 
-def _structure(grads: GradientProgram, wanted: tuple[str, ...]
+def _structure(grads: TangentProgram | GradientProgram, wanted: tuple[str, ...]
                ) -> tuple[list[tuple[int, int]], dict[tuple[int, int, bool], list[Term]], list[Pair]]:
     """The output pairs of one readout, each kernel block's terms, and every second moment they use."""
     outs = grads.outputs
@@ -490,7 +519,7 @@ def _structure(grads: GradientProgram, wanted: tuple[str, ...]
     return blocks, terms, pairs
 
 
-def _simulated(grads: GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...], *, rtol: float,
+def _simulated(grads: TangentProgram | GradientProgram, X: Any, X2: Any, wanted: tuple[str, ...], *, rtol: float,
                memory_budget: int, psd: str, seed: Any) -> Kernels:
     """The kernels by the joint QMC simulation: per replicate, every block ``bias² + Σ coef · A (⊙ B)``
     from that replicate's second moments; bounds from the spread of the replicates."""
@@ -533,7 +562,7 @@ def ntk(program: Program, X: Any = None, X2: Any = None, *, rtol: float = DEFAUL
         backward: str = "auto", method: str = "auto", seed: Any = 0) -> Array:
     """Neural tangent kernel of ``program``'s outputs in the infinite-width limit.
 
-    NTK parameterisation, gradient independence (see :mod:`netsor.interpret.ntk`); same
+    NTK parameterisation, by the tangent program (see :mod:`netsor.interpret.ntk`); same
     arguments and layout as :func:`netsor.nngp`; error bounds on :func:`kernel`.
 
     Returns

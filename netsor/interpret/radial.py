@@ -86,6 +86,12 @@ def smallest_batch(program: Program) -> int | None:
     return min(sizes) if sizes else None
 
 
+def normalises_batches(program: Program) -> bool:
+    """Whether some line of ``program`` holds a BatchNorm output (:class:`BatchNormalized`)."""
+    return any(isinstance(n, BatchNormalized) for ln in program.lines if isinstance(ln, (NonLinLine, MomentLine))
+               for n in _nodes(ln.expr))
+
+
 def partial_batch_operands(program: Program) -> list[tuple[Expr, ...]]:
     """The operands of each distinct batch that a BatchNorm partial of ``program`` differentiates."""
     found: dict[Hashable, tuple[Expr, ...]] = {}

@@ -51,8 +51,8 @@ from netsor.ir.differentiate import differentiate
 from netsor.ir.expr import Const, Expr, Var, linear, product
 from netsor.ir.lines import BiasLine, LinCombLine, MatMulLine, NonLinLine
 from netsor.ir.program import Program, Readout
-from netsor.ir.transforms import Renaming, clone
-from netsor.ir.variables import Dim, Matrix, Vector
+from netsor.ir.transforms import Renaming, clone, materialise
+from netsor.ir.variables import Matrix, Vector
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[tuple[M
         if isinstance(grad, Const) and grad.value == 0.0:
             continue
         if isinstance(line, MatMulLine):
-            dg = _materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
+            dg = materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
             uses.append(MatrixUse(line.matrix, ren[line.arg], dg, line.transposed))
             if not line.matrix.is_input:
                 W = line.matrix
@@ -187,18 +187,6 @@ def _backward(program: Program, new: Program, ren: Renaming, tilde: dict[tuple[M
                 partial = differentiate(expr, ren[arg])
                 grads.setdefault(arg, []).append((1.0, product([partial, grad])))
         elif isinstance(line, BiasLine):
-            dg = _materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
+            dg = materialise(new, ren.dims[line.out.dim], grad, f"d{line.out.name}")
             biases.append(BiasUse(ren[line.out], line.sigma, dg))
     return tuple(uses), tuple(biases)
-
-
-def _materialise(new: Program, dim: Dim, grad: Expr, name: str) -> Vector:
-    """A vector of ``new`` equal to the expression ``grad`` (a new line unless it is one already)."""
-    if isinstance(grad, Var):
-        return grad.vector
-    form = grad.affine()
-    if form is not None and form[1] == 0.0:
-        terms = form[0]
-        return new.add_line(LinCombLine(new.new_vector(dim, "G", name), tuple(c for _, c in terms),
-                                        tuple(u for u, _ in terms)))
-    return new.add_line(NonLinLine(new.new_vector(dim, "H", name), grad))

@@ -79,7 +79,8 @@ class Program:
         self._lines: list[Line] = []
         self._readouts: list[Readout] = []
         self._line_of: dict[Vector, Line] = {}
-        self._derived: dict[str, tuple[tuple[int, int], Any]] = {}
+        self._derived: dict[str, tuple[tuple[int, int, int], Any]] = {}
+        self._odd: dict[Matrix | Vector, None] = {}
         self._data_dim = Dim("d", self, is_data=True)
         self._scalar_dim = Dim("scalar", self, is_scalar=True)
 
@@ -127,10 +128,15 @@ class Program:
         return max(used) + 1 if used else None
 
     @property
-    def version(self) -> tuple[int, int]:
-        """Changes whenever the program grows (lines or outputs added; programs only grow): what
-        was derived from an earlier version is stale."""
-        return len(self._lines), self.num_outputs
+    def version(self) -> tuple[int, int, int]:
+        """Changes whenever the program grows (lines, outputs or odd sources added; programs only
+        grow): what was derived from an earlier version is stale."""
+        return len(self._lines), self.num_outputs, len(self._odd)
+
+    @property
+    def odd_sources(self) -> tuple[Matrix | Vector, ...]:
+        """The matrices and bias vectors declared odd by :meth:`mark_odd`."""
+        return tuple(self._odd)
 
     def derived(self, name: str, compute: Callable[[Program], Any]) -> Any:
         """A value interpreters derive from the program (an analysis), computed once and held by
@@ -205,6 +211,27 @@ class Program:
         and the same for every input (a :class:`BiasLine`): the starting vector of a program
         that reads no data, such as the matrix-law programs of :mod:`netsor.zoo`."""
         return self.bias(dim, sigma)
+
+    def mark_odd(self, *sources: Matrix | Vector) -> None:
+        """Declare matrices and bias (Gaussian) vectors *odd*: flipped together by a sign symmetry.
+
+        Every matrix and bias is a centred Gaussian independent of the others, so flipping the sign
+        of any set of them leaves the law of the program unchanged: the declaration is always true.
+        It tells the infinite-width engine the parity it implies — a vector built from odd sources
+        linearly (``Ẇh``, ``Wḣ``, ``φ'(g)·ḣ``) is odd, one that reads none is even — so that every
+        second moment of an odd and an even vector is exactly 0 and the two are independent G-vectors
+        in the limit (the tangent program of the NTK: :mod:`netsor.ir.tangent`).
+        """
+        for s in sources:
+            if isinstance(s, Matrix):
+                if s.program is not self:
+                    raise ProgramError(f"matrix {s.name} belongs to another program")
+            else:
+                self.check_own(s)
+                if not isinstance(self._line_of[s], BiasLine):
+                    raise ProgramError(f"{s.name} is not a bias or Gaussian vector (p.bias, p.gaussian): only "
+                                       "matrices and those can be declared odd")
+            self._odd[s] = None
 
     @property
     def reads_data(self) -> bool:

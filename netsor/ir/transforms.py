@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from netsor.errors import ProgramError
-from netsor.ir.lines import Line, MatMulLine
+from netsor.ir.expr import Expr, Var
+from netsor.ir.lines import LinCombLine, Line, MatMulLine, NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Dim, Matrix, Vector
 
@@ -48,7 +49,8 @@ def _copy_line(line: Line, new: Program, renaming: Renaming) -> Vector:
 
 
 def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None, *,
-              keep: Iterable[Vector] | None = None, name: str | None = None) -> tuple[Program, Renaming]:
+              keep: Iterable[Vector] | None = None, name: str | None = None, readouts: bool = True
+              ) -> tuple[Program, Renaming]:
     """A copy of ``program`` in which the lines of the vectors in ``rewrite`` are replaced.
 
     Parameters
@@ -63,6 +65,8 @@ def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None,
         Copy only the lines these vectors (and the readouts) depend on; ``None`` keeps all.
     name : str, optional
         Name of the new program (default: the old name).
+    readouts : bool
+        Copy the readouts (False: the new program has none yet).
     """
     rewrite = dict(rewrite or {})
     for v in rewrite:
@@ -85,14 +89,17 @@ def transform(program: Program, rewrite: Mapping[Vector, Rewrite] | None = None,
         if out.dim is not renaming.dims[line.out.dim]:
             raise ProgramError(f"the rewrite of {line.out.name} returned a vector of another dimension")
         renaming.vectors[line.out] = out
-    for r in program.readouts:
+    new.mark_odd(*(renaming.matrices[s] if isinstance(s, Matrix) else renaming.vectors[s]
+                   for s in program.odd_sources if isinstance(s, Matrix) or s in renaming.vectors))
+    for r in program.readouts if readouts else ():
         new.add_readout([[renaming[v] for v in out] for out in r.parts], sigma=r.sigma, bias=r.bias)
     return new, renaming
 
 
-def clone(program: Program, name: str | None = None) -> tuple[Program, Renaming]:
-    """An identical, independent copy of ``program`` (append to it to extend it)."""
-    return transform(program, name=name)
+def clone(program: Program, name: str | None = None, *, readouts: bool = True) -> tuple[Program, Renaming]:
+    """An identical, independent copy of ``program`` (append to it to extend it); without its
+    readouts when ``readouts`` is False."""
+    return transform(program, name=name, readouts=readouts)
 
 
 def substitute(program: Program, rewrite: Mapping[Vector, Rewrite], name: str | None = None
@@ -116,3 +123,16 @@ def needed_lines(program: Program, keep: Iterable[Vector]) -> set[Vector]:
         if line.out in needed:
             needed.update(line.inputs)
     return needed
+
+
+def materialise(new: Program, dim: Dim, expr: Expr, name: str) -> Vector:
+    """A vector of ``new`` equal to the expression ``expr`` over its vectors: ``expr``'s own vector
+    when it is one, a LinComb line when it is linear, else a NonLin line."""
+    if isinstance(expr, Var):
+        return expr.vector
+    form = expr.affine()
+    if form is not None and form[1] == 0.0:
+        terms = form[0]
+        return new.add_line(LinCombLine(new.new_vector(dim, "G", name), tuple(c for _, c in terms),
+                                        tuple(u for u, _ in terms)))
+    return new.add_line(NonLinLine(new.new_vector(dim, "H", name), expr))
