@@ -320,6 +320,41 @@ def test_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, se
     assert gap[0] >= -(bound + 1e-9 * max(gap[-1], 0.0))
 
 
+def check_tangent_against_backward(p: netsor.Program, X, backward: str, rtol: float) -> None:
+    """The NTK of the tangent program (the default) and of the backward program ``backward`` are
+    the same number (gradient independence is exact without transposes; the exact backward pass
+    with them): they agree within the sum of their bounds wherever both are computed."""
+    try:
+        forward = netsor.kernel(p, X, get="ntk", rtol=rtol, method="expectations")
+        backward_k = netsor.kernel(p, X, get="ntk", rtol=rtol, method="expectations", backward=backward)
+    except (netsor.UnsupportedError, NumericalError) as exc:
+        assert any(w in str(exc) for w in ("rtol", "non-finite", "NaN", "only in the limit", "qmc", "simulation",
+                                           "BatchNorm")), str(exc)
+        return
+    scale = np.sqrt(np.outer(np.abs(np.diag(backward_k.ntk)), np.abs(np.diag(backward_k.ntk))))
+    assert np.all(np.abs(forward.ntk - backward_k.ntk) <= forward.ntk_error + backward_k.ntk_error + 1e-12 * scale)
+
+
+#: A read-out vector constant in the parameters (``abs(g − g) = 0``): its tangent is the zero vector
+#: (tangent campaign seed 301: "has no NTK").
+CONSTANT_READOUT = Recipe(sigmas=((1.0, 0.0),), steps=(("traced", 79, 5, "abs-diff"),),
+                          readouts=(((5,), 1.0, 0.0, False),))
+
+
+@NTK_SETTINGS
+@given(recipe=recipes(max_steps=4), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+@example(recipe=CONSTANT_READOUT, B=2, seed=0)
+def test_random_programs_tangent_ntk_is_the_gradient_independent_ntk(recipe, B, seed):
+    check_tangent_against_backward(build(recipe), inputs(B, 4, seed), "independent", 1e-6)
+
+
+@settings(NTK_SETTINGS, max_examples=40)
+@given(recipe=transpose_recipes(max_steps=6), seed=st.integers(0, 2**16))
+def test_random_transposed_programs_tangent_ntk_is_the_exact_ntk(recipe, seed):
+    p = build_transposed(recipe)
+    check_tangent_against_backward(p, inputs(2, 3, seed) if recipe.data else None, "exact", 1e-6)
+
+
 SLOW = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 

@@ -38,7 +38,7 @@ from netsor.ir.expr import Var, linear, product
 from netsor.ir.lines import BiasLine, DataLine, LinCombLine, MatMulLine, MomentLine, NonLinLine
 from netsor.ir.program import Program, Readout
 from netsor.ir.transforms import Renaming, clone, materialise
-from netsor.ir.variables import Matrix, Vector
+from netsor.ir.variables import Dim, Matrix, Vector
 
 
 @dataclass(frozen=True)
@@ -105,14 +105,23 @@ def tangent_program(program: Program, *, with_forward: bool = False) -> TangentP
                 tangent[out] = materialise(new, dim, linear(0.0, terms), name)
         else:  # pragma: no cover - every line kind is handled above
             raise ProgramError(f"no tangent rule for {type(line).__name__}")
+    zeros: dict[Dim, Vector] = {}
+
+    def tangent_of(v: Vector) -> Vector:
+        """``v``'s tangent; the zero vector (an empty LinComb) for a vector that is constant in the
+        parameters (``abs(g − g)``)."""
+        if v in tangent:
+            return tangent[v]
+        dim = ren.dims[v.dim]
+        if dim not in zeros:
+            zeros[dim] = new.add_line(LinCombLine(new.new_vector(dim, "G", f"0_{dim.name}"), (), ()))
+        return zeros[dim]
+
     outputs = []
     for r in program.readouts:
         parts = []
         for out in r.parts:
-            missing = [v.name for v in out if v not in tangent]
-            if missing:  # pragma: no cover - a readout reads hidden vectors, which follow parameters
-                raise ProgramError(f"readout of {missing}, which depend on no parameter, has no NTK")
-            outputs.append(TangentOutput(r, tuple(ren[v] for v in out), tuple(tangent[v] for v in out)))
+            outputs.append(TangentOutput(r, tuple(ren[v] for v in out), tuple(tangent_of(v) for v in out)))
             parts.append(outputs[-1].parts + outputs[-1].tangents)
         new.add_readout(parts, sigma=r.sigma * 2**0.5, bias=r.bias)
     new.mark_odd(*fresh.values(), *(t for v, t in tangent.items() if isinstance(program.line_of(v), BiasLine)))
