@@ -1033,11 +1033,17 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
     if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
         return parts[0][1]
     value, scratch = np.empty(shape), None
-    for i, (coef, (v, _)) in enumerate(parts):
-        if i == 0:
-            np.multiply(v, coef, out=value)
-        elif isinstance(v, np.ndarray) and v.size and not any(v.strides):  # a broadcast constant
+    (c0, (v0, _)), rest = parts[0], parts[1:]
+    if c0 == 1.0 and rest and rest[0][0] == 1.0 and not _is_constant(rest[0][1][0]):
+        np.add(v0, rest[0][1][0], out=value)  # one pass for the common Σ of two (an NTK's Ẇh + Wḣ)
+        rest = rest[1:]
+    else:
+        np.multiply(v0, c0, out=value)
+    for coef, (v, _) in rest:
+        if _is_constant(v):
             value += coef * float(v.flat[0])
+        elif coef == 1.0:
+            value += v
         else:
             scratch = np.empty(shape) if scratch is None else scratch
             np.multiply(v, coef, out=scratch)
@@ -1045,6 +1051,11 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
     # the terms are at most their envelopes: rounding relative to the largest ratio to the target
     size = max(abs(c) * largest_ratio(b.left, left) * largest_ratio(b.right, right) for c, (_, b) in parts)
     return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size)
+
+
+def _is_constant(v: Any) -> bool:
+    """``v`` is a broadcast constant (a read-only view with zero strides: a bias's variance)."""
+    return isinstance(v, np.ndarray) and v.size > 0 and not any(v.strides)
 
 
 def envelope_keys(key: Key, an: Analysis) -> list[Key]:
