@@ -95,7 +95,7 @@ def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = Fa
     steps = list(draw(st.lists(step_strategy(), min_size=1, max_size=max_steps)))
     if growth:  # a function growing exponentially or with a cusp, at a drawn place
         at = draw(st.integers(0, len(steps)))
-        steps.insert(at, ("traced", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
+        steps.insert(at, ("growth", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
                           draw(st.sampled_from(sorted(CUSPS)))))
     if gates:  # a product of gates of two pool vectors, inserted at a drawn place
         at = draw(st.integers(0, len(steps)))
@@ -146,7 +146,10 @@ def build(recipe: Recipe) -> netsor.Program:
             pool.append(pick(i) + c)
         elif op == "traced":
             _, i, j, name = step
-            pool.append(netsor.nonlin({**TRACED, **CUSPS}[name], pick(i), pick(j), name=name))
+            pool.append(netsor.nonlin(TRACED[name], pick(i), pick(j), name=name))
+        elif op == "growth":  # of G-vectors: exp of a product g·g' or exp(exp g) would have no finite limit
+            _, i, j, name = step
+            pool.append(netsor.nonlin(CUSPS[name], pick(i, "G"), pick(j, "G"), name=name))
         elif op == "gates":
             _, i, j, name = step
             pool.append(netsor.nonlin(GATES[name], pick(i), pick(j), name=name))
