@@ -2,7 +2,10 @@
 and against Neural Tangents' ``kernel_fn(x, None, ("nngp", "ntk"))``, in one run.
 
 Goals (issue: Netsor⊤ and the NTK): NNGP+NTK at most 1.5× the NNGP-only time, and at least 3×
-faster than Neural Tangents. Calls are interleaved (nngp, kernel, nngp, ...) so that both see the
+faster than Neural Tangents. Then the NTK of the zoo's RNN (4 sequences of T steps, 3 features) by
+the tangent program (the default) against the backward program under gradient independence
+(``backward="independent"``: O(T⁴) pairs of uses of the shared matrix), T in ``--rnn-steps``.
+Calls are interleaved (nngp, kernel, nngp, ...) so that both see the
 same machine load; medians of ``--repeats`` after a warm-up. NT runs as a subprocess in its own
 venv (``benchmarks/nt_baseline.py --ntk``) if ``--nt-python`` exists; the NTKs must agree to 1e-10.
 
@@ -25,6 +28,19 @@ from common import finish, interleaved_medians
 import netsor
 
 
+def _rnn_row(T: int) -> dict:
+    """The RNN's NTK on 4 sequences of T steps by the tangent and the backward program (one timed round each)."""
+    X = np.random.default_rng(0).standard_normal((4, T, 3))
+    rnn = netsor.zoo.rnn(T)
+    med, res = interleaved_medians({"tangent": lambda: netsor.kernel(rnn, X),
+                                    "backward": lambda: netsor.kernel(rnn, X, backward="independent")}, 1)
+    diff = float(np.max(np.abs(res["tangent"].ntk - res["backward"].ntk)))
+    ratio = med["backward"] / med["tangent"]
+    print(f"RNN NTK, T = {T}: tangent program {med['tangent']:.2f} s, backward program {med['backward']:.2f} s "
+          f"({ratio:.1f}×); NTKs differ by {diff:.1e} (bounds {res['tangent'].error:.1e})")
+    return {"median_s": med, "backward_over_tangent": ratio, "max_abs_diff": diff}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1000)
@@ -32,6 +48,7 @@ def main(argv=None) -> int:
     p.add_argument("--depth", type=int, default=10)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--nt-python", default=DEFAULT_NT_PYTHON)
+    p.add_argument("--rnn-steps", type=int, nargs="*", default=[10])
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     load = os.getloadavg()
@@ -54,6 +71,8 @@ def main(argv=None) -> int:
         fig |= {"nt_median_s": nt["median_s"], "nt_over_netsor": ratio, "max_rel_diff": diff}
         print(f"  Neural Tangents    {nt['median_s'] * 1e3:8.1f} ms   NT / netsor = {ratio:.2f} "
               f"(goal ≥ 3: {'met' if ratio >= 3 else 'MISSED'}); NTKs differ by {diff:.1e} of the largest entry")
+    for T in args.rnn_steps:
+        fig[f"rnn_T{T}"] = _rnn_row(T)
     return finish(fig, args.json)
 
 
