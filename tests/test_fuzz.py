@@ -356,9 +356,18 @@ CONSTANT_READOUT = Recipe(sigmas=((1.0, 0.0),), steps=(("traced", 79, 5, "abs-di
                           readouts=(((5,), 1.0, 0.0, False),))
 
 
+#: An attention over abs-differences whose last vector is constant in the parameters: its tangent, an
+#: empty LinComb, was a bare 0.0 at finite width (the tie check's finite run; tangent campaign seed 303).
+ZERO_TANGENT_AT_FINITE_WIDTH = Recipe(
+    sigmas=((1.2, 0.3),), steps=(("matmul", 508, 3, 1.0), ("traced", 667, 191, "abs-diff"),
+                                 ("attention", 432, 2, 1.0), ("traced", 267, 324, "abs-diff")),
+    readouts=(((2,), 1.0, 0.0, False),))
+
+
 @NTK_SETTINGS
 @given(recipe=recipes(max_steps=4), B=st.integers(2, 3), seed=st.integers(0, 2**16))
 @example(recipe=CONSTANT_READOUT, B=2, seed=0)
+@example(recipe=ZERO_TANGENT_AT_FINITE_WIDTH, B=2, seed=1)
 def test_random_programs_tangent_ntk_is_the_gradient_independent_ntk(recipe, B, seed):
     check_tangent_against_backward(build(recipe), inputs(B, 4, seed), "independent", 1e-6)
 

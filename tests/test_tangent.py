@@ -140,3 +140,19 @@ def test_odd_declarations_are_checked_and_survive_a_clone():
     assert set(copy.odd_sources) == {ren.matrices[W], ren[b]}
     parity = vector_parities(copy)
     assert (parity[ren[both]], parity[ren[one]], parity[ren[neither]]) == (EVEN, ODD, 0)
+
+
+def test_a_tangent_that_vanishes_is_a_zero_vector_at_finite_width_too():
+    """``step(g)`` is constant in the parameters almost everywhere: its tangent is an empty sum, the
+    zero vector, which the finite samplers and the coupled run hold as zeros of the right shape (it was
+    a bare 0.0 that the readout could not contract: tangent campaign seed 303), and the NTK of
+    ``vᵀ step(g)/√n`` is its NNGP (only the readout is trained)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    p.readout(netsor.step(p.input(n)), sigma=1.3)
+    t = tangent_program(p).program
+    X = np.random.default_rng(6).standard_normal((3, 4))
+    assert netsor.sample(t, X, width=16, samples=2).shape == (2, 3)
+    k = netsor.kernel(p, X)
+    np.testing.assert_allclose(k.ntk, k.nngp, rtol=1e-14, atol=0.0)
+    assert netsor.empirical_ntk(p, X, width=16, samples=2, seed=0).shape == (2, 3, 3)

@@ -21,7 +21,8 @@ Array = np.ndarray
 
 class LinCombRule(LineRule):
     def finite(self, line: LinCombLine, state: FiniteState) -> Array:
-        out: Any = 0.0
+        # an empty sum is the zero vector (the tangent of a vector constant in the parameters)
+        out: Any = np.zeros((state.chunk.size, state.batch, state.sizes[line.out.dim])) if not line.args else 0.0
         for c, a in zip(line.coeffs, line.args, strict=True):
             out = out + (state.values[c] if isinstance(c, Vector) else c) * state.values[a]
         if line.offset is not None:
