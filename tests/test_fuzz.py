@@ -342,9 +342,10 @@ def check_tangent_against_backward(p: netsor.Program, X, backward: str, rtol: fl
     try:
         forward = netsor.kernel(p, X, get="ntk", rtol=rtol, method="expectations")
         backward_k = netsor.kernel(p, X, get="ntk", rtol=rtol, method="expectations", backward=backward)
-    except (netsor.UnsupportedError, NumericalError) as exc:
-        assert any(w in str(exc) for w in ("rtol", "non-finite", "NaN", "only in the limit", "qmc", "simulation",
-                                           "BatchNorm")), str(exc)
+    except netsor.UnsupportedError:
+        return  # a program the expectation engine does not take (it says why; e.g. relu(θ) inside a vector's line)
+    except NumericalError as exc:
+        assert any(w in str(exc) for w in ("rtol", "non-finite", "NaN", "only in the limit")), str(exc)
         return
     scale = np.sqrt(np.outer(np.abs(np.diag(backward_k.ntk)), np.abs(np.diag(backward_k.ntk))))
     assert np.all(np.abs(forward.ntk - backward_k.ntk) <= forward.ntk_error + backward_k.ntk_error + 1e-12 * scale)
