@@ -564,3 +564,54 @@ def abs_minus_clip_shared_kernel(Ks, sd_a):
                 total += wx * np.sum(wy * h(np.clip(sx, -1.0, 1.0), np.clip(m + hy, -1.0, 1.0)))
             K[i, j] = K[j, i] = total
     return K
+
+
+def _hinge_sums(b, kind):
+    """``f_b(v) = c + Σ a (v − k)₊ + Σ a' (k − v)₊`` for a bias value ``b``: ``(c, [(a, k)], [(a', k)])``."""
+    if kind == "relu(relu(g-b)-b)":
+        return (0.0, [(1.0, 2 * b)], []) if b >= 0 else (-b, [(1.0, b)], [])
+    if kind == "relu(0.5|g-b|-b)":
+        return (0.0, [(0.5, 3 * b)], [(0.5, -b)]) if b >= 0 else (-b, [(0.5, b)], [(0.5, b)])
+    raise ValueError(kind)
+
+
+def nested_kink_of_a_bias_kernel(A, B, C, sigma_b, kind, nodes=48, panels=8):
+    """``E[f(u, b) f(v, b)]`` for ``(u, v)`` centred Gaussian (``Var u = A, Var v = B, Cov = C``) and
+    one bias ``b ~ N(0, σ_b²)`` shared by both sides, independent of them, where ``f(·, b)`` is the
+    piecewise linear ``relu(relu(g − b) − b)`` or ``relu(0.5|g − b| − b)`` (``kind``). Given ``b`` and
+    ``u``, ``E[f(v, b) | u]`` is a closed form (``E(v − k)₊`` of a normal); the rest is Gauss–Legendre
+    quadrature on panels over ``u`` split at the kinks (smooth in between) and over ``b`` split at 0
+    (where the pieces change; smooth on either side), ``panels`` per interval of ``nodes`` each."""
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    su, s = np.sqrt(A), np.sqrt(B - C * C / A)
+
+    def panel_rule(lo, hi):
+        edges = np.linspace(lo, hi, panels + 1)
+        half, mid = np.diff(edges)[:, None] / 2, (edges[:-1] + edges[1:])[:, None] / 2
+        return (mid + half * t).ravel(), (half * w).ravel()
+
+    def hinge(x, k):
+        return np.maximum(x - k, 0.0)
+
+    def normal_hinge(m, k):  # E(v − k)₊ for v ~ N(m, s²)
+        z = (m - k) / s
+        return s * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi) + (m - k) * special.ndtr(z)
+
+    def inner(b):
+        c, up, down = _hinge_sums(b, kind)
+        kinks = sorted({k for _, k in up + down if abs(k) < 12 * su})
+        edges = [-12 * su, *kinks, 12 * su]
+        total = 0.0
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            u, wu = panel_rule(lo, hi)
+            fu = c + sum(a * hinge(u, k) for a, k in up) + sum(a * hinge(-u, -k) for a, k in down)
+            m = C / A * u
+            cond = c + sum(a * normal_hinge(m, k) for a, k in up) + sum(a * normal_hinge(-m, -k) for a, k in down)
+            total += np.sum(wu * fu * cond * np.exp(-0.5 * (u / su) ** 2)) / (su * np.sqrt(2 * np.pi))
+        return total
+
+    total = 0.0
+    for lo, hi in ((-12 * sigma_b, 0.0), (0.0, 12 * sigma_b)):
+        bs, wb = panel_rule(lo, hi)
+        total += sum(wi * inner(bi) * np.exp(-0.5 * (bi / sigma_b) ** 2) for bi, wi in zip(bs, wb, strict=True))
+    return total / (sigma_b * np.sqrt(2 * np.pi))

@@ -945,3 +945,22 @@ def test_a_cusp_in_the_coefficients_is_in_their_error_estimate():
             assert rtol < 1e-6  # a refusal is honest; a bound below the error is not
             continue
         assert abs(K[0, 1] - want) <= E[0, 1] <= rtol * np.sqrt(K[0, 0] * K[1, 1])
+
+
+def test_cone_moments_of_dependent_forms_are_exact():
+    """Forms ``x1, x2`` iid N(0, 1) and ``x0 = x1 + x2``: on ``{x1 > 0, x2 > 0}`` the step of x0 is 1, so
+    every moment is a product of half-normal moments. Conditioning on two of the forms (the δs of Stein's
+    lemma) determines the third; its step then counts 1/2 (step(0) = 0 there lost a quarter of
+    ``E[x0 x2 1{·}]``), and two forms equal given the δs are one step (asin at a correlation of 1 − ε was
+    off by √ε ≈ 1e-8)."""
+    from netsor.gaussian.orthant import _Moments
+
+    rows = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    cov = (rows @ rows.T)[None]
+    half_mean, pi2 = 1 / np.sqrt(2 * np.pi), 2 * np.pi
+    exact = {((), (0, 1, 2)): 0.25, ((2,), (0, 1, 2)): 0.5 * half_mean, ((0,), (0, 1, 2)): half_mean,
+             ((0, 2), (0, 1, 2)): 0.25 + 1 / pi2, ((0, 0), (0, 1, 2)): 0.5 + 2 / pi2, ((2, 2), (0, 1, 2)): 0.25,
+             ((0, 1, 2), (0, 1, 2)): 2 * half_mean * 0.5, ((1, 2), (1, 2)): 1 / pi2}
+    for (poly, steps), value in exact.items():
+        got = _Moments(cov, rows).moment(frozenset(), poly, frozenset(steps))[0][0]
+        assert abs(got - value) <= 4 * np.finfo(float).eps, (poly, steps, got, value)
