@@ -55,8 +55,8 @@ class TangentOutput:
 class TangentProgram:
     """A program extended by its tangents (see :func:`tangent_program`).
 
-    ``program``'s readouts are the NTK's (after the original ones, renamed, if asked for): the
-    NNGP kernel of each is the NTK of the original readout, with the same outputs. ``outputs``
+    The NNGP kernel of each of ``program``'s readouts is the NTK of the original readout, with the
+    same outputs. ``outputs``
     lists the original outputs with their tangents; ``tangents`` maps each vector of the original
     to its tangent (data, scalars and vectors with no parameter upstream have none)."""
 
@@ -66,10 +66,9 @@ class TangentProgram:
     outputs: tuple[TangentOutput, ...]
 
 
-def tangent_program(program: Program, *, with_forward: bool = False) -> TangentProgram:
-    """The program extended by the tangent of every vector, with the NTK's readouts (after the
-    original readouts, renamed, when ``with_forward``: the NNGP's and the NTK's in one program)."""
-    new, ren = clone(program, name=f"{program.name} + tangents", readouts=with_forward)
+def tangent_program(program: Program) -> TangentProgram:
+    """The program extended by the tangent of every vector; its readouts are the NTK's."""
+    new, ren = clone(program, name=f"{program.name} + tangents", readouts=False)
     fresh: dict[Matrix, Matrix] = {}
     tangent: dict[Vector, Vector] = {}
     for line in program.lines:
