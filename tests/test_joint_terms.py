@@ -891,3 +891,25 @@ def test_nested_kinks_of_a_shared_bias_within_their_bounds(kind):
               netsor.limit(p, X[:1], X[1:]).nngp(with_error=True)]
     for K, E in routes:
         assert abs(K[0, -1] - ref) <= E[0, -1] + 1e-15 * abs(ref)
+
+
+def test_a_function_of_three_forms_of_two_gaussians_at_a_point():
+    """``relu(a)·step(a − b)·relu(b − 0.2a)`` of independent inputs a, b: its arguments a, a − b and
+    b − 0.2a (three G-vectors of two sources) had a singular covariance at every point; the cone moments
+    tell forms determined by others from their coefficients over the arguments, missed that conditioning
+    on two determines the third, and divided by its rounded variance: a bound 819× the value of a point with
+    itself (refused at every rtol). Written over the sources, ``E f² = v²·(8/2π)·∫ cos²θ (sin θ − 0.2 cos θ)²
+    dθ`` over θ ∈ (atan 0.2, π/4) (polar coordinates), met to rounding; pairs of points (four-dimensional
+    cone moments of steps) reach ~1e-6 relative."""
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b = p.input(n), p.input(n)
+    p.readout(netsor.relu(a) * netsor.step(a - b) * netsor.relu(b - 0.2 * a))
+    X = np.random.default_rng(0).standard_normal((40, 10))
+    K, E = netsor.limit(p, X, rtol=1e-6).nngp(with_error=True)
+    v = np.sum(X * X, axis=1) / 10
+    angular = integrate.quad(lambda t: np.cos(t) ** 2 * (np.sin(t) - 0.2 * np.cos(t)) ** 2, np.arctan(0.2),
+                             np.pi / 4, epsabs=1e-17, epsrel=1e-14)[0]
+    exact = v**2 * 8 / (2 * np.pi) * angular
+    assert np.all(np.abs(np.diag(K) - exact) <= np.diag(E) + 1e-14 * exact)
+    assert np.max(np.diag(E) / exact) < 1e-8

@@ -86,6 +86,7 @@ from netsor.ir.expr import (
     product,
 )
 from netsor.ir.homogeneity import input_scaling
+from netsor.ir.transforms import substituted
 from netsor.linalg import (
     PSD_TOLERANCE,
     colinear_rows,
@@ -249,13 +250,37 @@ class Analysis:
                         "the NTK of BatchNorm networks) divides by the batch standard deviation, a B-dimensional "
                         "expectation that only the QMC simulation computes: pass rtol >= "
                         f"{SIMULATION_MIN_RTOL:g} (method='auto', ~1e-2 in a minute) or method='qmc'")
-                self.polys[out] = _with_scalar_coefficients(out, expand(form.expr))
+                self.polys[out] = _with_scalar_coefficients(out, expand(self._in_sources(form.expr)))
                 for _, m in self.polys[out].terms:
                     self.monomials.setdefault(m.key, m)
                     self.owners.setdefault(m.key, out)
         #: Most NonLin lines on one path of the program: the number of expectations whose errors
         #: add up (through the layers' gains) in one kernel entry.
         self.nesting = max(nesting.values(), default=0)
+
+    def _in_sources(self, expr: Expr) -> Expr:
+        """``expr`` over the sources of its G-vectors where they are fewer than its arguments: with
+        ``g4 = g1 − g2`` and ``g8 = g2 − 0.2g1``, ``relu(g1)·step(g4)·relu(g8)`` becomes
+        ``relu(g1)·step(g1 − g2)·relu(g2 − 0.2g1)``, a function of the two G-vectors its law lives on. Over
+        three arguments their covariance was singular at every point, and the cone moments — which tell
+        forms determined by others from the forms' coefficients — lost every digit where conditioning on
+        two forms determined the third (a bound 819× the value of a point with itself). Only sources that
+        are their own Gaussian parts (no Netsor⊤ correction) and real coefficients; else ``expr``."""
+        args = [v for v in expr.args if v.kind != "scalar"]
+        used: set[Vector] = set()
+        for v in args:
+            src = self.sources.get(v)
+            if src is None or not all(isinstance(c, float | int) for c in src.values()):
+                return expr
+            if any(self.sources.get(s) != {s: 1.0} for s in src):
+                return expr
+            used.update(src)
+        if len(used) >= len(args):
+            return expr
+        repl = {v: linear(0.0, [(float(c), Var(s)) for s, c in self.sources[v].items()]) for v in args
+                if self.sources[v] != {v: 1.0}}
+        rewritten = substituted(expr, repl)
+        return expr if rewritten is None else rewritten
 
     def _moment_terms(self, out: Vector, expr: Any) -> tuple[float, list[MomentTerm]]:
         """``E ψ`` as ``const + Σ coef · (scalar factor) · E[vector monomial]``: each monomial of ψ

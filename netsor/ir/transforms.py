@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from netsor.errors import ProgramError
-from netsor.ir.expr import Expr, Var
+from netsor.ir.expr import Apply, Expr, Prod, Sum, Var, apply, linear, product
 from netsor.ir.lines import LinCombLine, Line, MatMulLine, NonLinLine
 from netsor.ir.program import Program
 from netsor.ir.variables import Dim, Matrix, Vector
@@ -136,3 +136,23 @@ def materialise(new: Program, dim: Dim, expr: Expr, name: str) -> Vector:
         return new.add_line(LinCombLine(new.new_vector(dim, "G", name), tuple(c for _, c in terms),
                                         tuple(u for u, _ in terms)))
     return new.add_line(NonLinLine(new.new_vector(dim, "H", name), expr))
+
+
+def substituted(e: Expr, repl: Mapping[Vector, Expr]) -> Expr | None:
+    """``e`` with the vectors of ``repl`` replaced by expressions, rebuilt by the expression
+    constructors (so that sums are collected and activations of affine forms recognised); None where
+    a replaced vector is inside a node that cannot be rebuilt (opaque functions, BatchNorm)."""
+    if not any(v in repl for v in e.args):
+        return e
+    if isinstance(e, Var):
+        return repl[e.vector]
+    if isinstance(e, Apply):
+        child = substituted(e.child, repl)
+        return None if child is None else apply(e.act, child)
+    if isinstance(e, Sum):
+        terms = [(c, substituted(t, repl)) for c, t in e.terms]
+        return None if any(t is None for _, t in terms) else linear(e.const, terms)  # type: ignore[arg-type]
+    if isinstance(e, Prod):
+        factors = [substituted(f, repl) for f in e.factors]
+        return None if any(f is None for f in factors) else product(factors)  # type: ignore[arg-type]
+    return None
