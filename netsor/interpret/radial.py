@@ -21,7 +21,7 @@ batch vectors are used only inside their BatchNorm (the radial degrees below); e
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -88,19 +88,23 @@ def smallest_batch(program: Program) -> int | None:
 
 def normalises_batches(program: Program) -> bool:
     """Whether some line of ``program`` holds a BatchNorm output (:class:`BatchNormalized`)."""
-    return any(isinstance(n, BatchNormalized) for ln in program.lines if isinstance(ln, (NonLinLine, MomentLine))
-               for n in _nodes(ln.expr))
+    return any(isinstance(n, BatchNormalized) for n in _expression_nodes(program))
 
 
 def partial_batch_operands(program: Program) -> list[tuple[Expr, ...]]:
     """The operands of each distinct batch that a BatchNorm partial of ``program`` differentiates."""
     found: dict[Hashable, tuple[Expr, ...]] = {}
+    for n in _expression_nodes(program):
+        if isinstance(n, BatchNormPartial):
+            found.setdefault(tuple(c.key for c in n.operands), n.operands)
+    return list(found.values())
+
+
+def _expression_nodes(program: Program) -> Iterator[Expr]:
+    """Every node of the expressions of the program's NonLin and Moment lines."""
     for ln in program.lines:
         if isinstance(ln, (NonLinLine, MomentLine)):
-            for n in _nodes(ln.expr):
-                if isinstance(n, BatchNormPartial):
-                    found.setdefault(tuple(c.key for c in n.operands), n.operands)
-    return list(found.values())
+            yield from _nodes(ln.expr)
 
 
 def nonzero_eigenvalues(eigenvalues: Array) -> Array:

@@ -56,9 +56,9 @@ class TangentProgram:
     """A program extended by its tangents (see :func:`tangent_program`).
 
     The NNGP kernel of each of ``program``'s readouts is the NTK of the original readout, with the
-    same outputs. ``outputs``
-    lists the original outputs with their tangents; ``tangents`` maps each vector of the original
-    to its tangent (data, scalars and vectors with no parameter upstream have none)."""
+    same outputs. ``outputs`` lists the original outputs with their tangents; ``tangents`` maps each
+    vector of the original to its tangent (data, scalars and vectors with no parameter upstream have
+    none)."""
 
     program: Program
     renaming: Renaming
