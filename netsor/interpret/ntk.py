@@ -39,6 +39,7 @@ independent: those NTK blocks are 0, like the NNGP's.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -331,7 +332,7 @@ class _CheckedEntries:
     def __init__(self, rows: Any, cols: Any, shape: tuple[int, ...], diagonal: bool,
                  per_point: tuple[Array, Array] | None, outputs: int) -> None:
         self.rows, self.cols, self.shape, self.outputs = rows, cols, shape, outputs
-        self.upper = np.triu_indices(shape[0]) if diagonal else None
+        self.upper = _upper_triangle(shape[0]) if diagonal else None
         self.skip = None
         if per_point is not None:
             pi, pj = per_point
@@ -359,6 +360,15 @@ class _CheckedEntries:
         else:
             i, j = self.rows[k[0]], self.cols[k[0]]
         return ratio, (int(i) * self.outputs + r, int(j) * self.outputs + s)
+
+
+@functools.lru_cache(maxsize=4)
+def _upper_triangle(n: int) -> tuple[Array, Array]:
+    """``np.triu_indices(n)``, read-only (the same for every diagonal block of a sweep)."""
+    upper = np.triu_indices(n)
+    for index in upper:
+        index.flags.writeable = False
+    return upper
 
 
 def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) -> Array:
@@ -454,7 +464,10 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         blocks, terms, pairs = _structure(grads, wanted)
         loose = LOOSE_SHARE * lim.rtol
         n1, n2 = lim.X.shape[0], lim.X2.shape[0]
-        out = {name: (np.zeros((n1, R, n2, R)), np.zeros((n1, R, n2, R))) for name in wanted}
+        # every entry is written (blocks, per-point entries, the mirror below) but those of outputs of
+        # different readouts, which are 0: no zeroing pass over fresh memory otherwise
+        fresh = np.empty if len(blocks) == R * R else np.zeros
+        out = {name: (fresh((n1, R, n2, R)), fresh((n1, R, n2, R))) for name in wanted}
         # each kernel's largest ratio of a bound to its scale, checked block by block while the block is
         # in cache: (ratio, entry) per block (appended from worker threads), the scales never stored
         worst: dict[str, list[tuple[float, tuple[int, int]]]] = {name: [] for name in wanted}
@@ -463,8 +476,8 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         def consume(rows: Any, cols: Any, tile: list[tuple[Array, Bound, Array, Array]]) -> None:
             """Combine one block's second moments into every kernel's block (the moments are never
             stored whole: memory for the kernels only). A block is a view of the kernel, filled in
-            place; for one input set only blocks on and above the diagonal come, and the kernel's
-            symmetry fills the rest (a transposed copy, not the terms again on transposed moments).
+            place; for one input set only blocks on and above the diagonal come (on a diagonal block only
+            its upper triangle holds), and the kernel's symmetry fills the rest after the sweep.
             Pairs of identical inputs (index arrays) come last."""
             moments = {pair: Moment.of(*m, loose=loose) for pair, m in zip(pairs, tile, strict=True)}
             tiled = isinstance(rows, slice)
@@ -480,20 +493,17 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
                     ratio = block.ratio_bound()
                     worst[name].append((ratio, (0, 0)) if ratio <= lim.rtol
                                        else checked.largest_ratio(err, block.scale(), r, s, lim.rtol))
+                    E[rows, r, cols, s] = err
                     if not tiled:
-                        K[rows, r, cols, s], E[rows, r, cols, s] = block.K, err
+                        K[rows, r, cols, s] = block.K
                         if lim.symmetric:  # the mirrored entries (the diagonal's are the same)
                             K[cols, s, rows, r], E[cols, s, rows, r] = block.K, err
-                        continue
-                    E[rows, r, cols, s] = err
-                    if lim.symmetric and not diagonal:
-                        K[cols, s, rows, r], E[cols, s, rows, r] = block.K.T, err.T
-                if diagonal:  # its entries below the diagonal may be missing: the upper triangle holds
-                    flat = slice(rows.start * R, rows.stop * R)
-                    for A in (K, E):
-                        mirror_upper(A.reshape(n1 * R, n2 * R)[flat, flat])
 
         lim.sweep_second_moments(pairs, consume, lower_blocks=False)
+        if lim.symmetric:  # one cache-tiled mirror of each result, not a transposed copy per block
+            for name in wanted:
+                for A in out[name]:
+                    mirror_upper(A.reshape(n1 * R, n2 * R))
         result: dict[str, tuple[Array, Array]] = {}
         for name in wanted:
             K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
