@@ -791,12 +791,15 @@ def expand(e: Expr, limit: int = EXPANSION_LIMIT) -> Polynomial:
     """The normal form of ``e``: sums and products distributed into monomials (while the number
     of monomials stays within ``limit``; beyond, a product of sums is kept as one atom)."""
     const, terms = _expand(e, limit)
-    if len(terms) > 1 and len(e.args) == 1 and e.kink_planes() and not e.hidden_kinks:
+    if len(terms) > 1 and len(e.args) == 1 and (e.kink_planes() or e.hidden_kinks):
         # a kinked function of one G-vector whose expansion has several terms (clip(2g)² = (relu(2g + 1) −
         # relu(2g − 1) − 1)²) is one function of one form: one-argument rules integrate it whole, where
         # the terms' kernels, each large against their cancelling sum, added their bounds (0.2 of the
-        # kernel at rtol 1e-3: refused; strict campaign seed 251). Smooth ones keep their monomials,
-        # whose exact cancellations the tie check reads (erf(g) − (erf(g) + 1e-9 g))
+        # kernel at rtol 1e-3: refused; strict campaign seed 251). Kinks of a non-affine argument are
+        # points too in one dimension, located numerically (clip(2g³): its terms relu(2g³ ± 1) grow as
+        # g³ and their bounds reached 0.78 of the bounded clip's kernel; strict campaign seed 353).
+        # Smooth ones keep their monomials, whose exact cancellations the tie check reads
+        # (erf(g) − (erf(g) + 1e-9 g))
         whole = Monomial((e,))
         return Polynomial(0.0, ((1.0, whole),))
     return Polynomial(const, tuple((c, m) for c, m in terms.values() if c != 0.0))
