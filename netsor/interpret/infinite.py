@@ -44,8 +44,9 @@ from netsor.activations import Activation, identity
 from netsor.activations.kernels import known_angle, remembered_angles
 from netsor.allocator import reused_memory
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
-from netsor.gaussian import joint
+from netsor.gaussian import conditioned, joint
 from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
+from netsor.gaussian.conditioned import FactorTimesForm
 from netsor.gaussian.pairs import (
     CoefficientMemo,
     is_elementary,
@@ -541,6 +542,15 @@ class Analysis:
             self._functions[key] = _projection(m)
         return self._functions[key]
 
+    def factor_times_form(self, m: Monomial) -> FactorTimesForm | None:
+        """``m`` as ``g · f(w)`` over its arguments (:mod:`netsor.gaussian.conditioned`): one atom a
+        G-vector ``g``, the others a function of one linear form ``w`` (or ``m`` a function of one
+        form alone, no factor); None otherwise."""
+        key = ("factor", m.key)
+        if key not in self._functions:
+            self._functions[key] = _factor_times_form(m, self.projection(m))
+        return self._functions[key]
+
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
         """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
         homogeneous ``act`` (identity included), when it is one; None otherwise."""
@@ -653,6 +663,44 @@ def _projection(m: Monomial) -> Projection | None:
     if offset != 0.0:
         act = shifted(act, offset)
     return Projection(tuple(v for v, _ in terms), np.array([c for _, c in terms]), act)
+
+
+def _function_of_one_form(m: Monomial) -> Projection | None:
+    """:func:`_projection`, or ``m`` as one function of the single linear form that all its arguments enter
+    through (``√|a + b/2|``, ``relu(a + b/2)·tanh(a + b/2 + 1)``: nested or several activations of one form,
+    up to constant offsets), with the form written as one G-vector; None otherwise."""
+    proj = _projection(m)
+    if proj is not None or not m.args:
+        return proj
+    forms = m.expr.input_forms()
+    if len({terms for terms, _ in forms}) != 1:
+        return None
+    terms = forms[0][0]
+    v, cv = terms[0]
+    repl: dict[Vector, Expr] = {u: Const(0.0) for u, _ in terms[1:]}
+    repl[v] = linear(0.0, [(1.0 / cv, Var(v))])  # the form becomes v itself (its offsets stay)
+    over_v = substituted(m.expr, repl)
+    if over_v is None:
+        return None
+    return Projection(tuple(u for u, _ in terms), np.array([c for _, c in terms]), activation_of(over_v, v))
+
+
+def _factor_times_form(m: Monomial, whole: Projection | None) -> FactorTimesForm | None:
+    def over_args(proj: Projection) -> Array:
+        form = np.zeros(len(m.args))
+        for v, c in zip(proj.args, proj.coefs, strict=True):
+            form[m.args.index(v)] += c
+        return form
+
+    if whole is not None:
+        return FactorTimesForm(None, over_args(whole), whole.act)
+    bare = [k for k, atom in enumerate(m.atoms) if isinstance(atom, Var)]
+    if len(bare) != 1 or len(m.atoms) < 2:
+        return None
+    rest = _function_of_one_form(Monomial(tuple(atom for k, atom in enumerate(m.atoms) if k != bare[0])))
+    if rest is None:
+        return None
+    return FactorTimesForm(m.args.index(m.atoms[bare[0]].vector), over_args(rest), rest.act)
 
 
 def analysis_of(program: Program) -> Analysis:
@@ -1531,6 +1579,21 @@ class Run:
                 dense[own, :] += block
         return bounds.Bound(prop.eta, env_l, env_r, dense)
 
+    def _conditioned_pair(self, comp: Component, cx: Array, cy: Array, Cf: Array, todo: Array, value: Array,
+                          err: Array) -> Array:
+        """The pairs ``todo`` of a term ``g · f(w)`` against ``g' · h(w')`` (or ``h(w')``), by conditioning
+        on the forms (:mod:`netsor.gaussian.conditioned`: one-dimensional rules), into ``value`` and
+        ``err``; returns the mask of those left to the joint engine (all of them for other terms, and
+        for piecewise-linear ones, whose cone moments are exact)."""
+        an = self.an
+        fl, fr = an.factor_times_form(comp.left), an.factor_times_form(comp.right)
+        if (fl is None or fr is None or (fl.factor is None and fr.factor is None)
+                or (an.joint(comp.left).cone is not None and an.joint(comp.right).cone is not None)):
+            return np.ones(todo.size, dtype=bool)
+        v, e, done = conditioned.pair_expectation(fl, fr, cx, cy, Cf, rtol=self.term_rtol, memo=self.memo)
+        value[todo[done]], err[todo[done]] = v[done], e[done]
+        return ~done
+
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
         ``√(E L²) ⊗ √(E R²)``."""
@@ -1603,10 +1666,13 @@ class Run:
         stats_r = {k: v[0, cols] for k, v in s_right.items()}
         value, err = np.zeros(b1 * b2), np.zeros(b1 * b2)
         if todo.size:  # none on a tile of identical inputs (one symbolic point of a data-free program)
-            value[todo], err[todo], se = joint.pair_expectation(
-                an.joint(left), an.joint(right), cx, cy, Cf, rtol=self.term_rtol, memo=self.tables,
-                seed=_seed((left.key, right.key)), scale=np.sqrt(stats_l["m2"] * stats_r["m2"]))
-            self.note_stderr(se)
+            rest = self._conditioned_pair(comp, cx, cy, Cf, todo, value, err)
+            if rest.any():
+                value[todo[rest]], err[todo[rest]], se = joint.pair_expectation(
+                    an.joint(left), an.joint(right), cx[rest], cy[rest], Cf[rest], rtol=self.term_rtol,
+                    memo=self.tables, seed=_seed((left.key, right.key)),
+                    scale=np.sqrt(stats_l["m2"][rest] * stats_r["m2"][rest]))
+                self.note_stderr(se)
             # a data-free argument on both sides is one variable at the two points: its copies are one
             # coordinate of the pair's law, whose errors cannot separate them
             shared = [(i, j) for i, u in enumerate(left.args) for j, v in enumerate(right.args)
