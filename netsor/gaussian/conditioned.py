@@ -14,7 +14,11 @@ expectations of pairs of one-argument functions (``x² f``, ``x f``, ``f`` again
 four-dimensional rules stopped at 2e-3 for a cusp (growth campaign seed 311) and at 4e-4 for
 ``g₂ tanh(g₁ + g₂/2)`` on 100 inputs.
 
-The coefficients divide by ``det Σ_W = a b (1 − ρ²)``: their rounding, amplified by
+At one point the same reduction conditions on the one form ``w``: ``E[U_i V_j f(w) h(w)] = β_i β_j E[w² f h]
++ (Σ_ij − a β_i β_j) E[f h]`` with ``β = Σc/a`` (:func:`point_pair`), the means and the moments that scale
+error bounds likewise (:func:`point_mean`, :func:`point_moments`).
+
+The coefficients of a pair divide by ``det Σ_W = a b (1 − ρ²)``: their rounding, amplified by
 ``(ab + c²)/det``, enters the bound, and pairs whose forms are within ``MIN_SINE2`` of colinear are
 left to the joint engine (``done`` false).
 """
@@ -27,7 +31,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.gaussian import pairs
-from netsor.gaussian.pairs import CoefficientMemo, product_activation
+from netsor.gaussian.pairs import CoefficientMemo, mean, moments_1d, product_activation
 
 Array = np.ndarray
 _EPS = np.finfo(float).eps
@@ -136,11 +140,17 @@ def pair_expectation(left: FactorTimesForm, right: FactorTimesForm, cov_x: Array
     else:
         terms[(1, 0)], terms[(0, 1)] = n_w, n_wp
     total, bound, size = np.zeros(a.size), np.zeros(a.size), np.zeros(a.size)
-    for (k, l), (coef, dcoef) in terms.items():
-        p, e = pairs.pair_expectation(_times_x(left.act, k), _times_x(right.act, l), a, b, c, memo=memo, rtol=rtol)
-        total += coef * p
-        bound += np.abs(coef) * e + dcoef * (np.abs(p) + e)
-        size += np.abs(coef * p)
+    # the coefficients grow as 1/(1 − ρ²) and their terms cancel: pairs are taken by decades of 1 − ρ², each
+    # with the one-dimensional rules' target tightened by its decade
+    decade = np.clip(np.floor(np.log10(sine2[done])), np.log10(MIN_SINE2), 0.0)
+    for level in np.unique(decade):
+        at = np.flatnonzero(decade == level)
+        for (k, l), (coef, dcoef) in terms.items():
+            p, e = pairs.pair_expectation(_times_x(left.act, k), _times_x(right.act, l), a[at], b[at], c[at],
+                                          memo=memo, rtol=max(rtol * 10.0**level, 1e-15))
+            total[at] += coef[at] * p
+            bound[at] += np.abs(coef[at]) * e + dcoef[at] * (np.abs(p) + e)
+            size[at] += np.abs(coef[at] * p)
     value[done], error[done] = total, bound + len(terms) * _EPS * size
     return value, error, done
 
@@ -150,3 +160,105 @@ def _product(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Arr
     (u, du), (v, dv) = x, y
     w = u * v
     return w, np.abs(u) * dv + np.abs(v) * du + du * dv + _EPS * np.abs(w)
+
+
+def _regression(F: FactorTimesForm, cov: Array) -> tuple[Array, Array, Array, Array]:
+    """Per point (cov (P, k, k)): the form's variance ``a = cᵀΣc``, a bound ``δa`` on its rounding, and
+    ``n = Σc`` (``E[U | w] = n w / a``) with a bound on each entry's rounding, (P, k)."""
+    k = cov.shape[-1]
+    c = F.form
+    n = cov @ c
+    a = n @ c
+    magnitude = np.abs(cov) @ np.abs(c)
+    return a, 2 * k * _EPS * (magnitude @ np.abs(c)), n, 2 * k * _EPS * magnitude
+
+
+def point_pair(left: FactorTimesForm, right: FactorTimesForm, cov: Array, *, rtol: float
+               ) -> tuple[Array, Array, Array]:
+    """``(E[F(U) G(U)], error bound, done)`` at P points, both terms over the same arguments ``U`` (cov
+    (P, k, k)), at least one with a factor. Terms of one form (``left.form == right.form``): conditioned
+    on it, one-dimensional means; of two forms: :func:`pair_expectation` with the point as both sides
+    (``done`` false where the forms are colinear or a form vanishes)."""
+    if not np.array_equal(left.form, right.form):
+        return pair_expectation(left, right, cov, cov, cov, rtol=rtol)
+    a, da, n, dn = _regression(left, cov)
+    P = cov.shape[0]
+    done = a > 8 * da
+    value, error = np.zeros(P), np.zeros(P)
+    if not done.any():
+        return value, error, done
+    a, da, n, dn, cov = a[done], da[done], n[done], dn[done], cov[done]
+    rel_a = da / a
+    terms: list[tuple[int, Array, Array]] = []  # (power of w, coefficient, its rounding bound)
+    i, j = left.factor, right.factor
+    if i is not None and j is not None:
+        coef = n[:, i] * n[:, j] / a
+        dcoef = (np.abs(n[:, i]) * dn[:, j] + np.abs(n[:, j]) * dn[:, i] + dn[:, i] * dn[:, j]) / a \
+            + np.abs(coef) * (rel_a + 2 * _EPS) / (1.0 - rel_a)
+        terms.append((2, coef / a, dcoef / a + np.abs(coef / a) * (rel_a + _EPS) / (1.0 - rel_a)))
+        terms.append((0, cov[:, i, j] - coef, dcoef + 2 * _EPS * (np.abs(cov[:, i, j]) + np.abs(coef))))
+    else:
+        f = i if i is not None else j
+        coef = n[:, f] / a
+        terms.append((1, coef, (dn[:, f] + np.abs(n[:, f]) * rel_a / (1.0 - rel_a)) / a + _EPS * np.abs(coef)))
+    total, bound, size = np.zeros(a.size), np.zeros(a.size), np.zeros(a.size)
+    both = product_activation(left.act, right.act)
+    for power, coef, dcoef in terms:
+        m, e = mean(_times_x(both, power), a, rtol)
+        total += coef * m
+        bound += np.abs(coef) * e + dcoef * (np.abs(m) + e)
+        size += np.abs(coef * m)
+    value[done], error[done] = total, bound + len(terms) * _EPS * size
+    return value, error, done
+
+
+def point_moments(F: FactorTimesForm, cov: Array) -> dict[str, Array] | None:
+    """Upper bounds of the per-point moments that scale error bounds (those of
+    :func:`netsor.gaussian.joint.point_moments`: ``m2``, ``m4``, ``arg_grad2`` (P, k), ``gradnorm2``,
+    ``joint_euler``) of ``F = U_i f(w)``, from one-dimensional moments of ``f`` and ``x f``: with
+    ``U = β w + U⊥`` (``β = Σc/a``, ``U⊥`` independent of ``w``, covariance ``Σ⊥``), ``F = β_i h(w) + U⊥_i f(w)``
+    (``h = x f``) and ``∇F = e_i f + c (β_i (h' − f) + U⊥_i f')``; (a + b + c)² ≤ 3(a² + b² + c²) and
+    Cauchy–Schwarz for ``E[h² f²]``. None where some point's form has no variance."""
+    i = F.factor
+    a, da, n, _ = _regression(F, cov)
+    if i is None or not np.all(a > 8 * da):
+        return None
+    beta = n / a[:, None]
+    perp = cov - a[:, None, None] * beta[:, :, None] * beta[:, None, :]
+    v = np.maximum(perp[:, i, i], 0.0)
+    trace = np.maximum(np.trace(perp, axis1=1, axis2=2), 0.0)
+    f, h = moments_1d(F.act, a), moments_1d(_times_x(F.act, 1), a)
+    b2, c2, beta2 = beta[:, i] ** 2, float(F.form @ F.form), np.sum(beta * beta, axis=1)
+    m2 = b2 * h["m2"] + v * f["m2"]
+    m4 = b2 * b2 * h["m4"] + 6 * b2 * v * np.sqrt(h["m4"] * f["m4"]) + 3 * v * v * f["m4"]
+    along = _times(2 * b2, h["grad2"] + f["m2"]) + _times(v, f["grad2"])
+    arg = 3 * _times(F.form[None, :] ** 2, along[:, None])
+    arg[:, i] += 3 * f["m2"]
+    gradnorm2 = 3 * (f["m2"] + c2 * along)
+    # E|∇F|² w² and E|∇F|²|U⊥|² by the same three terms; |U|² ≤ 2(|β|² w² + |U⊥|²)
+    on_w = 3 * (h["m2"] + c2 * (_times(2 * b2, h["euler"] + h["m2"]) + _times(v, f["euler"])))
+    fourth = trace * v + 2 * np.sum(perp[:, :, i] ** 2, axis=1)  # E[|U⊥|² U⊥_i²]
+    on_perp = 3 * (_times(trace, f["m2"] + c2 * _times(2 * b2, h["grad2"] + f["m2"])) + c2 * _times(fourth, f["grad2"]))
+    return {"m2": m2, "m4": m4, "arg_grad2": arg, "gradnorm2": gradnorm2,
+            "joint_euler": 2 * (_times(beta2, on_w) + on_perp)}
+
+
+def _times(coef: Array, moment: Array) -> Array:
+    """``coef · moment``, 0 where ``coef`` is 0 (an infinite moment — of a derivative that is not square
+    integrable — with a zero coefficient is no term)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(coef == 0.0, 0.0, coef * moment)
+
+
+def point_mean(F: FactorTimesForm, cov: Array, *, rtol: float) -> tuple[Array, Array] | None:
+    """``(E F(U), error bound)`` at P points for ``F = U_i f(w)``: ``β_i E[w f(w)]`` (a one-dimensional mean),
+    or None where some point's form has no variance."""
+    a, da, n, dn = _regression(F, cov)
+    i = F.factor
+    if i is None or not np.all(a > 8 * da):
+        return None
+    rel_a = da / a
+    coef = n[:, i] / a
+    dcoef = (dn[:, i] + np.abs(n[:, i]) * rel_a / (1.0 - rel_a)) / a + _EPS * np.abs(coef)
+    m, e = mean(_times_x(F.act, 1), a, rtol)
+    return coef * m, np.abs(coef) * e + dcoef * (np.abs(m) + e) + _EPS * np.abs(coef * m)

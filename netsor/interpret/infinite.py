@@ -551,6 +551,19 @@ class Analysis:
             self._functions[key] = _factor_times_form(m, self.projection(m))
         return self._functions[key]
 
+    def conditioned(self, comp: Component) -> tuple[FactorTimesForm, FactorTimesForm] | None:
+        """Both sides of ``comp`` as :meth:`factor_times_form`, at least one with a factor, when their
+        expectations are taken by conditioning on the forms (:mod:`netsor.gaussian.conditioned`); None
+        for other terms, and for piecewise-linear ones, whose cone moments are exact."""
+        if comp.left is None or comp.right is None:
+            return None
+        fl, fr = self.factor_times_form(comp.left), self.factor_times_form(comp.right)
+        if fl is None or fr is None or (fl.factor is None and fr.factor is None):
+            return None
+        if self.joint(comp.left).cone is not None and self.joint(comp.right).cone is not None:
+            return None
+        return fl, fr
+
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
         """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
         homogeneous ``act`` (identity included), when it is one; None otherwise."""
@@ -686,21 +699,23 @@ def _function_of_one_form(m: Monomial) -> Projection | None:
 
 
 def _factor_times_form(m: Monomial, whole: Projection | None) -> FactorTimesForm | None:
-    def over_args(proj: Projection) -> Array:
-        form = np.zeros(len(m.args))
-        for v, c in zip(proj.args, proj.coefs, strict=True):
-            form[m.args.index(v)] += c
-        return form
-
     if whole is not None:
-        return FactorTimesForm(None, over_args(whole), whole.act)
+        return FactorTimesForm(None, _embed(whole, m.args), whole.act)
     bare = [k for k, atom in enumerate(m.atoms) if isinstance(atom, Var)]
     if len(bare) != 1 or len(m.atoms) < 2:
         return None
     rest = _function_of_one_form(Monomial(tuple(atom for k, atom in enumerate(m.atoms) if k != bare[0])))
     if rest is None:
         return None
-    return FactorTimesForm(m.args.index(m.atoms[bare[0]].vector), over_args(rest), rest.act)
+    return FactorTimesForm(m.args.index(m.atoms[bare[0]].vector), _embed(rest, m.args), rest.act)
+
+
+def _over(F: FactorTimesForm, args: tuple[Vector, ...], union: tuple[Vector, ...]) -> FactorTimesForm:
+    """``F`` over ``args`` written over the longer argument list ``union``."""
+    form = np.zeros(len(union))
+    for v, c in zip(args, F.form, strict=True):
+        form[union.index(v)] += c
+    return FactorTimesForm(None if F.factor is None else union.index(args[F.factor]), form, F.act)
 
 
 def analysis_of(program: Program) -> Analysis:
@@ -867,7 +882,8 @@ class MonomialPair(Quantity):
                 own += _block_keys(union)
                 if an.batchnorm_pair(comp) is not None:
                     continue
-                if an.projection(comp.left) is not None and an.projection(comp.right) is not None:
+                if (an.projection(comp.left) is not None and an.projection(comp.right) is not None
+                        or an.conditioned(comp) is not None):
                     own += [("pm", comp.left.key), ("pm", comp.right.key)]
                 else:
                     own.append(("pm", an.register(comp.left.atoms + comp.right.atoms).key))
@@ -985,9 +1001,15 @@ class MonomialMean(Quantity):
             a, da = _form_variance(proj, cov, d_cov)
             value, err = mean(proj.act, a, run.term_rtol)
             return value, err + propagation.point_1d(a, da, stats)
-        value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key),
-                                                 atol=run.term_rtol * np.sqrt(stats["m2"]))
-        run.note_stderr(se)
+        ftf = run.an.factor_times_form(m)
+        conditioned_mean = (None if ftf is None or run.an.joint(m).cone is not None
+                            else conditioned.point_mean(ftf, cov, rtol=run.term_rtol))
+        if conditioned_mean is not None:
+            value, err = conditioned_mean
+        else:
+            value, err, se = joint.point_expectation(run.an.joint(m), cov, seed=_seed(key),
+                                                     atol=run.term_rtol * np.sqrt(stats["m2"]))
+            run.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
 
@@ -1008,6 +1030,11 @@ class PointMoments(Quantity):
             var = _form_variance(proj, cov, d_cov)[0]
             stats = moments_1d(proj.act, var)
             return _with_joint_moments(stats, proj.coefs, cov, var), None
+        ftf = run.an.factor_times_form(m)
+        if ftf is not None and run.an.joint(m).cone is None:
+            bounded = conditioned.point_moments(ftf, cov)
+            if bounded is not None:
+                return bounded, None
         return joint.point_moments(run.an.joint(m), cov, seed=_seed(key)), None
 
 
@@ -1414,6 +1441,9 @@ class Run:
                 if i.size:
                     prop[i] = _from_vanishing(phi, dphi[i], m2[i], _mean_change(psi, var[i], dvar[i]))
             return value, err + prop
+        forms = an.conditioned(comp)
+        if forms is not None:
+            return self._conditioned_point(comp, *forms)
         # in the product's own argument order: it may have been registered before with its atoms in
         # another order (the mirrored pair), and its joint function takes that order
         product = an.register(left.atoms + right.atoms)
@@ -1422,6 +1452,27 @@ class Run:
         value, err, se = joint.point_expectation(an.joint(product), cov, seed=_seed(product.key),
                                                  atol=self.term_rtol * np.sqrt(stats["m2"]))
         self.note_stderr(se)
+        return value, err + propagation.point_joint(cov, d_cov, stats)
+
+    def _conditioned_point(self, comp: Component, fl: FactorTimesForm, fr: FactorTimesForm) -> Value:
+        """:meth:`same_point` of ``g · f(w)`` against ``g' · h(w')`` (or ``h(w')``) by conditioning on the
+        forms; points where that does not apply (colinear forms of two terms) by the joint engine. The
+        propagated error takes ``E[(FG)²] ≤ √(E F⁴ E G⁴)`` as its scale (the product's own moments would
+        be a two-dimensional rule per point)."""
+        left, right = comp.left, comp.right
+        union = _union(left.args, right.args)
+        cov, d_cov = self.block(union)
+        value, err, done = conditioned.point_pair(_over(fl, left.args, union), _over(fr, right.args, union), cov,
+                                                  rtol=self.term_rtol)
+        s_left, s_right = self.get(("pm", left.key))[0], self.get(("pm", right.key))[0]
+        stats = {"m2": np.sqrt(s_left["m4"] * s_right["m4"]), "gradnorm2": np.full(cov.shape[0], np.inf)}
+        if not done.all():
+            rest = np.flatnonzero(~done)
+            product = self.an.register(left.atoms + right.atoms)
+            value[rest], err[rest], se = joint.point_expectation(
+                self.an.joint(product), self.block(product.args)[0][rest], seed=_seed(product.key),
+                atol=self.term_rtol * np.sqrt(stats["m2"][rest]))
+            self.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
     def batchnorm(self, m: Monomial, form: BatchNormForm, other: BatchNormForm | None) -> Value:
@@ -1585,12 +1636,10 @@ class Run:
         on the forms (:mod:`netsor.gaussian.conditioned`: one-dimensional rules), into ``value`` and
         ``err``; returns the mask of those left to the joint engine (all of them for other terms, and
         for piecewise-linear ones, whose cone moments are exact)."""
-        an = self.an
-        fl, fr = an.factor_times_form(comp.left), an.factor_times_form(comp.right)
-        if (fl is None or fr is None or (fl.factor is None and fr.factor is None)
-                or (an.joint(comp.left).cone is not None and an.joint(comp.right).cone is not None)):
+        forms = self.an.conditioned(comp)
+        if forms is None:
             return np.ones(todo.size, dtype=bool)
-        v, e, done = conditioned.pair_expectation(fl, fr, cx, cy, Cf, rtol=self.term_rtol, memo=self.memo)
+        v, e, done = conditioned.pair_expectation(*forms, cx, cy, Cf, rtol=self.term_rtol, memo=self.memo)
         value[todo[done]], err[todo[done]] = v[done], e[done]
         return ~done
 
