@@ -651,3 +651,19 @@ def factor_times_function_by_stein(S, left, right, breaks=(0.0,)):
     if lf:
         return S[0, 1] * E(f1, h0) + S[0, 3] * E(f0, h1)
     return S[2, 1] * E(f1, h0) + S[2, 3] * E(f0, h1)
+
+
+def factor_times_tanh_of_a_form(Kg, Kw, Kgw):
+    """``E[g tanh(w) · g' tanh(w')]`` at every pair of points: ``Kg``, ``Kw`` the kernels of the factor and of
+    the form, ``Kgw[i, j] = Cov(g(x_i), w(x_j))`` (:func:`factor_times_function_by_stein`)."""
+    tanh = (np.tanh, lambda x: 1 / np.cosh(x) ** 2, lambda x: -2 * np.tanh(x) / np.cosh(x) ** 2)
+    n = Kg.shape[0]
+    out = np.empty((n, n))
+    for i in range(n):
+        for j in range(i, n):
+            S = np.array([[Kg[i, i], Kgw[i, i], Kg[i, j], Kgw[i, j]],
+                          [Kgw[i, i], Kw[i, i], Kgw[j, i], Kw[i, j]],
+                          [Kg[j, i], Kgw[j, i], Kg[j, j], Kgw[j, j]],
+                          [Kgw[i, j], Kw[j, i], Kgw[j, j], Kw[j, j]]])
+            out[i, j] = out[j, i] = factor_times_function_by_stein(S, (True, *tanh), (True, *tanh), breaks=())
+    return out

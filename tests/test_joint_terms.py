@@ -22,7 +22,7 @@ from references import (
     act_of_a_kink_kernel,
     erf_erf_noncentral,
     erf_kernel,
-    factor_times_function_by_stein,
+    factor_times_tanh_of_a_form,
     nested_kink_of_a_bias_kernel,
     one_factor_orthant,
     owens_bvn,
@@ -92,6 +92,7 @@ def build(case):
         "relu(a)·relu(c)·relu(e)": lambda: netsor.nonlin(lambda u, v, w: relu(u) * relu(v) * relu(w), a, c, e),
         "relu(a)·relu(c)·relu(e)·step(f)": lambda: netsor.nonlin(
             lambda u, v, w, z: relu(u) * relu(v) * relu(w) * (z > 0), a, c, e, f),
+        "c·tanh(a + c/2), correlated": lambda: c * netsor.tanh(a + 0.5 * c),
         "opaque relu(a)·relu(c)": lambda: netsor.nonlin(opaque(lambda u, v: relu(u) * relu(v)), a, c),
     }[case]()
     p.readout(h)
@@ -126,13 +127,15 @@ def reference(case, X, nodes=(48, 80)):
         return k1(Ka) * k1(Kc) * k1(Ke)
     if case == "relu(a)·relu(c)·relu(e)·step(f)":
         return k1(Ka) * k1(Kc) * k1(Ke) * step_kernel(*pairwise(Kf))
+    if case == "c·tanh(a + c/2), correlated":  # a G-vector times a function of a form it enters
+        return factor_times_tanh_of_a_form(Kc, Ka + 0.25 * Kc, 0.5 * Kc)
     raise KeyError(case)
 
 
 EXACT = ["relu(a)·relu(c), independent", "relu(a)·relu(b), correlated", "relu(a)·b, correlated",
          "relu(a)·erf(c), independent", "relu(a)·erf(b), correlated",
          "tanh(relu(a) + c)", "max(a, b), correlated", "|a|·step(c)", "relu(a)·relu(c)·relu(e)",
-         "relu(a)·relu(c)·relu(e)·step(f)"]
+         "relu(a)·relu(c)·relu(e)·step(f)", "c·tanh(a + c/2), correlated"]
 
 
 def check(case, X, rtol):
@@ -924,28 +927,6 @@ def _factor_times_form_program(f):
     g1, g2 = p.input(n, sigma=1.0), p.input(n, sigma=0.8, bias=0.2)
     p.readout(netsor.nonlin(lambda a, b: b * f(a + 0.5 * b), g1, g2), sigma=1.0)
     return p, g1, g2
-
-
-def test_a_factor_times_a_smooth_function_of_a_correlated_form_is_exact():
-    """``g₂ · tanh(g₁ + g₂/2)``: conditioned on the two forms, one-dimensional rules (the four-dimensional rules
-    reached 4e-4 on 100 inputs, refused at 1e-8). Reference: Stein's lemma on the factors, expectations of
-    derivatives of tanh by nested quadrature (``references.factor_times_function_by_stein``)."""
-    p, g1, g2 = _factor_times_form_program(np.tanh)
-    X = np.random.default_rng(3).standard_normal((4, 5))
-    lim = netsor.limit(p, X, rtol=1e-8)
-    K, E = lim.nngp(with_error=True)
-    K1, K2 = lim.cov(g1), lim.cov(g2)
-    tanh = (np.tanh, lambda x: 1 / np.cosh(x) ** 2, lambda x: -2 * np.tanh(x) / np.cosh(x) ** 2)
-    want = np.empty((4, 4))
-    for i in range(4):
-        for j in range(4):
-            S = np.array([[K2[i, i], 0.5 * K2[i, i], K2[i, j], 0.5 * K2[i, j]],
-                          [0.5 * K2[i, i], K1[i, i] + 0.25 * K2[i, i], 0.5 * K2[j, i], K1[i, j] + 0.25 * K2[i, j]],
-                          [K2[j, i], 0.5 * K2[j, i], K2[j, j], 0.5 * K2[j, j]],
-                          [0.5 * K2[i, j], K1[i, j] + 0.25 * K2[i, j], 0.5 * K2[j, j], K1[j, j] + 0.25 * K2[j, j]]])
-            want[i, j] = factor_times_function_by_stein(S, (True, *tanh), (True, *tanh), breaks=())
-    scale = np.sqrt(np.outer(np.diag(want), np.diag(want)))
-    assert np.all(np.abs(K - want) <= E + 1e-11 * scale) and np.all(E <= 1e-8 * scale)
 
 
 def test_a_factor_times_a_cusp_of_a_correlated_form_reaches_1e_7():
