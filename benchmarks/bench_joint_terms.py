@@ -20,6 +20,7 @@ Run::
 
     python benchmarks/bench_joint_terms.py                 # n = 200, 3 repeats, N = 1000 figure
     python benchmarks/bench_joint_terms.py --n 100 --repeats 1 --json joint.json
+    python benchmarks/bench_joint_terms.py --cases "c·tanh(a + c/2), correlated"   # one case
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ def main() -> int:
     parser.add_argument("--no-opaque", action="store_true", help="skip the opaque (QMC) case (minutes at n = 100)")
     parser.add_argument("--large-all", action="store_true",
                         help=f"also time {SLOW_LARGE} on --n-large inputs (at the rtol its accuracy check met)")
+    parser.add_argument("--cases", nargs="+", default=None, help="only these cases (their names as printed)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    cases = [c for c in (EXACT if args.no_opaque else [*EXACT, OPAQUE]) if args.cases is None or c in args.cases]
 
     fig: dict = {"loadavg_start": os.getloadavg(), "n": args.n, "d": args.d, "cases": {}}
     rng = np.random.default_rng(0)
@@ -82,7 +85,7 @@ def main() -> int:
     print(f"  baseline: one-argument tanh NNGP {base * 1e3:.1f} ms")
     print(f"  {'case':36s} {'rtol':>7s} {'true err':>9s} {'bound':>9s} {'covers':>6s} {'time':>9s} {'µs/pair':>8s}"
           f" {'/ tanh':>7s}")
-    for case in EXACT if args.no_opaque else [*EXACT, OPAQUE]:
+    for case in cases:
         # the smallest rtol of the ladder whose bound is met on both input sets (refusals printed)
         first = args.qmc_rtol if case == OPAQUE else args.rtol
         for rtol in [first] + [r for r in RTOL_LADDER if r > first]:
@@ -105,8 +108,8 @@ def main() -> int:
         base_large = median_time(lambda: netsor.nngp(p_tanh, X_large), args.repeats)
         print(f"  N = {args.n_large}: one-argument tanh NNGP {base_large:.2f} s")
         fig["large"] = {"n": args.n_large, "baseline_tanh_s": base_large, "cases": {}}
-        for case in EXACT:
-            if case not in fig["cases"] or (case == SLOW_LARGE and not args.large_all):
+        for case in cases:
+            if case == OPAQUE or case not in fig["cases"] or (case == SLOW_LARGE and not args.large_all):
                 continue
             p, rtol = build(case), fig["cases"][case]["rtol"]
             if case == SLOW_LARGE:  # one call, no warm-up: minutes, so start-up costs are negligible
