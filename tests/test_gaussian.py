@@ -1046,3 +1046,18 @@ def test_a_factor_times_a_function_of_a_form_at_one_point_by_conditioning_matche
         assert np.all(bounds_[key] >= exact[key] * (1 - 1e-5)), key  # the joint rule's own margin is 1e-6
     # E F² itself (no inequality in its form; both are scales: 64-node and nested rules, 1e-4 apart at var ~ 10)
     assert np.allclose(bounds_["m2"], exact["m2"], rtol=1e-3)
+
+
+def test_steps_implied_by_two_others_are_dropped_and_the_function_is_unchanged():
+    """``1{x > 0}`` is implied by ``1{y > 0}·1{0.8x − y > 0}``: a step whose normal is a nonnegative
+    combination of two others of its term is dropped (the orthant loses a dimension), values unchanged off the
+    kinks; a step that is not implied (an empty wedge, ``x > 0, y > 0, x + y < 0``) stays."""
+    from netsor.gaussian.orthant import ConeFunction
+
+    u = np.random.default_rng(4).standard_normal((2000, 2))
+    implied = ConeFunction(np.array([[1.0, 0.0], [0.0, 1.0], [0.8, -1.0]]), ((1.0, (0, 2), (0, 1, 2)),))
+    empty = ConeFunction(np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]), ((1.0, (), (0, 1, 2)),))
+    reduced = implied.without_redundant_steps()
+    assert implied.orthant_dim == 3 and reduced.orthant_dim == 2
+    assert np.array_equal(reduced(u), implied(u))
+    assert empty.without_redundant_steps().orthant_dim == 3 and not np.any(empty(u))

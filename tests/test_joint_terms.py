@@ -921,6 +921,43 @@ def test_a_function_of_three_forms_of_two_gaussians_at_a_point():
     assert np.max(np.diag(E) / exact) < 1e-8
 
 
+def test_a_step_implied_by_two_others_is_dropped_and_pairs_are_exact():
+    """``relu(a)·step(a − c)·relu(c − a/5)`` with ``c = U₂x + U₃x`` (two sources, so its three arguments a, a − c and
+    c − a/5 were not rewritten over fewer sources): written over a basis of the arguments (``c − a/5 = 0.8a −
+    (a − c)``), its term lives on the wedge ``a > c > a/5``, where ``a > 0`` — two step forms, not three in a
+    plane (every orthant singular: a bound 823× the value at a point with itself, refused at every rtol; pairs
+    needed six-dimensional orthants). Now 1e-8 is met; at mutually orthogonal inputs the pair is the product of
+    the means (independent points), each a polar integral; elsewhere it agrees with the QMC simulation."""
+    p = netsor.Program()
+    n = p.dim("n")
+    a, c = p.input(n), p.input(n, sigma=0.6) + p.input(n, sigma=0.8)
+    p.readout(netsor.relu(a) * netsor.step(a - c) * netsor.relu(c - 0.2 * a))
+    rng = np.random.default_rng(0)
+    X = np.concatenate([np.linalg.qr(rng.standard_normal((8, 3)))[0].T * [[1.0], [1.5], [0.7]],
+                        rng.standard_normal((3, 8))])
+    K, E = netsor.limit(p, X, rtol=1e-8).nngp(with_error=True)
+    scale = np.sqrt(np.outer(np.diag(K), np.diag(K)))
+    assert np.all(E <= 1e-8 * scale)
+    # the mean at a point: u = a ~ N(0, s_a²) and the wedge in (a, c), c ~ N(0, s_c²): by polar coordinates
+    # in the whitened (a/s_a, c/s_c), E[a (c − a/5) 1{a > c > a/5}] = s_a s_c ∫ r³ φ-mass (2/2π) ∫ cos θ
+    # (sin θ − 0.2 (s_a/s_c) cos θ) dθ over the wedge's angles
+    G = X @ X.T / 8
+    sa = sc = np.sqrt(np.diag(G))
+    nodes, weights = np.polynomial.legendre.leggauss(40)
+    means = np.empty(3)
+    for i in range(3):
+        r = sa[i] / sc[i]  # c > a/5 and a > c in whitened coordinates: tan θ > 0.2 r and tan θ < r
+        lo, hi = np.arctan(0.2 * r), np.arctan(r)
+        t = lo + (hi - lo) * (nodes + 1) / 2
+        angular = (hi - lo) / 2 * weights @ (np.cos(t) * (np.sin(t) - 0.2 * r * np.cos(t)))
+        means[i] = sa[i] * sc[i] * 2 / (2 * np.pi) * angular
+    want = np.outer(means, means)
+    off = ~np.eye(3, dtype=bool)
+    assert np.all(np.abs(K[:3, :3] - want)[off] <= E[:3, :3][off] + 1e-13 * scale[:3, :3][off])
+    Kq, Eq = netsor.limit(p, X, method="qmc", rtol=0.1, seed=3).nngp(with_error=True)  # its reach: ~3e-2
+    assert np.all(np.abs(K - Kq) <= E + Eq)
+
+
 def _factor_times_form_program(f):
     p = netsor.Program()
     n = p.dim("n")

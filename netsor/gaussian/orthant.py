@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import product
+from itertools import combinations, product
 
 import numpy as np
 from scipy import special, stats
@@ -289,6 +289,26 @@ class ConeFunction:
         return ConeFunction(normals[[first[q] for q in used]].reshape(len(used), self.dim), _collect(terms),
                             np.array([keys[q][1] for q in used]), np.array([keys[q][2] for q in used], dtype=int))
 
+    def without_redundant_steps(self) -> ConeFunction:
+        """Each term without the plain steps that two others of it imply: ``1{n_s·u > 0}`` with
+        ``n_s = α n_i + β n_j``, ``α, β ≥ 0`` (to rounding), is 1 wherever ``n_i·u > 0`` and ``n_j·u > 0``.
+        ``relu(a)·step(a − b)·relu(b − a/5)`` lives on the wedge ``a > b > a/5``, where ``a > 0``: two
+        forms, not three of two arguments — whose every orthant was singular (a bound 823× the value at a
+        point with itself), and whose pairs needed six-dimensional orthants (randomised QMC)."""
+        terms = []
+        for c, poly, steps in self.terms:
+            kept = list(steps)
+            while len(kept) > 2:
+                plain = [q for q in kept if self.noise[q] == 0]
+                redundant = next((q for q in plain if any(
+                    _in_cone(self.normals[q], self.normals[i], self.normals[j])
+                    for i, j in combinations([r for r in plain if r != q], 2))), None)
+                if redundant is None:
+                    break
+                kept.remove(redundant)
+            terms.append((c, poly, tuple(kept)))
+        return self.with_terms(_collect(terms))
+
     def with_terms(self, terms: tuple[Term, ...]) -> ConeFunction:
         """The same forms with other terms."""
         return ConeFunction(self.normals, terms, self.noise, self.labels)
@@ -458,6 +478,15 @@ def _drop(poly: tuple[int, ...], p: int) -> tuple[int, ...]:
     """``poly`` with one occurrence of ``p`` removed."""
     at = poly.index(p)
     return poly[:at] + poly[at + 1:]
+
+
+def _in_cone(n: Array, p: Array, q: Array) -> bool:
+    """``n = α p + β q`` with ``α, β ≥ 0``, not both 0, to rounding (``p``, ``q`` independent)."""
+    basis = np.stack([p, q], axis=1)
+    coef, *_ = np.linalg.lstsq(basis, n, rcond=None)
+    if np.linalg.matrix_rank(basis) < 2 or np.any(coef < 0.0) or not np.any(coef > 0.0):
+        return False
+    return bool(np.linalg.norm(basis @ coef - n) <= 8 * _EPS * (np.abs(basis) @ np.abs(coef) + np.abs(n)).max())
 
 
 def _collect(terms: list[Term]) -> tuple[Term, ...]:

@@ -69,6 +69,7 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
         if np.any(normal != 0.0):
             planes.append((normal, float(offset)))
     cone = cone_function(expr, args)
+    cone = None if cone is None else cone.without_redundant_steps()
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
                          None if cone is None or cone.parallel_steps else cone, _form_span(expr, position))

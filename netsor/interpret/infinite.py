@@ -277,9 +277,33 @@ class Analysis:
                 return expr
             used.update(src)
         if len(used) >= len(args):
-            return expr
+            return self._in_basis(expr, args, sorted(used, key=lambda s: s.index))
         repl = {v: linear(0.0, [(float(c), Var(s)) for s, c in self.sources[v].items()]) for v in args
                 if self.sources[v] != {v: 1.0}}
+        rewritten = substituted(expr, repl)
+        return expr if rewritten is None else rewritten
+
+    def _in_basis(self, expr: Expr, args: list[Vector], sources: list[Vector]) -> Expr:
+        """``expr`` over a basis of its G-vectors where they are linearly dependent although their
+        sources are not fewer (``g6 = a − c``, ``g10 = c − a/5`` with ``c = Ux + b`` of two sources:
+        ``g10 = 0.8a − g6``): each vector outside the basis (chosen greedily in argument order) written
+        as a combination of the basis, when that combination reproduces its source coefficients to
+        rounding; else ``expr``."""
+        A = np.array([[float(self.sources[v].get(s, 0.0)) for s in sources] for v in args])
+        basis: list[int] = []
+        for i in range(len(args)):
+            if np.linalg.matrix_rank(A[basis + [i]]) > len(basis):
+                basis.append(i)
+        if len(basis) == len(args):
+            return expr
+        repl = {}
+        for i in sorted(set(range(len(args))) - set(basis)):
+            B = A[basis].T
+            coef, *_ = np.linalg.lstsq(B, A[i], rcond=None)
+            if np.any(np.abs(B @ coef - A[i]) > 8 * _EPS * (np.abs(B) @ np.abs(coef) + np.abs(A[i]))):
+                return expr
+            repl[args[i]] = linear(0.0, [(float(c), Var(args[b])) for b, c in zip(basis, coef, strict=True)
+                                         if c != 0.0])
         rewritten = substituted(expr, repl)
         return expr if rewritten is None else rewritten
 
