@@ -631,7 +631,7 @@ def _expect_pair(A, B, a, b, c, breaks=(0.0,), nodes=320):
         return A(x) * np.dot(w, B(c / a * x + sd * z)) * np.exp(-0.5 * x * x / a) / (np.sqrt(2 * np.pi) * s)
 
     return integrate.quad(integrand, -14 * s, 14 * s, points=[p for p in breaks if abs(p) < 14 * s] or None,
-                          limit=500, epsabs=1e-15, epsrel=1e-13)[0]
+                          limit=500, epsabs=1e-15, epsrel=1e-12)[0]
 
 
 def factor_times_function_by_stein(S, left, right, breaks=(0.0,)):

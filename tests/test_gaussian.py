@@ -972,9 +972,11 @@ def _sech2(x):
 
 _TANH = (np.tanh, _sech2, lambda x: -2.0 * np.tanh(x) * _sech2(x))
 _CUSP = (lambda x: np.sqrt(np.abs(x)), lambda x: np.sign(x) / (2.0 * np.sqrt(np.abs(x))), None)
+_CLIP = (lambda x: np.clip(x, -1.0, 1.0), lambda x: (np.abs(x) < 1.0).astype(float), None)
 
 
-@pytest.mark.parametrize("case", ["tanh·factor both sides", "cusp·factor | tanh", "tanh | cusp·factor"])
+@pytest.mark.parametrize("case", ["tanh·factor both sides", "cusp·factor | tanh", "tanh | cusp·factor",
+                                  "clip·factor | tanh"])
 def test_a_factor_times_a_function_of_a_form_conditioned_on_the_forms_matches_steins_lemma(case):
     """``E[g f(L) · g' h(L')]`` (``L = u₁/2 + u₂`` over the factor ``g = u₁`` and another argument) by
     conditioning on ``(L, L')`` (one-dimensional pair rules) against Stein's lemma on the factors (expectations of
@@ -984,9 +986,11 @@ def test_a_factor_times_a_function_of_a_form_conditioned_on_the_forms_matches_st
     from netsor.gaussian.conditioned import FactorTimesForm, pair_expectation
 
     tanh, cusp = activation("tanh"), activation(lambda x: np.sqrt(np.abs(x)))
+    clip = activation(lambda x: np.clip(x, -1.0, 1.0))
     sides = {"tanh·factor both sides": ((True, tanh, _TANH), (True, tanh, _TANH)),
              "cusp·factor | tanh": ((True, cusp, _CUSP), (False, tanh, _TANH)),
-             "tanh | cusp·factor": ((False, tanh, _TANH), (True, cusp, _CUSP))}[case]
+             "tanh | cusp·factor": ((False, tanh, _TANH), (True, cusp, _CUSP)),
+             "clip·factor | tanh": ((True, clip, _CLIP), (False, tanh, _TANH))}[case]
     form = np.array([0.5, 1.0])
     (lf, lact, lfun), (rf, ract, rfun) = sides
     left, right = (FactorTimesForm(0 if has else None, form, act) for has, act, _ in sides)
@@ -999,7 +1003,8 @@ def test_a_factor_times_a_function_of_a_form_conditioned_on_the_forms_matches_st
                                             joint_cov[None, :2, 2:], rtol=1e-10)
         assert done[0]
         S = T @ joint_cov @ T.T  # of (g, L, g', L')
-        breaks = () if lact is ract else (0.0,)  # tanh only: Gauss–Hermite; the cusp's derivative: split at 0
+        # tanh only: no breaks; the cusp's derivative: split at 0; clip's: at ±1
+        breaks = () if lact is ract else (-1.0, 1.0) if clip in (lact, ract) else (0.0,)
         if lf:
             want = references.factor_times_function_by_stein(S, (True, *lfun), (rf, *rfun), breaks)
         else:  # Stein on the right factor: the sides swapped
