@@ -301,3 +301,19 @@ def test_gru_simulated_limit_agrees_with_finite_networks_written_by_hand() -> No
     mean, se = gru_state_kernels_by_hand(X, seed=3)
     assert np.all(np.abs(mean - K) <= 4 * se + E)
 
+
+
+def test_a_vector_and_its_layernorm_at_one_input_are_one_form():
+    """``relu(LN g)`` and ``step(g)`` read by one readout: at one input their forms are ``θ·g`` and ``g`` (θ the
+    LayerNorm scale, per input), correlation exactly 1, where the two-form rules' propagated error of a step is
+    ½-Hölder — bounds ~2× the value, refused at every rtol (strict campaign seeds 372, 381). Proportional by
+    their sources, ``E[relu(θg) step(g)] = θ E[relu(g)]``, and with θ = 1/√E g² that is ``1/√(2π)`` exactly."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.2, bias=0.3)
+    p.readout(netsor.relu(netsor.layernorm(g)), netsor.step(g))
+    X = np.random.default_rng(3).standard_normal((3, 4))
+    K, E = netsor.limit(p, X, rtol=1e-10).nngp(with_error=True)
+    same_input = K[0::2, 1::2].diagonal()  # (input b, output 0) against (input b, output 1)
+    assert np.all(np.abs(same_input - 1 / np.sqrt(2 * np.pi)) <= E[0::2, 1::2].diagonal() + 1e-15)
+    assert np.all(E[0::2, 1::2].diagonal() <= 1e-10)

@@ -64,7 +64,8 @@ def _coefficient(num: Array, magnitude: Array, det: Array, rel_det: Array) -> tu
 
 
 def pair_expectation(left: FactorTimesForm, right: FactorTimesForm, cov_x: Array, cov_y: Array, C: Array, *,
-                     rtol: float, memo: CoefficientMemo | None = None) -> tuple[Array, Array, Array]:
+                     rtol: float, memo: CoefficientMemo | None = None, d_x: Array | None = None,
+                     d_y: Array | None = None) -> tuple[Array, Array, Array]:
     """``(E[F(U) G(V)], error bound, done)`` for M pairs, at least one side with a factor.
 
     Parameters
@@ -77,13 +78,16 @@ def pair_expectation(left: FactorTimesForm, right: FactorTimesForm, cov_x: Array
         Cross-covariances ``Cov(U, V)``.
     rtol : float
         Target of the one-dimensional rules, relative to their own envelopes.
+    d_x, d_y : arrays like cov_x, cov_y, optional
+        Error bounds of the covariances: a form whose variance is not above 8× its bound (a vector that
+        vanishes in the limit, ``g − s·g`` with a scalar ``s = 1``) is left to the joint engine.
 
     Returns
     -------
     value, error : arrays (M,)
         Where ``done``; zeros elsewhere.
     done : bool array (M,)
-        Pairs whose two forms have positive variances and ``1 − ρ² ≥ MIN_SINE2``.
+        Pairs whose two forms have variances above their bounds and ``1 − ρ² ≥ MIN_SINE2``.
     """
     if left.factor is None and right.factor is None:
         raise ValueError("conditioning needs a G-vector factor on at least one side")
@@ -94,7 +98,7 @@ def pair_expectation(left: FactorTimesForm, right: FactorTimesForm, cov_x: Array
     M = C.shape[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         sine2 = 1.0 - c * c / (a * b)
-    done = (a > 0) & (b > 0) & (sine2 >= MIN_SINE2)
+    done = (a > 8 * _form_error(cl, d_x)) & (b > 8 * _form_error(cr, d_y)) & (sine2 >= MIN_SINE2)
     value, error = np.zeros(M), np.zeros(M)
     if not done.any():
         return value, error, done
@@ -162,26 +166,32 @@ def _product(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Arr
     return w, np.abs(u) * dv + np.abs(v) * du + du * dv + _EPS * np.abs(w)
 
 
-def _regression(F: FactorTimesForm, cov: Array) -> tuple[Array, Array, Array, Array]:
-    """Per point (cov (P, k, k)): the form's variance ``a = cᵀΣc``, a bound ``δa`` on its rounding, and
-    ``n = Σc`` (``E[U | w] = n w / a``) with a bound on each entry's rounding, (P, k)."""
+def _form_error(c: Array, d_cov: Array | None) -> Array | float:
+    """``|c|ᵀ δΣ |c|``: the bound of a form's variance from those of the covariances (0 without them)."""
+    return 0.0 if d_cov is None else np.einsum("i,mij,j->m", np.abs(c), d_cov, np.abs(c))
+
+
+def _regression(F: FactorTimesForm, cov: Array, d_cov: Array | None = None) -> tuple[Array, Array, Array, Array]:
+    """Per point (cov (P, k, k)): the form's variance ``a = cᵀΣc``, a bound ``δa`` on its rounding (and on
+    its error, given the covariances' bounds ``d_cov``), and ``n = Σc`` (``E[U | w] = n w / a``) with a bound
+    on each entry's rounding, (P, k)."""
     k = cov.shape[-1]
     c = F.form
     n = cov @ c
     a = n @ c
     magnitude = np.abs(cov) @ np.abs(c)
-    return a, 2 * k * _EPS * (magnitude @ np.abs(c)), n, 2 * k * _EPS * magnitude
+    return a, 2 * k * _EPS * (magnitude @ np.abs(c)) + _form_error(c, d_cov), n, 2 * k * _EPS * magnitude
 
 
-def point_pair(left: FactorTimesForm, right: FactorTimesForm, cov: Array, *, rtol: float
-               ) -> tuple[Array, Array, Array]:
+def point_pair(left: FactorTimesForm, right: FactorTimesForm, cov: Array, *, rtol: float,
+               d_cov: Array | None = None) -> tuple[Array, Array, Array]:
     """``(E[F(U) G(U)], error bound, done)`` at P points, both terms over the same arguments ``U`` (cov
     (P, k, k)), at least one with a factor. Terms of one form (``left.form == right.form``): conditioned
     on it, one-dimensional means; of two forms: :func:`pair_expectation` with the point as both sides
     (``done`` false where the forms are colinear or a form vanishes)."""
     if not np.array_equal(left.form, right.form):
-        return pair_expectation(left, right, cov, cov, cov, rtol=rtol)
-    a, da, n, dn = _regression(left, cov)
+        return pair_expectation(left, right, cov, cov, cov, rtol=rtol, d_x=d_cov, d_y=d_cov)
+    a, da, n, dn = _regression(left, cov, d_cov)
     P = cov.shape[0]
     done = a > 8 * da
     value, error = np.zeros(P), np.zeros(P)
@@ -212,7 +222,7 @@ def point_pair(left: FactorTimesForm, right: FactorTimesForm, cov: Array, *, rto
     return value, error, done
 
 
-def point_moments(F: FactorTimesForm, cov: Array) -> dict[str, Array] | None:
+def point_moments(F: FactorTimesForm, cov: Array, d_cov: Array | None = None) -> dict[str, Array] | None:
     """Upper bounds of the per-point moments that scale error bounds (those of
     :func:`netsor.gaussian.joint.point_moments`: ``m2``, ``m4``, ``arg_grad2`` (P, k), ``gradnorm2``,
     ``joint_euler``) of ``F = U_i f(w)``, from one-dimensional moments of ``f`` and ``x f``: with
@@ -220,7 +230,7 @@ def point_moments(F: FactorTimesForm, cov: Array) -> dict[str, Array] | None:
     (``h = x f``) and ``∇F = e_i f + c (β_i (h' − f) + U⊥_i f')``; (a + b + c)² ≤ 3(a² + b² + c²) and
     Cauchy–Schwarz for ``E[h² f²]``. None where some point's form has no variance."""
     i = F.factor
-    a, da, n, _ = _regression(F, cov)
+    a, da, n, _ = _regression(F, cov, d_cov)
     if i is None or not np.all(a > 8 * da):
         return None
     beta = n / a[:, None]
@@ -250,10 +260,11 @@ def _times(coef: Array, moment: Array) -> Array:
         return np.where(coef == 0.0, 0.0, coef * moment)
 
 
-def point_mean(F: FactorTimesForm, cov: Array, *, rtol: float) -> tuple[Array, Array] | None:
+def point_mean(F: FactorTimesForm, cov: Array, *, rtol: float, d_cov: Array | None = None
+               ) -> tuple[Array, Array] | None:
     """``(E F(U), error bound)`` at P points for ``F = U_i f(w)``: ``β_i E[w f(w)]`` (a one-dimensional mean),
     or None where some point's form has no variance."""
-    a, da, n, dn = _regression(F, cov)
+    a, da, n, dn = _regression(F, cov, d_cov)
     i = F.factor
     if i is None or not np.all(a > 8 * da):
         return None
