@@ -7,8 +7,9 @@ sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous
 products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
 products of activations), NetsorK steps (LayerNorm of a G-vector, a G-vector scaled by a moment,
 attention over two G-vectors), rarely an opaque function the tracer cannot see through, and on
-request an activation of a BatchNorm output across the pool's G-vectors (``batchnorm=True``) or a
-product of normal-CDF gates of two pool vectors (``gates=True``).
+request an activation of a BatchNorm output across the pool's G-vectors (``batchnorm=True``), a
+product of normal-CDF gates of two pool vectors (``gates=True``) or a G-vector times a function of a form
+it enters (``factors=True``).
 Readouts: one or two, of one or two vectors each, plain or concatenated (``readout_concat``).
 """
 
@@ -45,6 +46,18 @@ CUSPS = {
     "exp": lambda u, v: np.exp(0.5 * (u + v)),
     "cosh": lambda u, v: np.cosh(u - v),
     "sqrt-abs": lambda u, v: np.sqrt(np.abs(u + v)),
+}
+
+
+#: A G-vector times a function of a form it enters, ``v · f(u + αv)`` (recipes(factors=True) only): pairs by
+#: conditioning on the two forms (netsor.gaussian.conditioned), kinked, smooth, cusped and clipped f.
+FACTORS = {
+    "tanh": np.tanh,
+    "erf": special.erf,
+    "relu-shift": lambda w: np.maximum(w + 0.3, 0.0),
+    "clip": lambda w: np.clip(w, -1.0, 1.0),
+    "abs": np.abs,
+    "sqrt-abs": lambda w: np.sqrt(np.abs(w)),
 }
 
 
@@ -88,7 +101,7 @@ def step_strategy() -> st.SearchStrategy:
 
 @st.composite
 def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False, gates: bool = False,
-            growth: bool = False) -> Recipe:
+            growth: bool = False, factors: bool = False) -> Recipe:
     n_inputs = draw(st.integers(1, 2))
     sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
                    for _ in range(n_inputs))
@@ -97,6 +110,10 @@ def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = Fa
         at = draw(st.integers(0, len(steps)))
         steps.insert(at, ("growth", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
                           draw(st.sampled_from(sorted(CUSPS)))))
+    if factors:  # a G-vector times a function of a form it enters, at a drawn place
+        at = draw(st.integers(0, len(steps)))
+        steps.insert(at, ("factor", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
+                          draw(st.sampled_from(sorted(FACTORS))), draw(st.sampled_from([-1.0, 0.5, 1.5]))))
     if gates:  # a product of gates of two pool vectors, inserted at a drawn place
         at = draw(st.integers(0, len(steps)))
         steps.insert(at, ("gates", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
@@ -117,6 +134,7 @@ def build(recipe: Recipe) -> netsor.Program:
     n = p.dim("n")
     pool = [p.input(n, sigma=s, bias=b) for s, b in recipe.sigmas]
     matrices: list[netsor.Matrix] = []
+    factors: list[netsor.Vector] = []
 
     def pick(i: int, kind: str | None = None) -> netsor.Vector:
         cands = [v for v in pool if kind is None or v.kind == kind]
@@ -150,6 +168,14 @@ def build(recipe: Recipe) -> netsor.Program:
         elif op == "growth":  # of G-vectors: exp of a product g·g' or exp(exp g) would have no finite limit
             _, i, j, name = step
             pool.append(netsor.nonlin(CUSPS[name], pick(i, "G"), pick(j, "G"), name=name))
+        elif op == "factor":  # of two distinct G-vectors where the pool has them; read out as well (below)
+            _, i, j, name, alpha = step
+            f = FACTORS[name]
+            gs = list(dict.fromkeys(v for v in pool if v.kind == "G"))
+            u, v = gs[i % len(gs)], gs[(i + 1 + j % max(len(gs) - 1, 1)) % len(gs)]
+            pool.append(netsor.nonlin(lambda u, v, f=f, alpha=alpha: v * f(u + alpha * v), u, v,
+                                      name=f"v*{name}(u+{alpha}v)"))
+            factors.append(pool[-1])
         elif op == "gates":
             _, i, j, name = step
             pool.append(netsor.nonlin(GATES[name], pick(i), pick(j), name=name))
@@ -178,6 +204,8 @@ def build(recipe: Recipe) -> netsor.Program:
             p.readout_concat(*chosen, sigma=sigma, bias=bias)
         else:
             p.readout(*chosen, sigma=sigma, bias=bias)
+    if factors:  # with the pool's first vector, by one readout: their cross moments too
+        p.readout(*dict.fromkeys([factors[-1], pool[0]]))
     return p
 
 

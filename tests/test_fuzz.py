@@ -257,6 +257,31 @@ def test_random_programs_with_growing_or_cusped_functions_have_consistent_kernel
     check_kernel_properties(recipe, B, d, seed, duplicate=False)
 
 
+@settings(FAST, max_examples=40)
+@given(recipe=recipes(max_steps=4, factors=True), B=st.integers(2, 4), d=st.integers(3, 6), seed=st.integers(0, 2**16))
+def test_random_programs_with_a_factor_times_a_function_of_a_form_have_consistent_kernels(recipe, B, d, seed):
+    """``v · f(u + αv)`` (tanh, erf, shifted relu, clip, abs, √|·|) in every program: the terms conditioned on
+    their forms (netsor.gaussian.conditioned) give finite, symmetric, PSD kernels whose cross blocks equal the
+    blocks of the joint kernel within their bounds."""
+    check_kernel_properties(recipe, B, d, seed, duplicate=False)
+
+
+@pytest.mark.slow
+@settings(FAST, max_examples=15)
+@given(recipe=recipes(max_steps=2, factors=True), seed=st.integers(0, 2**16))
+def test_random_programs_with_a_factor_times_a_function_of_a_form_agree_with_the_simulated_limit(recipe, seed):
+    """The same programs against the randomised-QMC simulation of the limit (an independent interpreter) at
+    rtol 5e-3: within the two bounds, or a refusal that says so."""
+    p = build(recipe)
+    X = inputs(3, 4, seed)
+    try:
+        K, E = netsor.limit(p, X, rtol=1e-4, method="expectations").nngp(with_error=True)
+        Kq, Eq = netsor.limit(p, X, rtol=5e-3, method="qmc", seed=seed).nngp(with_error=True)
+    except NumericalError:
+        return
+    assert np.all(np.abs(K - Kq) <= E + Eq)
+
+
 def check_reaches_1e_3(recipe, B, d, seed):
     p = build(recipe)
     X = inputs(B, d, seed)
