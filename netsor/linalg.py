@@ -1,6 +1,6 @@
 """Small dense linear algebra shared by the interpreters and the statistics: one PSD square root,
 one PSD tolerance and check, exact symmetrisation of kernel tiles, the largest ratio of two
-arrays (how error bounds are put on an envelope)."""
+arrays (how error bounds are put on an envelope), exact linear dependence of coefficient rows."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def largest_ratio(num: Array, den: Array) -> float:
         with np.errstate(divide="ignore", invalid="ignore"):
             top = float(np.max(np.where(num > 0, num / den, 0.0)))
     return np.inf if top != top else max(top, 0.0)
+
+
+def combination_of(basis: Array, v: Array) -> Array | None:
+    """Coefficients ``x`` with ``basis @ x = v`` to rounding (every entry within 8 eps of the sizes of its
+    terms), for ``basis`` (n, k) of independent columns; None where ``v`` is not in their span. For
+    structural coefficients (forms over sources), where a combination is exact or absent."""
+    if np.linalg.matrix_rank(basis) < basis.shape[1]:
+        return None
+    x, *_ = np.linalg.lstsq(basis, v, rcond=None)
+    if np.any(np.abs(basis @ x - v) > 8 * np.finfo(float).eps * (np.abs(basis) @ np.abs(x) + np.abs(v))):
+        return None
+    return x
 
 
 def symmetrized_upper(block: Array) -> Array:

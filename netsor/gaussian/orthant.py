@@ -51,6 +51,7 @@ import numpy as np
 from scipy import special, stats
 
 from netsor.groups import connected_groups
+from netsor.linalg import combination_of
 
 Array = np.ndarray
 #: One term: (coefficient, polynomial factors (form indices, sorted, repeats allowed), step forms (sorted, distinct)).
@@ -482,11 +483,8 @@ def _drop(poly: tuple[int, ...], p: int) -> tuple[int, ...]:
 
 def _in_cone(n: Array, p: Array, q: Array) -> bool:
     """``n = α p + β q`` with ``α, β ≥ 0``, not both 0, to rounding (``p``, ``q`` independent)."""
-    basis = np.stack([p, q], axis=1)
-    coef, *_ = np.linalg.lstsq(basis, n, rcond=None)
-    if np.linalg.matrix_rank(basis) < 2 or np.any(coef < 0.0) or not np.any(coef > 0.0):
-        return False
-    return bool(np.linalg.norm(basis @ coef - n) <= 8 * _EPS * (np.abs(basis) @ np.abs(coef) + np.abs(n)).max())
+    coef = combination_of(np.stack([p, q], axis=1), n)
+    return coef is not None and bool(np.all(coef >= 0.0) and np.any(coef > 0.0))
 
 
 def _collect(terms: list[Term]) -> tuple[Term, ...]:

@@ -91,6 +91,7 @@ from netsor.ir.transforms import substituted
 from netsor.linalg import (
     PSD_TOLERANCE,
     colinear_rows,
+    combination_of,
     ensure_psd,
     identical_rows,
     largest_ratio,
@@ -298,9 +299,8 @@ class Analysis:
             return expr
         repl = {}
         for i in sorted(set(range(len(args))) - set(basis)):
-            B = A[basis].T
-            coef, *_ = np.linalg.lstsq(B, A[i], rcond=None)
-            if np.any(np.abs(B @ coef - A[i]) > 8 * _EPS * (np.abs(B) @ np.abs(coef) + np.abs(A[i]))):
+            coef = combination_of(A[basis].T, A[i])
+            if coef is None:
                 return expr
             repl[args[i]] = linear(0.0, [(float(c), Var(args[b])) for b, c in zip(basis, coef, strict=True)
                                          if c != 0.0])
@@ -585,6 +585,12 @@ class Analysis:
         if key not in self._functions:
             self._functions[key] = _factor_times_form(m, self.projection(m))
         return self._functions[key]
+
+    def factor_term(self, m: Monomial) -> FactorTimesForm | None:
+        """:meth:`factor_times_form` of ``m`` when it has a factor and is not piecewise linear (whose cone
+        moments are exact): its mean and moments are then taken by conditioning on its form."""
+        ftf = self.factor_times_form(m)
+        return ftf if ftf is not None and ftf.factor is not None and self.joint(m).cone is None else None
 
     def conditioned(self, comp: Component) -> tuple[FactorTimesForm, FactorTimesForm] | None:
         """Both sides of ``comp`` as :meth:`factor_times_form`, at least one with a factor, when their
@@ -1038,9 +1044,8 @@ class MonomialMean(Quantity):
             a, da = _form_variance(proj, cov, d_cov)
             value, err = mean(proj.act, a, run.term_rtol)
             return value, err + propagation.point_1d(a, da, stats)
-        ftf = run.an.factor_times_form(m)
-        conditioned_mean = (None if ftf is None or run.an.joint(m).cone is not None
-                            else conditioned.point_mean(ftf, cov, rtol=run.term_rtol, d_cov=d_cov))
+        ftf = run.an.factor_term(m)
+        conditioned_mean = None if ftf is None else conditioned.point_mean(ftf, cov, rtol=run.term_rtol, d_cov=d_cov)
         if conditioned_mean is not None:
             value, err = conditioned_mean
         else:
@@ -1067,8 +1072,8 @@ class PointMoments(Quantity):
             var = _form_variance(proj, cov, d_cov)[0]
             stats = moments_1d(proj.act, var)
             return _with_joint_moments(stats, proj.coefs, cov, var), None
-        ftf = run.an.factor_times_form(m)
-        if ftf is not None and run.an.joint(m).cone is None:
+        ftf = run.an.factor_term(m)
+        if ftf is not None:
             bounded = conditioned.point_moments(ftf, cov, d_cov)
             if bounded is not None:
                 return bounded, None

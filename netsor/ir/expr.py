@@ -825,13 +825,12 @@ def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
         one = Monomial(())
         acc: dict[Key, list[Any]] = {one.key: [1.0, one]}
         for f in e.factors:
-            if isinstance(f, Sum) and _kinked_of_one_vector(f) and len(_expand(f, limit)[1]) > 1:
+            cf, af = _expand(f, limit)
+            if isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_vector(f):
                 # a factor that is a kinked function of one G-vector stays one atom, as the whole expression
                 # would (g·clip(w): three cancelling, growing terms g·relu(w ± 1) and g, nine pairs — 160 s
                 # on 1000 inputs — instead of one factor times a bounded function of one form)
                 cf, af = 0.0, {Monomial((f,)).key: [1.0, Monomial((f,))]}
-            else:
-                cf, af = _expand(f, limit)
             factor = dict(af)
             if cf != 0.0:
                 factor[one.key] = [cf, one]
