@@ -1066,3 +1066,14 @@ def test_steps_implied_by_two_others_are_dropped_and_the_function_is_unchanged()
     assert implied.orthant_dim == 3 and reduced.orthant_dim == 2
     assert np.array_equal(reduced(u), implied(u))
     assert empty.without_redundant_steps().orthant_dim == 3 and not np.any(empty(u))
+
+
+def test_whitening_keeps_a_computed_ratio_and_rounds_a_written_one():
+    """Arguments ``u₂ = λ u₁`` get exactly ``λ`` times ``u₁``'s rows: the literal a program wrote
+    (``2(1 + 2⁻⁵²)`` computed is 2.0) but a ratio of limit scalars as computed (rounded to 12 digits,
+    1/s of a LayerNorm moved a kernel by 3e-11 of itself)."""
+    for ratio, expected in ((2.0 * (1 + 2.0**-52), 2.0), (1.1312946199556078, 1.1312946199556078)):
+        cov = np.array([[[1.0, ratio], [ratio, ratio * ratio]]])
+        L, r = g.joint.whiten(cov)
+        assert r == 1
+        assert L[0, 1, 0] / L[0, 0, 0] == expected

@@ -73,6 +73,8 @@ MAX_CROSSINGS = 100_000
 NEAR_PARALLEL = 0.25
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
 _RANK_TOL = 1e-12
+#: How far (in eps of itself) a computed ratio may be from the literal it rounds to (:func:`_round_significant`).
+_LITERAL_ULPS = 16
 #: Nodes evaluated at once (bounds the working memory of the nested rule to ~200 MB).
 _CHUNK_NODES = 1 << 22
 #: Randomised QMC: log2 of points per replicate, first and last round (``MC_REPLICATES`` replicates).
@@ -277,13 +279,17 @@ def colinear_arguments(cov: Array) -> tuple[Array, Array]:
 def _round_significant(x: Array, digits: int = 12) -> Array:
     """``x`` rounded to ``digits`` significant digits (an integer over an exact power of ten: the
     nearest float, so 1 − 2⁻⁵³ gives 1.0 and 0.6(1 + 2⁻⁵²) the float of the literal 0.6 — the
-    coefficients a program writes); entries below 1e-10 in magnitude, or not finite, unchanged."""
+    coefficients a program writes) where that moves it by at most ``_LITERAL_ULPS`` eps of itself;
+    other entries (a ratio of limit scalars, 1/s of a LayerNorm: rounded to 12 digits it moved a
+    kernel by 3e-11 of itself under a bound of 2e-15, factors campaign), entries below 1e-10 in
+    magnitude, or not finite, unchanged."""
     with np.errstate(all="ignore"):
         shift = digits - 1 - np.floor(np.log10(np.abs(x)))
         ok = np.isfinite(shift) & (np.abs(x) >= 1e-10) & (shift <= 22)
         shift = np.where(ok, shift, 0.0)
         up, down = shift >= 0, 10.0 ** np.abs(shift)  # 10^s is exact for |s| ≤ 22
         rounded = np.where(up, np.round(x * down) / down, np.round(x / down) * down)
+        ok &= np.abs(rounded - x) <= _LITERAL_ULPS * np.finfo(float).eps * np.abs(x)
     return np.where(ok, rounded, x)
 
 
