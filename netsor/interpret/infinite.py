@@ -121,7 +121,7 @@ DEFAULT_RTOL = 1e-8
 TERM_SHARE = 0.1
 #: A result that misses rtol by at most this factor (no Monte Carlo) is computed once more with the
 #: expectations' share divided by twice the factor.
-RETRY_REACH = 100.0
+RETRY_REACH = 1e4
 #: A dense (pair-dependent) bound of a tile is collapsed to rank one when its largest ratio to the
 #: envelope is below this share of the term tolerance: the looser form takes at most a tenth of
 #: the term's budget, and later steps combine in O(B) per tile (the NTK's step kernels: −15 %).
@@ -559,11 +559,12 @@ class Analysis:
 
     def projection(self, m: Monomial) -> Projection | None:
         """``m`` as a function of one linear form of G-vectors, when it is one: a function of a
-        single G-vector, or one activation of an affine combination (``relu(a − b)``, the traced
-        ``max(a, b) = b + relu(a − b)``); None otherwise."""
+        single G-vector, one activation of an affine combination (``relu(a − b)``, the traced
+        ``max(a, b) = b + relu(a − b)``), or activations of one form up to offsets (``clip(a − b)``,
+        kept whole by :func:`~netsor.ir.expr.expand`); None otherwise."""
         key = ("proj", m.key)
         if key not in self._functions:
-            self._functions[key] = _projection(m)
+            self._functions[key] = _function_of_one_form(m)
         return self._functions[key]
 
     def source_form(self, proj: Projection) -> tuple[dict[Vector, pointcoef.Coefficient], float]:

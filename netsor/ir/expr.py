@@ -806,8 +806,12 @@ def expand(e: Expr, limit: int = EXPANSION_LIMIT) -> Polynomial:
 
 
 def _kinked_of_one_vector(e: Expr) -> bool:
-    """``e`` reads one G-vector and is not smooth (kept whole by :func:`expand`, also as a factor)."""
-    return len(e.args) == 1 and bool(e.kink_planes() or e.hidden_kinks)
+    """``e`` reads one G-vector, or several through one linear form (up to offsets: ``clip(g − h) =
+    relu(g − h + 1) − relu(g − h − 1) − 1``), and is not smooth (kept whole by :func:`expand`, also as a
+    factor)."""
+    if not (e.kink_planes() or e.hidden_kinks):
+        return False
+    return len(e.args) == 1 or len({terms for terms, _ in e.input_forms()}) == 1
 
 
 def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
