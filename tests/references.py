@@ -10,7 +10,7 @@ Gauss–Legendre rules on the smooth pieces of an integrand. Every function retu
 from __future__ import annotations
 
 import numpy as np
-from scipy import integrate, special
+from scipy import integrate, special, stats
 
 SQRT2PI = np.sqrt(2 * np.pi)
 
@@ -667,3 +667,27 @@ def factor_times_tanh_of_a_form(Kg, Kw, Kgw):
                           [Kgw[i, j], Kw[j, i], Kgw[j, j], Kw[j, j]]])
             out[i, j] = out[j, i] = factor_times_function_by_stein(S, (True, *tanh), (True, *tanh), breaks=())
     return out
+
+
+def pair_by_nested_quadrature(f, g, a, b, c, kinks_f=(), kinks_g=()):
+    """``E[f(u) g(v)]`` for centred Gaussian ``(u, v)`` (variances a, b, covariance c, not colinear) by nested
+    adaptive quadrature (scipy): the outer over ``X = u/√a`` and the inner over ``Z`` in
+    ``v = √b (ρX + √(1 − ρ²) Z)``, each split at the kinks of its function."""
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    rho = c / (sa * sb)
+    s = np.sqrt(1 - rho * rho)
+    pdf = stats.norm.pdf
+
+    def inner(x):
+        breaks = [(k / sb - rho * x) / s for k in kinks_g]
+        return integrate.quad(lambda z: g(sb * (rho * x + s * z)) * pdf(z), -12, 12,
+                              points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
+                              epsrel=1e-13)[0]
+
+    # where the inner kink crosses the outer axis the inner integral turns over a width ~s/|ρ|: graded breaks
+    crossings = [k / (sb * rho) for k in kinks_g if rho != 0]
+    breaks = [k / sa for k in kinks_f] + [x + t * s / abs(rho) for x in crossings
+                                          for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
+    return integrate.quad(lambda x: f(sa * x) * inner(x) * pdf(x), -12, 12,
+                          points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
+                          epsrel=1e-13)[0]

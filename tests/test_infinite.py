@@ -593,8 +593,9 @@ def test_kinks_off_the_origin_at_nearly_identical_inputs_are_integrated_within_t
     """Inputs x and x + 1e-4·noise (correlation 1 − 3e-9): the pair goes to the nested 2-D rule, whose
     inner integral turns over a width √(1 − ρ²) at the kink's crossing; the outer panels stepped over it
     with both rules alike (step(g + ½): error 1.4e-5 under a bound of 6.4e-7; hard_tanh: 3.7e-9 under
-    5.7e-10). Reference: scipy's bivariate normal CDF, and for hard_tanh 1-D adaptive quadrature of the
-    conditional expectation."""
+    5.7e-10). hard_tanh pairs now have closed forms (:mod:`netsor.gaussian.piecewise`; bound 1.5e-13, true
+    error 5e-14 against mpmath). Reference: scipy's bivariate normal CDF, and for hard_tanh 1-D adaptive
+    quadrature of the conditional expectation in closed form."""
     rng = np.random.default_rng(18)
     x, noise = rng.standard_normal((2, 6))
     X = np.stack([x, x + 1e-4 * noise])
@@ -609,12 +610,17 @@ def test_kinks_off_the_origin_at_nearly_identical_inputs_are_integrated_within_t
         sa = np.sqrt(G[0, 0])
         m, sd = G[0, 1] / sa, np.sqrt(G[1, 1] - G[0, 1] ** 2 / G[0, 0])
 
-        def conditional(z):  # E[clip(m z + sd e)], e ~ N(0, 1), by quadrature over e
-            return integrate.quad(lambda e: np.clip(m * z + sd * e, -1, 1) * stats.norm.pdf(e), -12, 12,
-                                  points=[(-1 - m * z) / sd, (1 - m * z) / sd], limit=200, epsabs=1e-15)[0]
+        def conditional(z):  # E[clip(μ + sd e)], e ~ N(0, 1), μ = m z: Tallis' truncated moments
+            mu = m * z
+            lo, hi = (-1 - mu) / sd, (1 - mu) / sd
+            return (stats.norm.sf(hi) - stats.norm.cdf(lo) + mu * (stats.norm.cdf(hi) - stats.norm.cdf(lo))
+                    + sd * (stats.norm.pdf(lo) - stats.norm.pdf(hi)))
 
+        # the conditional mean turns over a width sd/m around z = ±1/m: graded breaks there (without them
+        # the reference itself was 5e-9 off)
+        turns = [t / m + d * sd / m for t in (-1, 1) for d in (-30, -3, -1, 0, 1, 3, 30)]
         want = integrate.quad(lambda z: np.clip(sa * z, -1, 1) * conditional(z) * stats.norm.pdf(z), -12, 12,
-                              points=[-1 / sa, 1 / sa], limit=200, epsabs=1e-14, epsrel=1e-13)[0]
+                              points=sorted([-1 / sa, 1 / sa, *turns]), limit=400, epsabs=1e-15, epsrel=1e-13)[0]
     assert abs(K[0, 1] - want) <= E[0, 1] + 1e-13
 
 
@@ -744,3 +750,24 @@ def test_a_function_of_one_vector_with_kinks_of_a_nonlinear_argument_is_integrat
     want = np.array([[entry(i, j) for j in range(3)] for i in range(3)])
     scale = np.sqrt(np.outer(np.diag(want), np.diag(want)))
     assert np.all(np.abs(K - want) <= E + 1e-11 * scale) and np.all(E <= 1e-8 * scale)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda u, v: np.clip(u + 0.5 * v, -1.0, 1.0),
+    lambda u, v: np.maximum(u + 0.5 * v, 0.0) * np.tanh(u + 0.5 * v + 1.0),
+    lambda u, v: np.abs(u + 0.5 * v - 0.3) + (u + 0.5 * v > 0),
+], ids=["clip", "relu·tanh", "abs+step"])
+def test_a_function_of_two_vectors_through_one_form_equals_it_of_that_form(fn):
+    """``f(a + b/2)`` written over ``a`` and ``b`` is integrated as one function of one form; it must equal
+    the same ``f`` of the G-vector ``g = a + b/2`` (the one-vector rules) within the two bounds."""
+    X = np.random.default_rng(5).standard_normal((6, 3))
+    kernels = []
+    for through_one_vector in (False, True):
+        p = netsor.Program()
+        n = p.dim("n")
+        a, b = p.input(n, sigma=1.1, bias=0.2), p.input(n, sigma=0.8)
+        h = netsor.nonlin(lambda g: fn(g, 0.0 * g), a + 0.5 * b) if through_one_vector else netsor.nonlin(fn, a, b)
+        p.readout(h)
+        kernels.append(netsor.limit(p, X, rtol=1e-10).nngp(with_error=True))
+    (K1, E1), (K2, E2) = kernels
+    assert np.all(np.abs(K1 - K2) <= E1 + E2 + 1e-15 * np.abs(K2).max())

@@ -32,6 +32,7 @@ from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
 from netsor.errors import HyperParameterError, NumericalError
+from netsor.gaussian import piecewise
 from netsor.gaussian.quadrature import (
     GL10_NODES,
     GL10_WEIGHTS,
@@ -291,7 +292,8 @@ def is_elementary(phi: Activation, psi: Activation) -> bool:
 
     Otherwise each call runs the Mehler series, whose fixed setup cost favours fewer, larger calls.
     """
-    return same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
+    return (same_kernel(phi, psi) or phi.name == "identity" or psi.name == "identity"
+            or (piecewise.of(phi) is not None and piecewise.of(psi) is not None))
 
 
 def same_kernel(phi: Activation, psi: Activation) -> bool:
@@ -389,6 +391,14 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         return stein_identity(phi, a, c, rtol)
     if phi.name == "identity":
         return stein_identity(psi, b, c, rtol)
+    F, G = piecewise.of(phi), piecewise.of(psi)
+    if F is not None and G is not None:  # kinks anywhere, jumps too: closed forms by Owen's T
+        value, err, done = piecewise.pair_expectation(F, G, a, b, c)
+        if not done.all():  # nearly colinear pairs
+            a, b, c = np.broadcast_arrays(a, b, c)
+            rest = ~done
+            value[rest], err[rest] = _series_pair(phi, psi, a[rest], b[rest], c[rest], memo, rtol)
+        return value, err
     return _series_pair(phi, psi, a, b, c, memo, rtol)
 
 
