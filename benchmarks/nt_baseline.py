@@ -22,7 +22,8 @@ The network is::
 i.e. ``depth`` hidden layers = ``depth + 1`` Dense layers and ``depth`` nonlinearities, and
 the reported kernel is the NNGP of the final (readout) Dense layer. ``Act`` is ``stax.Relu()``
 (= ``ABRelu(0, 1)``, i.e. plain max(x, 0), no sqrt(2) / He factor) or ``stax.Erf()``
-(``a=1, b=1, c=0``, i.e. plain erf).
+(``a=1, b=1, c=0``, i.e. plain erf). ``--activation hard_tanh``: NT has no closed form for it; its
+``ElementwiseNumerical(clip, deg=--deg)`` layer (Gauss–Hermite quadrature) is timed instead.
 
 NT conventions (confirmed by reading neural_tangents 0.6.5,
 ``_src/stax/linear.py`` and ``_src/stax/requirements.py``):
@@ -73,16 +74,18 @@ import neural_tangents as nt  # noqa: E402
 import numpy as np  # noqa: E402
 from neural_tangents import stax  # noqa: E402
 
-ACTIVATIONS = {"relu": stax.Relu, "erf": stax.Erf}
+ACTIVATIONS = {"relu": stax.Relu, "erf": stax.Erf,
+               # NT has no hard_tanh kernel: its numerical layer (Gauss–Hermite of degree ``deg``) instead
+               "hard_tanh": lambda deg: stax.ElementwiseNumerical(lambda x: jnp.clip(x, -1.0, 1.0), deg=deg)}
 
 
-def build_network(depth: int, activation: str, sigma_w: float, sigma_b: float, width: int = 512):
+def build_network(depth: int, activation: str, sigma_w: float, sigma_b: float, width: int = 512, deg: int = 25):
     """Return NT's ``(init_fn, apply_fn, kernel_fn)`` for the MLP described in the module doc."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
-    act = ACTIVATIONS[activation]
+    act = ACTIVATIONS[activation] if activation != "hard_tanh" else (lambda: ACTIVATIONS["hard_tanh"](deg))
     layers = []
     for _ in range(depth):
         layers += [
@@ -155,6 +158,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--kernel-out", default=None, help="optional .npy to save the float64 NNGP matrix (NTK with --ntk)"
     )
     p.add_argument("--ntk", action="store_true", help="time get=('nngp', 'ntk') instead of get='nngp'")
+    p.add_argument("--deg", type=int, default=25, help="Gauss–Hermite degree of the numerical layer (hard_tanh)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
@@ -177,7 +181,7 @@ def main(argv=None) -> int:
         )
     n, d = x.shape
 
-    _, _, kernel_fn = build_network(args.depth, args.activation, args.sigma_w, args.sigma_b)
+    _, _, kernel_fn = build_network(args.depth, args.activation, args.sigma_w, args.sigma_b, deg=args.deg)
     kernel_fn = jax.jit(kernel_fn, static_argnames="get")
     xj = jax.device_put(jnp.asarray(x))
 
