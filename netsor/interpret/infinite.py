@@ -1926,7 +1926,7 @@ def _closed_form_change(phi: Activation, psi: Activation, a: Array, da: Array, b
         limit = np.sqrt(a * b)
         return np.maximum(np.abs(phi.kernel(a, b, np.minimum(c + delta, limit)) - value),
                           np.abs(phi.kernel(a, b, np.maximum(c - delta, -limit)) - value))
-    if is_elementary(phi, psi):  # the identity against a discontinuous ψ
+    if is_elementary(phi, psi):  # the identity against a discontinuous ψ, or two piecewise-linear functions
         return _stein_change(phi, psi, a, da, b, db, c, dc, value)
     return None
 
@@ -1935,7 +1935,9 @@ def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Arra
                   value: Array) -> Array:
     """The exact change of ``E[u ψ(v)] = (c/b) E[v ψ(v)]`` (or of ``E[φ(u) v]``) over the errors of its
     covariance: the largest difference at the corners of the box ``b ± δb, c ± δc`` (``a ± δa``), the
-    expectation being linear in ``c`` and, over a box of a few ulps, monotone in the variance. (The
+    expectation being linear in ``c`` and, over a box of a few ulps, monotone in the variance. Piecewise-
+    linear pairs (steps with offsets) take the same corners: their closed forms are smooth in the covariance
+    off colinear pairs, so over such a box monotone too, and an orthant grows with ρ up to colinear. (The
     pair's own kernel — the identity's ``c``, or the step kernel's modulus — was used before: 0.3 of
     the kernel for ``E[g step(g')]`` on a tile, and below the true change elsewhere.)"""
     identity_left = phi.name == "identity"
