@@ -771,3 +771,15 @@ def test_a_function_of_two_vectors_through_one_form_equals_it_of_that_form(fn):
         kernels.append(netsor.limit(p, X, rtol=1e-10).nngp(with_error=True))
     (K1, E1), (K2, E2) = kernels
     assert np.all(np.abs(K1 - K2) <= E1 + E2 + 1e-15 * np.abs(K2).max())
+
+
+def test_a_traced_step_of_an_argument_zero_on_an_interval_is_refused_with_the_reason():
+    """``step(g − g·clip(2g))·g``: the step's argument is 0 for every g > 1/2 in exact arithmetic but ±1 ulp as
+    evaluated, so no kink locator can place its jumps; the refusal says so (it advised declaring kinks or
+    using netsor's functions — which the program already does; factors campaign seed 402)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    p.readout(netsor.nonlin(lambda u: (u - u * np.clip(2 * u, -1.0, 1.0) > 0) * u, g))
+    with pytest.raises(netsor.NumericalError, match="traced expression.*exactly 0 there"):
+        netsor.nngp(p, np.random.default_rng(0).standard_normal((3, 4)))

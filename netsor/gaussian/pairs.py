@@ -183,11 +183,16 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
         if not bad.any():
             break
         if 2 * int(bad.sum()) > MAX_LOCATOR_PANELS:
+            traced = isinstance(act.cache_key, tuple) and act.cache_key[:1] == ("expr",)
+            advice = ("it is a traced expression, whose value likely flickers at rounding — e.g. a step of an "
+                      "argument that is 0 on a whole interval in exact arithmetic (g − g·clip(2g) for g > 1/2) "
+                      "but ±1 ulp as evaluated: write that argument so that it is exactly 0 there" if traced else
+                      "declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), "
+                      "or write it with netsor's own functions so that the tracer sees it")
             raise NumericalError(
                 f"cannot locate the kinks of {act.name} on |x| ≤ {reach:.3g}: it is not smooth to rounding on "
                 f"{int(bad.sum())} panels of width {float(np.min(hi - lo)):.2g} (a fast oscillation, or noise); "
-                f"declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), or "
-                f"write it with netsor's own functions so that the tracer sees it")
+                + advice)
         mid = 0.5 * (lo + hi)
         parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
