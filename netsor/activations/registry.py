@@ -167,6 +167,11 @@ class Activation:
     cache_key : tuple, optional
         Identity of an unregistered φ for caches (a composite function built from an expression
         uses the expression's content key); default: the object itself.
+    pieces : tuple of (coef, power, rate, threshold, above), optional
+        φ as a sum of ``coef · x^power · e^(rate·x) · 1{x > threshold}`` (``above``; else ``x < threshold``)
+        with power 0 or 1, when it is one: elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``. Pairs of such
+        functions have closed forms (:mod:`netsor.gaussian.piecewise`); piecewise-linear φ are recognised
+        without it.
     """
 
     name: str
@@ -189,6 +194,7 @@ class Activation:
     registered: bool = True
     homogeneous: float | None = None
     cache_key: tuple[Any, ...] | None = None
+    pieces: tuple[tuple[float, int, float, float, bool], ...] | None = None
 
     @property
     def at_zero(self) -> float:
@@ -280,6 +286,7 @@ def _make_elu(alpha: float = 1.0) -> Activation:
         smooth=False,
         kinks=(0.0,),
         params={"alpha": alpha},
+        pieces=((1.0, 1, 0.0, 0.0, True), (alpha, 0, 1.0, 0.0, False), (-alpha, 0, 0.0, 0.0, False)),
     )
 
 

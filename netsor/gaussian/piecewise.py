@@ -1,28 +1,32 @@
-"""Closed-form pair expectations of piecewise-linear functions with kinks anywhere.
+"""Closed-form pair expectations of piecewise-linear (and exponential-linear) functions with kinks anywhere.
 
 A piecewise-linear φ of one variable (``hard_tanh``, ``clip(x, lo, hi)``, ``relu(x − 1)``, ``step(x + 0.3)``,
 a traced ``relu(x + 1) − relu(x − 1) − 1``; jumps allowed) is, for every x off its kinks,
 
     φ(x) = α + β x + Σ_i γ_i (x − k_i)₊ + Σ_i δ_i 1{x > k_i},
 
-so ``E[φ(u) ψ(v)]`` of a centred Gaussian pair (``Var u = a``, ``Var v = b``, ``Cov = c``) is a sum of
-expectations of products of ``1, x, (x − h)₊, 1{x > h}`` under the standard bivariate normal of
-correlation ``ρ = c/√(ab)`` (thresholds ``h = k/√a``), each in closed form (Tallis' truncated moments)
-from ``Φ``, ``φ`` and the orthant ``P(X > h, Y > k)`` — Owen's T function, as
+and elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``: both are sums of :data:`Piece` terms
+``coef · x^p · e^(r x) · 1{x ≷ k}`` (p ∈ {0, 1}). ``E[φ(u) ψ(v)]`` of a centred Gaussian pair (``Var u = a``,
+``Var v = b``, ``Cov = c``) is then a sum over pairs of terms; in standard coordinates (``X = u/√a``,
+correlation ``ρ = c/√(ab)``, thresholds ``h = k/√a``, a term below its threshold taken in ``−X``) the
+exponentials tilt the law — ``E[e^(tX + t'Y) F(X, Y)] = e^((t² + 2ρtt' + t'²)/2) E[F(X + t + ρt', Y + ρt + t')]`` —
+and what is left are Tallis' truncated moments ``E[X^i Y^j 1{X > h, Y > k}]`` (i, j ≤ 1), closed forms in
+``Φ``, ``φ`` and the orthant ``P(X > h, Y > k)`` — Owen's T function, as
 ``Φ₂(x, y; ρ) = ½(Φ(x) + Φ(y)) − T(x, a_x) − T(y, a_y) − β``. The Mehler series converges slowly for
 kinks off the origin (their Hermite coefficients decay algebraically) and the nested quadrature that
 took its place cost ~10⁵ nodes a pair: a depth-3 hard_tanh NNGP on 200 inputs took 7.5 s.
 
-Errors: rounding of the parts (64 eps of their absolute sum) and ``SPECIAL_ERROR`` for each special-function
-value times the factor it enters with. Pairs within ``MIN_SINE`` of colinear (``√(1 − ρ²)`` in the
-denominators) are left to the caller.
+Errors: rounding of the parts (64 eps of their absolute sum), ``SPECIAL_RELATIVE`` of the special-function
+values' magnitudes, and the rounding of ρ times the slope in ρ, all times the tilt's weight. Pairs within
+``MIN_SINE`` of colinear (``√(1 − ρ²)`` in the denominators), or whose tilt weight exceeds ``e^MAX_TILT`` (an
+exponential piece at a large variance: the weight multiplies the errors of far-tail orthants), are left to
+the caller.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
@@ -31,12 +35,16 @@ from netsor.activations import Activation
 
 Array = np.ndarray
 _EPS = np.finfo(float).eps
-#: Absolute error allowed for each value of Φ, φ and Owen's T (scipy's are within ~1e-16).
-SPECIAL_ERROR = 1e-15
+#: Relative error allowed for each value of Φ, φ and Owen's T (measured against 40-digit quadrature: Owen's T
+#: within 1.4e-14 of itself for |h| in [2, 9], 5e-17 absolute elsewhere; Φ by erfc, relative), applied to the
+#: magnitudes of the parts (of an orthant: of its four Owen's-T terms, whose cancellation it covers).
+SPECIAL_RELATIVE = 1e-13
 #: Rounding of ρ (and of s, as a change of ρ: ``s δs = −ρ δρ``) from ``(a, b, c)``.
 RHO_ROUNDING = 16 * _EPS
 #: Pairs with ``√(1 − ρ²)`` below this are not taken here (their thresholds divide by it).
 MIN_SINE = 1e-7
+#: Largest exponent of a tilt's weight ``e^((t² + 2ρtt' + t'²)/2)`` taken here.
+MAX_TILT = 20.0
 #: Points per cell at which a function is checked to be affine (offsets in units of the cell or the scale).
 _INNER = np.array([0.1, 0.35, 0.62, 0.9])
 _OUTER = np.array([0.5, 1.7, 4.3, 11.0])
@@ -44,24 +52,20 @@ _OUTER = np.array([0.5, 1.7, 4.3, 11.0])
 _AFFINE_TOL = 1e-12
 
 
-@dataclass(frozen=True)
-class PiecewiseLinear:
-    """``φ(x) = const + slope·x + Σ ramps_i (x − kinks_i)₊ + Σ jumps_i 1{x > kinks_i}`` off the kinks."""
+#: ``(coef, power, rate, threshold, above)``: ``coef · x^power · e^(rate·x) · 1{x > threshold}`` (``above``), or
+#: ``1{x < threshold}``; threshold ±inf for none.
+Piece = tuple[float, int, float, float, bool]
 
-    const: float
-    slope: float
-    kinks: Array
-    ramps: Array
-    jumps: Array
-
-
-_CACHE: dict[object, PiecewiseLinear | None] = {}
+_CACHE: dict[object, tuple[Piece, ...] | None] = {}
 _LOCK = threading.Lock()
 
 
-def of(act: Activation) -> PiecewiseLinear | None:
-    """``act`` as a :class:`PiecewiseLinear` when it is one with known kinks (affine on every cell between
-    them, checked at four points of each), else None; smooth functions (affine or not) are None."""
+def of(act: Activation) -> tuple[Piece, ...] | None:
+    """``act`` as a sum of :data:`Piece` terms: its declared ``pieces``, or, for a piecewise-linear φ with known
+    kinks (affine on every cell between them, checked at four points of each), the ramps and jumps found
+    there; None otherwise (smooth functions, affine or not, included)."""
+    if act.pieces is not None:
+        return act.pieces
     if act.smooth or not act.kinks_known or not act.kinks:
         return None
     key = act.key
@@ -74,7 +78,7 @@ def of(act: Activation) -> PiecewiseLinear | None:
     return found
 
 
-def _derive(act: Activation) -> PiecewiseLinear | None:
+def _derive(act: Activation) -> tuple[Piece, ...] | None:
     kinks = np.array(sorted(set(act.kinks)), dtype=float)
     if not np.all(np.isfinite(kinks)):
         return None
@@ -100,24 +104,10 @@ def _derive(act: Activation) -> PiecewiseLinear | None:
     level = (np.abs(intercepts[1:]) + np.abs(intercepts[:-1])
              + (np.abs(slopes[1:]) + np.abs(slopes[:-1])) * np.abs(kinks))
     jumps = np.where(np.abs(jumps) <= _AFFINE_TOL * (1.0 + level), 0.0, jumps)
-    keep = (ramps != 0.0) | (jumps != 0.0)
-    return PiecewiseLinear(float(intercepts[0]), float(slopes[0]), kinks[keep], ramps[keep], jumps[keep])
-
-
-def _basis(F: PiecewiseLinear, sd: Array) -> list[tuple[str, Array, Array | None]]:
-    """``F(sd·X)`` as ``(kind, coefficient, threshold)`` over ``1``, ``X``, ``(X − h)₊``, ``1{X > h}``."""
-    out: list[tuple[str, Array, Array | None]] = []
-    if F.const != 0.0:
-        out.append(("1", np.asarray(F.const), None))
-    if F.slope != 0.0:
-        out.append(("x", F.slope * sd, None))
-    for k, ramp, jump in zip(F.kinks, F.ramps, F.jumps, strict=True):
-        h = k / sd
-        if ramp != 0.0:
-            out.append(("r", ramp * sd, h))
-        if jump != 0.0:
-            out.append(("s", np.asarray(jump), h))
-    return out
+    pieces: list[Piece] = [(float(intercepts[0]), 0, 0.0, -np.inf, True), (float(slopes[0]), 1, 0.0, -np.inf, True)]
+    for k, ramp, jump in zip(kinks, ramps, jumps, strict=True):  # γ(x − k)₊ = γ x 1{x > k} − γk 1{x > k}
+        pieces += [(float(ramp), 1, 0.0, float(k), True), (float(jump - ramp * k), 0, 0.0, float(k), True)]
+    return tuple(piece for piece in pieces if piece[0] != 0.0)
 
 
 def _pdf(x: Array) -> Array:
@@ -128,9 +118,9 @@ def _upper(x: Array) -> Array:
     return special.ndtr(-x)
 
 
-def _orthant(h: Array, k: Array, rho: Array, s: Array) -> Array:
+def _orthant(h: Array, k: Array, rho: Array, s: Array) -> tuple[Array, Array]:
     """``P(X > h, Y > k)`` for the standard bivariate normal of correlation ``rho`` (``s = √(1 − ρ²) > 0``):
-    ``Φ₂(−h, −k; ρ)`` by Owen's T."""
+    ``Φ₂(−h, −k; ρ)`` by Owen's T; and the magnitude of the terms it is the sum of."""
     x, y = -h, -k
     with np.errstate(divide="ignore", invalid="ignore"):
         ax = (y - rho * x) / (x * s)
@@ -141,71 +131,92 @@ def _orthant(h: Array, k: Array, rho: Array, s: Array) -> Array:
     tx = np.where(np.isnan(ax), 0.0, special.owens_t(x, np.nan_to_num(ax, nan=0.0)))
     ty = np.where(np.isnan(ay), 0.0, special.owens_t(y, np.nan_to_num(ay, nan=0.0)))
     beta = np.where((x * y > 0) | ((x * y == 0) & (x + y >= 0)), 0.0, 0.5)
-    p = 0.5 * (special.ndtr(x) + special.ndtr(y)) - tx - ty - beta
+    half_x, half_y = 0.5 * special.ndtr(x), 0.5 * special.ndtr(y)
+    p = half_x + half_y - tx - ty - beta
     both_zero = (x == 0.0) & (y == 0.0)  # 0/0 above: the centred orthant
-    return np.where(both_zero, 0.25 + np.arcsin(rho) / (2.0 * math.pi), np.clip(p, 0.0, 1.0))
+    p = np.where(both_zero, 0.25 + np.arcsin(rho) / (2.0 * math.pi), np.clip(p, 0.0, 1.0))
+    return p, np.maximum(half_x + half_y + np.abs(tx) + np.abs(ty) + beta, p)
 
 
-def _term(kf: str, hf: Array | None, kg: str, hg: Array | None, rho: Array, s: Array
-          ) -> tuple[Array, Array, Array, Array]:
-    """``(E[f(X) g(Y)], Σ |parts|, factor of SPECIAL_ERROR, |∂/∂ρ|)`` for basis functions ``f``, ``g`` of
-    kinds ``"1"``, ``"x"``, ``"r"`` (``(x − h)₊``), ``"s"`` (``1{x > h}``). The slope in ρ carries the
-    rounding of ρ and s themselves: steps near colinear have ``∂P/∂ρ = φ₂(h, k; ρ) ~ 1/s``."""
+def _truncated(h: Array | None, k: Array | None, rho: Array, s: Array
+               ) -> dict[tuple[int, int], tuple[Array, Array, Array]]:
+    """Tallis' moments ``E[X^i Y^j 1{X > h, Y > k}]`` (i, j ≤ 1; None: no threshold) of the standard bivariate
+    normal, each as ``(value, Σ |parts| (an orthant counted by the magnitude of its terms), |∂/∂ρ|)``."""
     one, zero = np.ones(()), np.zeros(())
-    if kf == "1" or kg == "1":
-        kind, h = (kg, hg) if kf == "1" else (kf, hf)
-        if kind == "1":
-            return one, one, zero, zero
-        if kind == "x":
-            return zero, zero, zero, zero
-        if kind == "s":
-            return _upper(h), _upper(h), one, zero
-        m = _pdf(h) - h * _upper(h)
-        return m, _pdf(h) + np.abs(h) * _upper(h), 1.0 + np.abs(h), zero
-    if kf == "x" and kg == "x":
-        return rho, np.abs(rho), zero, one
-    if kf == "x" or kg == "x":
-        kind, h = (kg, hg) if kf == "x" else (kf, hf)
-        part = _upper(h) if kind == "r" else _pdf(h)
-        return rho * part, np.abs(rho * part), np.abs(rho), part
-    if kf == "s" and kg == "r":  # symmetric in (X, h) ↔ (Y, k)
-        return _term(kg, hg, kf, hf, rho, s)
-    h, k = hf, hg
-    P = _orthant(h, k, rho, s)
+    if h is None and k is None:
+        return {(0, 0): (one, one, zero), (1, 0): (zero, zero, zero), (0, 1): (zero, zero, zero),
+                (1, 1): (rho, np.abs(rho), one)}
+    if h is None or k is None:  # one threshold t on Z (Y if h is None), W the other variable
+        t = k if h is None else h
+        upper, pdf = _upper(t), _pdf(t)
+        second = upper + t * pdf  # E[Z² 1{Z > t}]
+        on_z, on_w = ((0, 1), (1, 0)) if h is None else ((1, 0), (0, 1))
+        return {(0, 0): (upper, upper, zero), on_z: (pdf, pdf, zero), on_w: (rho * pdf, np.abs(rho) * pdf, pdf),
+                (1, 1): (rho * second, np.abs(rho) * (upper + np.abs(t) * pdf), np.abs(second))}
+    P, P_size = _orthant(h, k, rho, s)
     ph, pk = _pdf(h), _pdf(k)
-    if kf == "s":  # both steps
-        return P, P, one, ph * _pdf((k - rho * h) / s) / s
     A = _upper((k - rho * h) / s)  # P(Y > k | X = h)
     B = _upper((h - rho * k) / s)  # P(X > h | Y = k)
-    if kg == "s":  # E[(X − h)₊ 1{Y > k}] = φ(h) A + ρ φ(k) B − h P
-        parts = (ph * A, rho * pk * B, -h * P)
-        return sum(parts), sum(np.abs(p) for p in parts), 1.0 + np.abs(h), pk * B
-    # E[(X − h)₊ (Y − k)₊] = (ρ + hk) P − k φ(h) A − h φ(k) B + s φ(h) φ((k − ρh)/s)
-    parts = ((rho + h * k) * P, -k * ph * A, -h * pk * B, s * ph * _pdf((k - rho * h) / s))
-    return sum(parts), sum(np.abs(p) for p in parts), (1.0 + np.abs(h)) * (1.0 + np.abs(k)), P
+    density = ph * _pdf((k - rho * h) / s) / s  # φ₂(h, k; ρ) = ∂P/∂ρ
+    x_part, y_part = (ph * A, rho * pk * B), (pk * B, rho * ph * A)
+    xy = (rho * P, rho * h * ph * A, rho * k * pk * B, s * s * density)
+    # ∂/∂ρ: of E[X 1] the φ(k)-terms, of E[XY 1] (Price) the orthant and its boundary terms
+    return {(0, 0): (P, P_size, density),
+            (1, 0): (sum(x_part), sum(np.abs(t) for t in x_part), pk * B + np.abs(k) * density),
+            (0, 1): (sum(y_part), sum(np.abs(t) for t in y_part), ph * A + np.abs(h) * density),
+            (1, 1): (sum(xy), np.abs(rho) * P_size + sum(np.abs(t) for t in xy[1:]),
+                     P + np.abs(h) * pk * B + np.abs(k) * ph * A + np.abs(h * k) * density)}
 
 
-def pair_expectation(F: PiecewiseLinear, G: PiecewiseLinear, a: Array, b: Array, c: Array
+def _standard(piece: Piece, sd: Array) -> tuple[Array, int, Array, Array | None, float]:
+    """A piece of ``φ(sd·X)`` as ``(coef, power, tilt, threshold or None, sign)`` over ``sign·X`` above the
+    threshold (a piece below its threshold is taken in ``−X``)."""
+    coef, power, rate, threshold, above = piece
+    sign = 1.0 if above else -1.0
+    c = coef * sd**power * sign**power
+    h = None if np.isinf(threshold) else sign * threshold / sd
+    if np.isinf(threshold) and (threshold > 0) == above:  # 1{x > +inf}: nothing
+        c = 0.0 * sd
+    return c, power, sign * rate * sd, h, sign
+
+
+def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Array, c: Array
                      ) -> tuple[Array, Array, Array]:
     """``(E[F(u) G(v)], error bound, done)`` for broadcastable ``a, b, c`` (variances > 0); ``done`` is
-    false (value and error 0) for pairs within ``MIN_SINE`` of colinear."""
+    false (value and error 0) for pairs within ``MIN_SINE`` of colinear and pairs tilted beyond ``MAX_TILT``."""
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     sa, sb = np.sqrt(a), np.sqrt(b)
     norm = sa * sb
     rho = np.clip(c / norm, -1.0, 1.0)
     s = np.sqrt(np.maximum(a * b - c * c, 0.0)) / norm  # exact 0 for a point with itself
-    done = np.broadcast_to(s >= MIN_SINE, shape)
+    done = np.broadcast_to(s >= MIN_SINE, shape).copy()
     s_safe = np.where(s >= MIN_SINE, s, 1.0)
-    value, size, special_factor, slope = np.zeros(shape), np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    for kf, cf, hf in _basis(F, sa):
-        for kg, cg, hg in _basis(G, sb):
-            v, m, e, d = _term(kf, hf, kg, hg, rho, s_safe)
-            w = cf * cg
-            value += w * v
-            size += np.abs(w) * m
-            special_factor += np.abs(w) * e
-            slope += np.abs(w) * d
-    # ρ = c/√(ab) and s = √(ab − c²)/√(ab) are each within a few eps of those of (a, b, c)
-    error = 64 * _EPS * size + SPECIAL_ERROR * special_factor + RHO_ROUNDING * slope
+    value, error = np.zeros(shape), np.zeros(shape)
+    # the moments depend on the pieces' rates, thresholds and sides only: ramps and jumps at one kink share them
+    memo: dict[tuple[Piece, Piece], dict[tuple[int, int], tuple[Array, Array, Array]]] = {}
+    left = [(piece[2:], _standard(piece, sa)) for piece in F]
+    right = [(piece[2:], _standard(piece, sb)) for piece in G]
+    for kf_, (cf, p, tf, hf, sf) in left:
+        for kg_, (cg, q, tg, hg, sg) in right:
+            r = sf * sg * rho  # the correlation of (sf X, sg Y)
+            exponent = 0.5 * (tf * tf + 2.0 * r * tf * tg + tg * tg)
+            done &= np.broadcast_to(exponent <= MAX_TILT, shape)
+            weight = np.exp(np.minimum(exponent, MAX_TILT))
+            mx, my = tf + r * tg, r * tf + tg  # the tilted means
+            h = None if hf is None else hf - mx
+            k = None if hg is None else hg - my
+            key = (kf_, kg_)
+            if key not in memo:
+                memo[key] = _truncated(h, k, r, s_safe)
+            moments = memo[key]
+            # E[(X + mx)^p (Y + my)^q 1{…}] = Σ_{i ≤ p, j ≤ q} mx^(p−i) my^(q−j) E[X^i Y^j 1{…}]
+            for i in range(p + 1):
+                for j in range(q + 1):
+                    v, m, d = moments[(i, j)]
+                    w = cf * cg * weight * (mx if i < p else 1.0) * (my if j < q else 1.0)
+                    value += w * v
+                    # rounding of the parts and of the weight, the special functions' own, ρ's
+                    error += np.abs(w) * ((64 * _EPS + SPECIAL_RELATIVE) * m + 64 * _EPS * np.abs(v * exponent)
+                                          + RHO_ROUNDING * d)
     return np.where(done, value, 0.0), np.where(done, error, 0.0), done
