@@ -180,6 +180,18 @@ def _standard(piece: Piece, sd: Array) -> tuple[Array, int, Array, Array | None,
     return c, power, sign * rate * sd, h, sign
 
 
+def _grouped(pieces: tuple[Piece, ...], sd: Array) -> dict[tuple[float, float, bool], tuple[dict[int, Array], Array,
+                                                                                      Array | None, float]]:
+    """The pieces of ``φ(sd·X)`` by (rate, threshold, side) — the moments depend on these only: a ramp and a jump
+    at one kink share them — as ``({power: coefficient}, tilt, threshold or None, sign)``."""
+    out: dict[tuple[float, float, bool], tuple[dict[int, Array], Array, Array | None, float]] = {}
+    for piece in pieces:
+        c, power, tilt, h, sign = _standard(piece, sd)
+        coefs = out.setdefault(piece[2:], ({}, tilt, h, sign))[0]
+        coefs[power] = coefs.get(power, 0.0) + c
+    return out
+
+
 def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Array, c: Array
                      ) -> tuple[Array, Array, Array]:
     """``(E[F(u) G(v)], error bound, done)`` for broadcastable ``a, b, c`` (variances > 0); ``done`` is
@@ -193,30 +205,34 @@ def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Ar
     done = np.broadcast_to(s >= MIN_SINE, shape).copy()
     s_safe = np.where(s >= MIN_SINE, s, 1.0)
     value, error = np.zeros(shape), np.zeros(shape)
-    # the moments depend on the pieces' rates, thresholds and sides only: ramps and jumps at one kink share them
-    memo: dict[tuple[Piece, Piece], dict[tuple[int, int], tuple[Array, Array, Array]]] = {}
-    left = [(piece[2:], _standard(piece, sa)) for piece in F]
-    right = [(piece[2:], _standard(piece, sb)) for piece in G]
-    for kf_, (cf, p, tf, hf, sf) in left:
-        for kg_, (cg, q, tg, hg, sg) in right:
+    for (rate_f, *_), (coefs_f, tf, hf, sf) in _grouped(F, sa).items():
+        for (rate_g, *_), (coefs_g, tg, hg, sg) in _grouped(G, sb).items():
             r = sf * sg * rho  # the correlation of (sf X, sg Y)
-            exponent = 0.5 * (tf * tf + 2.0 * r * tf * tg + tg * tg)
-            done &= np.broadcast_to(exponent <= MAX_TILT, shape)
-            weight = np.exp(np.minimum(exponent, MAX_TILT))
-            mx, my = tf + r * tg, r * tf + tg  # the tilted means
-            h = None if hf is None else hf - mx
-            k = None if hg is None else hg - my
-            key = (kf_, kg_)
-            if key not in memo:
-                memo[key] = _truncated(h, k, r, s_safe)
-            moments = memo[key]
-            # E[(X + mx)^p (Y + my)^q 1{…}] = Σ_{i ≤ p, j ≤ q} mx^(p−i) my^(q−j) E[X^i Y^j 1{…}]
-            for i in range(p + 1):
-                for j in range(q + 1):
-                    v, m, d = moments[(i, j)]
-                    w = cf * cg * weight * (mx if i < p else 1.0) * (my if j < q else 1.0)
-                    value += w * v
-                    # rounding of the parts and of the weight, the special functions' own, ρ's
-                    error += np.abs(w) * ((64 * _EPS + SPECIAL_RELATIVE) * m + 64 * _EPS * np.abs(v * exponent)
-                                          + RHO_ROUNDING * d)
+            tilted = rate_f != 0.0 or rate_g != 0.0
+            if tilted:
+                exponent = 0.5 * (tf * tf + 2.0 * r * tf * tg + tg * tg)
+                done &= np.broadcast_to(exponent <= MAX_TILT, shape)
+                weight = np.exp(np.minimum(exponent, MAX_TILT))
+                mx, my = tf + r * tg, r * tf + tg  # the tilted means
+                h, k = (None if hf is None else hf - mx), (None if hg is None else hg - my)
+            else:
+                h, k = hf, hg
+            moments = _truncated(h, k, r, s_safe)
+            for p, cp in coefs_f.items():
+                for q, cq in coefs_g.items():
+                    if not tilted:
+                        v, m, d = moments[(p, q)]
+                        w = cp * cq
+                        value += w * v
+                        error += np.abs(w) * ((64 * _EPS + SPECIAL_RELATIVE) * m + RHO_ROUNDING * d)
+                        continue
+                    # E[(X + mx)^p (Y + my)^q 1{…}] = Σ_{i ≤ p, j ≤ q} mx^(p−i) my^(q−j) E[X^i Y^j 1{…}]
+                    for i in range(p + 1):
+                        for j in range(q + 1):
+                            v, m, d = moments[(i, j)]
+                            w = cp * cq * weight * (mx if i < p else 1.0) * (my if j < q else 1.0)
+                            value += w * v
+                            # rounding of the parts and of the weight, the special functions' own, ρ's
+                            error += np.abs(w) * ((64 * _EPS + SPECIAL_RELATIVE) * m
+                                                  + 64 * _EPS * np.abs(v * exponent) + RHO_ROUNDING * d)
     return np.where(done, value, 0.0), np.where(done, error, 0.0), done
