@@ -791,7 +791,7 @@ def expand(e: Expr, limit: int = EXPANSION_LIMIT) -> Polynomial:
     """The normal form of ``e``: sums and products distributed into monomials (while the number
     of monomials stays within ``limit``; beyond, a product of sums is kept as one atom)."""
     const, terms = _expand(e, limit)
-    if len(terms) > 1 and _kinked_of_one_vector(e):
+    if len(terms) > 1 and _kinked_of_one_form(e):
         # a kinked function of one G-vector whose expansion has several terms (clip(2g)² = (relu(2g + 1) −
         # relu(2g − 1) − 1)²) is one function of one form: one-argument rules integrate it whole, where
         # the terms' kernels, each large against their cancelling sum, added their bounds (0.2 of the
@@ -805,7 +805,7 @@ def expand(e: Expr, limit: int = EXPANSION_LIMIT) -> Polynomial:
     return Polynomial(const, tuple((c, m) for c, m in terms.values() if c != 0.0))
 
 
-def _kinked_of_one_vector(e: Expr) -> bool:
+def _kinked_of_one_form(e: Expr) -> bool:
     """``e`` reads one G-vector, or several through one linear form (up to offsets: ``clip(g − h) =
     relu(g − h + 1) − relu(g − h − 1) − 1``), and is not smooth (kept whole by :func:`expand`, also as a
     factor)."""
@@ -830,7 +830,7 @@ def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
         acc: dict[Key, list[Any]] = {one.key: [1.0, one]}
         for f in e.factors:
             cf, af = _expand(f, limit)
-            if isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_vector(f):
+            if isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_form(f):
                 # a factor that is a kinked function of one G-vector stays one atom, as the whole expression
                 # would (g·clip(w): three cancelling, growing terms g·relu(w ± 1) and g, nine pairs — 160 s
                 # on 1000 inputs — instead of one factor times a bounded function of one form)
