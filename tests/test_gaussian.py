@@ -1089,6 +1089,8 @@ _PIECEWISE = {
                     lambda x: max(x - 1.0, 0.0), (1.0,)),
     "elu": (netsor.activation("elu", alpha=1.0), lambda x: x if x > 0 else math.expm1(x), (0.0,)),
     "elu(α = 0.4)": (netsor.activation("elu", alpha=0.4), lambda x: x if x > 0 else 0.4 * math.expm1(x), (0.0,)),
+    "elu′": (netsor.ir.differentiate._derived_activation(netsor.activation("elu", alpha=0.4)),
+             lambda x: 1.0 if x > 0 else 0.4 * math.exp(x), (0.0,)),
     "|x + 0.5| + 2·1{x > 1} − 0.3x": (
         netsor.activation(lambda x: np.abs(x + 0.5) + 2.0 * (x > 1.0) - 0.3 * x, kinks=(-0.5, 1.0), smooth=False),
         lambda x: abs(x + 0.5) + 2.0 * (x > 1.0) - 0.3 * x, (-0.5, 1.0)),
@@ -1098,7 +1100,7 @@ _PIECEWISE = {
 @pytest.mark.parametrize("pair", [("hard_tanh", "hard_tanh"), ("clip(x, −0.5, 2)", "step(x − 0.3)"),
                                   ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"),
                                   ("step(x − 0.3)", "step(x − 0.3)"), ("elu", "elu"), ("elu(α = 0.4)", "hard_tanh"),
-                                  ("step(x − 0.3)", "elu")])
+                                  ("step(x − 0.3)", "elu"), ("elu′", "elu′")])
 def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
     """Kinks and jumps off the origin: Tallis' truncated moments with Owen's T, against nested adaptive
     quadrature, from far apart to nearly colinear (1 − ρ² = 1e-6) and a variance small against the kinks;

@@ -122,8 +122,22 @@ def _derived_activation(act: Activation) -> Activation:
         found = _DERIVED[key] = Activation(
             name, fn=fn, deriv=second, smooth=act.smooth, odd=False, kinks=act.kinks,
             kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
+            pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
         )
     return found
+
+
+def _derivative_pieces(pieces: tuple[tuple[float, int, float, float, bool], ...]
+                       ) -> tuple[tuple[float, int, float, float, bool], ...]:
+    """The pieces (:attr:`Activation.pieces`) of φ' for a continuous φ (the δs of its pieces' indicators
+    cancel): ``(c x^p e^(rx))' = c (p x^(p−1) + r x^p) e^(rx)`` on each piece's side (elu's NTK in closed form)."""
+    out = []
+    for coef, power, rate, threshold, above in pieces:
+        if power == 1:
+            out.append((coef, 0, rate, threshold, above))
+        if rate != 0.0:
+            out.append((coef * rate, power, rate, threshold, above))
+    return tuple(out)
 
 
 def _opaque_partial(e: Opaque, i: int) -> Expr:
