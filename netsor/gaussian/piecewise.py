@@ -32,6 +32,7 @@ import numpy as np
 from scipy import special
 
 from netsor.activations import Activation
+from netsor.activations.segments import linear_segments
 
 Array = np.ndarray
 _EPS = np.finfo(float).eps
@@ -45,10 +46,7 @@ RHO_ROUNDING = 16 * _EPS
 MIN_SINE = 1e-7
 #: Largest exponent of a tilt's weight ``e^((t² + 2ρtt' + t'²)/2)`` taken here.
 MAX_TILT = 20.0
-#: Points per cell at which a function is checked to be affine (offsets in units of the cell or the scale).
-_INNER = np.array([0.1, 0.35, 0.62, 0.9])
-_OUTER = np.array([0.5, 1.7, 4.3, 11.0])
-#: Relative departure from affine (per cell, at the check points) still taken as rounding.
+#: Slope changes and jumps within this share of their sizes are rounding of the fitted segments.
 _AFFINE_TOL = 1e-12
 
 
@@ -62,7 +60,7 @@ _LOCK = threading.Lock()
 
 def of(act: Activation) -> tuple[Piece, ...] | None:
     """``act`` as a sum of :data:`Piece` terms: its declared ``pieces``, or, for a piecewise-linear φ with known
-    kinks (affine on every cell between them, checked at four points of each), the ramps and jumps found
+    kinks (affine on every cell between them, checked at six points of each), the ramps and jumps found
     there; None otherwise (smooth functions, affine or not, included)."""
     if act.pieces is not None:
         return act.pieces
@@ -79,24 +77,13 @@ def of(act: Activation) -> tuple[Piece, ...] | None:
 
 
 def _derive(act: Activation) -> tuple[Piece, ...] | None:
+    """The pieces of φ from its :func:`~netsor.activations.segments.linear_segments`: the first cell's line,
+    then at each kink the change of slope (a ramp ``γ(x − k)₊ = γ x 1{x > k} − γk 1{x > k}``) and the jump."""
+    segments = linear_segments(act)
+    if segments is None:
+        return None
     kinks = np.array(sorted(set(act.kinks)), dtype=float)
-    if not np.all(np.isfinite(kinks)):
-        return None
-    scale = 1.0 + float(np.max(np.abs(kinks)))
-    cells = [kinks[0] - scale * _OUTER[::-1]]
-    cells += [lo + (hi - lo) * _INNER for lo, hi in zip(kinks[:-1], kinks[1:], strict=True)]
-    cells.append(kinks[-1] + scale * _OUTER)
-    points = np.stack(cells)  # (m + 1, 4)
-    with np.errstate(all="ignore"):
-        values = np.asarray(act.fn(points), dtype=float)
-    if values.shape != points.shape or not np.all(np.isfinite(values)):
-        return None
-    slopes = (values[:, -1] - values[:, 0]) / (points[:, -1] - points[:, 0])
-    intercepts = values[:, 0] - slopes * points[:, 0]
-    fitted = intercepts[:, None] + slopes[:, None] * points
-    size = 1.0 + np.abs(intercepts)[:, None] + np.abs(slopes[:, None] * points) + np.abs(values)
-    if np.any(np.abs(values - fitted) > _AFFINE_TOL * size):
-        return None
+    slopes, intercepts = (np.array(t) for t in zip(*segments, strict=True))
     ramps = np.diff(slopes)
     jumps = (intercepts[1:] + slopes[1:] * kinks) - (intercepts[:-1] + slopes[:-1] * kinks)
     # differences of rounded fits: zero to rounding is zero (a kink listed but not there)
@@ -105,7 +92,7 @@ def _derive(act: Activation) -> tuple[Piece, ...] | None:
              + (np.abs(slopes[1:]) + np.abs(slopes[:-1])) * np.abs(kinks))
     jumps = np.where(np.abs(jumps) <= _AFFINE_TOL * (1.0 + level), 0.0, jumps)
     pieces: list[Piece] = [(float(intercepts[0]), 0, 0.0, -np.inf, True), (float(slopes[0]), 1, 0.0, -np.inf, True)]
-    for k, ramp, jump in zip(kinks, ramps, jumps, strict=True):  # γ(x − k)₊ = γ x 1{x > k} − γk 1{x > k}
+    for k, ramp, jump in zip(kinks, ramps, jumps, strict=True):
         pieces += [(float(ramp), 1, 0.0, float(k), True), (float(jump - ramp * k), 0, 0.0, float(k), True)]
     return tuple(piece for piece in pieces if piece[0] != 0.0)
 

@@ -757,10 +757,8 @@ def _factor_times_form(m: Monomial, whole: Projection | None) -> FactorTimesForm
 
 def _over(F: FactorTimesForm, args: tuple[Vector, ...], union: tuple[Vector, ...]) -> FactorTimesForm:
     """``F`` over ``args`` written over the longer argument list ``union``."""
-    form = np.zeros(len(union))
-    for v, c in zip(args, F.form, strict=True):
-        form[union.index(v)] += c
-    return FactorTimesForm(None if F.factor is None else union.index(args[F.factor]), form, F.act)
+    return FactorTimesForm(None if F.factor is None else union.index(args[F.factor]),
+                           _embedded(args, F.form, union), F.act)
 
 
 def analysis_of(program: Program) -> Analysis:
@@ -1870,9 +1868,14 @@ def _identical_rows(A: Array, B: Array) -> Array:
 
 def _embed(proj: Projection, args: tuple[Vector, ...]) -> Array:
     """The coefficients of a projection over a larger argument list."""
-    out = np.zeros(len(args))
-    for v, c in zip(proj.args, proj.coefs, strict=True):
-        out[args.index(v)] += c
+    return _embedded(proj.args, proj.coefs, args)
+
+
+def _embedded(args: tuple[Vector, ...], coefs: Array, union: tuple[Vector, ...]) -> Array:
+    """Coefficients ``coefs`` over ``args`` written over the longer argument list ``union``."""
+    out = np.zeros(len(union))
+    for v, c in zip(args, coefs, strict=True):
+        out[union.index(v)] += c
     return out
 
 

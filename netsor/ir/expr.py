@@ -32,6 +32,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity, step
 from netsor.activations.registry import FunctionIdentity, call_user_function
+from netsor.activations.segments import linear_segments
 from netsor.errors import NumericalError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -203,39 +204,10 @@ def _combined(left: AffineForm, right: AffineForm, coef: float) -> AffineForm:
     return tuple((v, c) for v, c in acc.items() if c != 0.0), left[1] + coef * right[1]
 
 
-_SEGMENTS: dict[Any, tuple[tuple[float, float], ...] | None] = {}
-#: Where φ is read on each interval between its kinks (fractions of the interval).
-_SAMPLE = np.array([0.03, 0.19, 0.42, 0.61, 0.88, 0.97])
-
-
 def _linear_segments(act: Activation) -> tuple[tuple[float, float], ...] | None:
-    """``(slope, intercept)`` of φ on each interval between its kinks when φ is linear on every one
-    (relu, |·|, step, leaky relu, hard tanh, the identity), else None; read from φ's values at
-    six points of each interval, once per activation."""
-    if not act.registered:  # a user's φ: values at a few points say nothing of the rest
-        return None
-    if act.key not in _SEGMENTS:
-        edges = [-np.inf, *sorted(act.kinks), np.inf]
-        segments: list[tuple[float, float]] | None = []
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            if np.isinf(lo) and np.isinf(hi):
-                lo, hi = -1.5, 1.5
-            elif np.isinf(lo):
-                lo = hi - 3.0
-            elif np.isinf(hi):
-                hi = lo + 3.0
-            x = lo + (hi - lo) * _SAMPLE  # not symmetric: an odd φ (tanh) is not linear at −t, 0, t
-            with np.errstate(all="ignore"):
-                y = np.asarray(act.fn(x), dtype=float)
-            slope = (y[-1] - y[0]) / (x[-1] - x[0])
-            intercept = y[0] - slope * x[0]
-            misfit = np.max(np.abs(slope * x + intercept - y))
-            if not np.all(np.isfinite(y)) or not misfit <= 1e-12 * (1.0 + np.max(np.abs(y))):
-                segments = None
-                break
-            segments.append((float(slope), float(intercept)))
-        _SEGMENTS[act.key] = None if segments is None else tuple(segments)
-    return _SEGMENTS[act.key]
+    """:func:`~netsor.activations.segments.linear_segments` of a registered φ (a user's φ: values at a few
+    points say nothing of the rest), else None."""
+    return linear_segments(act) if act.registered else None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
