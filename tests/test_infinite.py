@@ -773,13 +773,50 @@ def test_a_function_of_two_vectors_through_one_form_equals_it_of_that_form(fn):
     assert np.all(np.abs(K1 - K2) <= E1 + E2 + 1e-15 * np.abs(K2).max())
 
 
-def test_a_traced_step_of_an_argument_zero_on_an_interval_is_refused_with_the_reason():
+def test_a_traced_step_of_an_argument_zero_on_an_interval_takes_its_value_on_the_jump():
     """``step(g − g·clip(2g))·g``: the step's argument is 0 for every g > 1/2 in exact arithmetic but ±1 ulp as
-    evaluated, so no kink locator can place its jumps; the refusal says so (it advised declaring kinks or
-    using netsor's functions — which the program already does; factors campaign seed 402)."""
+    evaluated; values within rounding of a jump are put on it (``step(0) = 0``), so the function is
+    ``g·1{0 < g < 1/2}`` and its kernel exact (it was refused: the kink locator saw noise on every panel;
+    factors campaign seed 402). Reference: nested adaptive quadrature of ``x·1{0 < x < 1/2}``."""
     p = netsor.Program()
     n = p.dim("n")
     g = p.input(n)
     p.readout(netsor.nonlin(lambda u: (u - u * np.clip(2 * u, -1.0, 1.0) > 0) * u, g))
-    with pytest.raises(netsor.NumericalError, match="traced expression.*exactly 0 there"):
-        netsor.nngp(p, np.random.default_rng(0).standard_normal((3, 4)))
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    G = X @ X.T / X.shape[1]
+
+    def window(x):
+        return x * ((x > 0) & (x < 0.5))
+
+    ref = np.array([[references.pair_by_nested_quadrature(window, window, G[i, i], G[j, j], G[i, j], (0.0, 0.5),
+                                                          (0.0, 0.5)) if i != j else
+                     integrate.quad(lambda z, v=G[i, i]: v * z * z * stats.norm.pdf(z), 0.0, 0.5 / np.sqrt(G[i, i]),
+                                    epsabs=1e-15, epsrel=1e-13)[0] for j in range(3)] for i in range(3)])
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    assert np.all(np.abs(K - ref) <= E + 1e-11 * scale)
+    assert np.max(E / scale) <= 1e-8
+
+
+def test_a_where_of_a_maximum_against_one_of_its_arguments_is_exact():
+    """``where(max(θg, g) > θg, max(θg, g), θg/2)`` with ``θ = E_n[tanh(g)²] < 1`` a per-input scalar: in exact
+    arithmetic it is ``g`` for g > 0 and ``θg/2`` below, so ``E h² = v(1 + θ²/4)/2``. The tracer writes the
+    condition as ``step(g + relu(θg − g) − θg)``, ±1 ulp for every g < 0 as evaluated: the step flickered there
+    and the kernel was 44 % off, outside its bound (strict campaign seed 419)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=0.8, bias=0.3)
+    scaled = netsor.moment(lambda x: np.tanh(x) ** 2, g) * g
+    top = netsor.nonlin(np.maximum, scaled, g, name="max")
+    h = netsor.nonlin(lambda u, v: np.where(u > v, u, 0.5 * v), top, scaled, name="where")
+    p.readout(h)
+    X = np.random.default_rng(282).standard_normal((3, 5))
+    lim = netsor.limit(p, X)
+    value, err = lim.var(h, with_error=True)
+    v = 0.64 * np.sum(X * X, axis=1) / X.shape[1] + 0.09
+    theta = np.array([integrate.quad(lambda z, s=np.sqrt(w): np.tanh(s * z) ** 2 * stats.norm.pdf(z), -40, 40,
+                                     epsabs=1e-15, epsrel=1e-13)[0] for w in v])
+    exact = v * (1 + theta**2 / 4) / 2
+    assert np.all(np.abs(value - exact) <= err + 1e-12 * exact)
+    K, E = lim.nngp(with_error=True)
+    assert np.allclose(np.diag(K), exact, rtol=1e-10, atol=0)

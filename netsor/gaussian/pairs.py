@@ -184,9 +184,10 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
             break
         if 2 * int(bad.sum()) > MAX_LOCATOR_PANELS:
             traced = isinstance(act.cache_key, tuple) and act.cache_key[:1] == ("expr",)
-            advice = ("it is a traced expression, whose value likely flickers at rounding — e.g. a step of an "
-                      "argument that is 0 on a whole interval in exact arithmetic (g − g·clip(2g) for g > 1/2) "
-                      "but ±1 ulp as evaluated: write that argument so that it is exactly 0 there" if traced else
+            advice = ("it is a traced expression, whose value likely flickers — e.g. a step of an argument that "
+                      "is 0 on a whole interval in exact arithmetic but, as evaluated, further from 0 than the "
+                      "rounding of its terms (values within 16 ulps of them are taken as on the jump): write that "
+                      "argument so that it is exactly 0 there" if traced else
                       "declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), "
                       "or write it with netsor's own functions so that the tracer sees it")
             raise NumericalError(
