@@ -814,8 +814,8 @@ def test_a_where_of_a_maximum_against_one_of_its_arguments_is_exact():
     lim = netsor.limit(p, X)
     value, err = lim.var(h, with_error=True)
     v = 0.64 * np.sum(X * X, axis=1) / X.shape[1] + 0.09
-    theta = np.array([integrate.quad(lambda z, s=np.sqrt(w): np.tanh(s * z) ** 2 * stats.norm.pdf(z), -40, 40,
-                                     epsabs=1e-15, epsrel=1e-13)[0] for w in v])
+    theta = np.array([integrate.quad(lambda z, s=s: np.tanh(s * z) ** 2 * stats.norm.pdf(z), -40, 40,
+                                     epsabs=1e-15, epsrel=1e-13)[0] for s in np.sqrt(v)])
     exact = v * (1 + theta**2 / 4) / 2
     assert np.all(np.abs(value - exact) <= err + 1e-12 * exact)
     K, E = lim.nngp(with_error=True)
