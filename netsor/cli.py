@@ -57,25 +57,31 @@ _COUNT_PARAMETER = {"cnn": "depth", "gru": "steps", "mlp": "depth", "resnet": "b
 MAX_DEPTH = 10_000
 #: Command-line spelling of the metric names of :mod:`netsor.stats.convergence`.
 CLI_METRICS = {m.replace("_", "-"): m for m in METRICS}
+#: Positions of the cnn's input sequences when ``--length`` is not given.
+DEFAULT_LENGTH = 8
 #: Command-line spelling of the architecture keys of :mod:`netsor.report.reproduce`.
 CLI_REPRODUCE_ARCHS = {"mlp": "mlp", "deep-mlp": "deep_mlp", "rnn": "rnn", "resnet": "resnet",
                        "layernorm-mlp": "layernorm_mlp", "transformer": "transformer"}
 
 
 def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w: float, sigma_b: float,
-                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int = 8, batch: int = 4) -> Program:
+                       sigma_u: float = 1.0, sigma_v: float = 1.0, length: int | None = None, batch: int = 4
+                       ) -> Program:
     """A zoo program from command-line hyper-parameters (``depth`` = layers, blocks or steps;
-    ``length`` = positions of the cnn's input sequences, ``batch`` = examples per batch of the
-    batchnorm_mlp); each architecture gets the
-    hyper-parameters it takes (``activation=None``: its default)."""
+    ``length`` = positions of the cnn's input sequences or tokens of the transformer's, None: the
+    builder's default, ``batch`` = examples per batch of the batchnorm_mlp); each architecture gets
+    the hyper-parameters it takes (``activation=None``: its default)."""
     check_choice(arch, "architecture", tuple(ARCHITECTURES))
     builder = ARCHITECTURES[arch]
     # checked for every architecture, although not all read them: a bad value is a mistake anyway
     given: dict[str, Any] = {"sigma_w": check_sigma(sigma_w, "--sigma-w"), "sigma_b": check_sigma(sigma_b, "--sigma-b"),
                              "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v"),
-                             "length": check_count(length, "--length", maximum=MAX_DEPTH),
                              "batch": check_count(batch, "--batch", minimum=2, maximum=MAX_DEPTH)}
     takes = inspect.signature(builder).parameters
+    if length is None and "length" in takes and takes["length"].default is inspect.Parameter.empty:
+        length = DEFAULT_LENGTH
+    if length is not None:  # the cnn's positions, the transformer's tokens
+        given["length"] = given["tokens"] = check_count(length, "--length", maximum=MAX_DEPTH)
     if activation is not None:
         if "activation" not in takes:
             raise HyperParameterError(f"{arch} has no --activation (its nonlinearities are fixed)")
@@ -153,8 +159,9 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sigma-u", default=1.0, show_default=True, type=float,
                      help="rnn and transformer: input (key) weight std."),
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
-        click.option("--length", default=8, show_default=True, type=int,
-                     help="cnn: positions L of the input sequences (inputs (B, L, d))."),
+        click.option("--length", default=None, type=int,
+                     help=f"cnn: positions L of the input sequences (inputs (B, L, d)), default {DEFAULT_LENGTH}; "
+                          "transformer: tokens T per sequence (inputs (B, T, d)), default 4."),
         click.option("--batch", default=4, show_default=True, type=int,
                      help="batchnorm_mlp: examples per batch (inputs (B, batch, d): B batches); its NTK needs "
                           "at least 4 (and inputs of dimension at least 3)."),
@@ -199,7 +206,7 @@ def choose_rtol(rtol: float | None, program: Program, method: str, *, ntk: bool 
 
 
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
-             sigma_u: float, sigma_v: float, length: int, batch: int) -> Program:
+             sigma_u: float, sigma_v: float, length: int | None, batch: int) -> Program:
     return build_architecture(arch, depth, activation=activation, sigma_w=sigma_w, sigma_b=sigma_b,
                               sigma_u=sigma_u, sigma_v=sigma_v, length=length, batch=batch)
 
@@ -239,8 +246,9 @@ def cli() -> None:
                    "earlier uses of their matrix in the limit); those with constant coefficients are "
                    "rewritten as LinComb lines and the kernel is computed on the rewritten program.")
 def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, out: str | None,
-           memory_budget: float, neural_tangent: bool, rtol: float | None, limit_method: str, explain: bool) -> None:
+           sigma_v: float, length: int | None, batch: int, inputs: str | None, random: str | None, seed: int,
+           out: str | None, memory_budget: float, neural_tangent: bool, rtol: float | None, limit_method: str,
+           explain: bool) -> None:
     """Infinite-width NNGP kernel (or NTK with --ntk) of ARCH on the inputs; prints a summary."""
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
@@ -330,8 +338,8 @@ def covariance_check(Y: np.ndarray, K: np.ndarray) -> str:
               help="Save the outputs (S, B·R) as .npy (missing directories are created).")
 @rtol_option
 def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-           sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, width: int,
-           samples: int, method: str, out: str | None, rtol: float | None) -> None:
+           sigma_v: float, length: int | None, batch: int, inputs: str | None, random: str | None, seed: int,
+           width: int, samples: int, method: str, out: str | None, rtol: float | None) -> None:
     """Outputs of SAMPLES finite-width networks of ARCH; compares their covariance with the limit."""
     seed = _seed(seed)
     width = check_count(width, "--width")
@@ -381,9 +389,9 @@ def parse_widths(text: str) -> list[int]:
 @rtol_option
 @limit_method_option
 def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float, sigma_u: float,
-             sigma_v: float, length: int, batch: int, inputs: str | None, random: str | None, seed: int, widths: str,
-             samples: int, replicates: int, metric: str, directions: int, json_out: str, rtol: float | None,
-             limit_method: str) -> None:
+             sigma_v: float, length: int | None, batch: int, inputs: str | None, random: str | None, seed: int,
+             widths: str, samples: int, replicates: int, metric: str, directions: int, json_out: str,
+             rtol: float | None, limit_method: str) -> None:
     """Distance between finite-width ARCH networks and their GP limit versus width, with floor and slope.
 
     Interrupted runs resume: finished cells are kept in JSON lines beside --json.

@@ -247,6 +247,18 @@ def test_cnn_kernel_on_the_command_line(tmp_path, capsys):
     assert "--length" in run_error(["kernel", "cnn", "--length", "0", "--random", "3,2"], capsys)
 
 
+def test_transformer_tokens_on_the_command_line(tmp_path, capsys):
+    """``--length`` sets the transformer's tokens per sequence (default 4), and ``--random B,d`` draws
+    (B, T, d) inputs; the kernel is that of ``netsor.zoo.transformer``."""
+    out = run_ok(["kernel", "transformer", "--depth", "1", "--length", "3", "--random", "2,4",
+                  "--out", str(tmp_path / "k.npy")], capsys)
+    assert "tokens=3" in out
+    X = np.random.default_rng(0).standard_normal((2, 3, 4))
+    K = netsor.nngp(netsor.zoo.transformer(1, tokens=3), X)
+    assert np.array_equal(np.load(tmp_path / "k.npy"), K)
+    assert "tokens=4" in run_ok(["kernel", "transformer", "--depth", "1", "--random", "2,3"], capsys)
+
+
 def test_default_rtol_is_what_the_limit_is_built_to_meet(tmp_path, capsys) -> None:
     """Without --rtol every architecture's kernel runs: 1e-8 where pair integrals are at most
     4-dimensional or cone moments (a GRU of 2 steps: its erf gates are smoothed steps; it was
