@@ -299,13 +299,22 @@ class Apply(Expr):
         off, outside its bound. On the jump, φ takes its own value there (``step(0) = 0``); a child
         that merely crosses a jump meets that band on a set of measure zero."""
         inner = self.child.evaluate(values)
-        if self.act.continuous or not self.act.kinks:
+        if not self._cancels:
             return inner
         band = _JUMP_ULPS * _EPS * self.child.rounding_scale(values)
         inner = np.array(inner, dtype=float)
         for k in self.act.kinks:
             inner[np.abs(inner - k) <= band + _JUMP_ULPS * _EPS * abs(k)] = k
         return inner
+
+    @cached_property
+    def _cancels(self) -> bool:
+        """φ jumps and its argument may cancel to rounding on a whole region: it is not an affine form of
+        one vector (``g``, ``2g − 1``: one or two roundings, a crossing of the jump only)."""
+        if self.act.continuous or not self.act.kinks:
+            return False
+        form = self.child.affine()
+        return form is None or len(form[0]) > 1
 
     def rounding_scale(self, values: Mapping[Vector, Array]) -> Array:
         value = np.abs(self.evaluate(values))
