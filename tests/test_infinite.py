@@ -798,6 +798,36 @@ def test_a_traced_step_of_an_argument_zero_on_an_interval_takes_its_value_on_the
     assert np.max(E / scale) <= 1e-8
 
 
+def test_maxima_of_a_vector_and_its_scaled_copy_are_exact():
+    """``max(θg, relu(g))`` with ``θ = E_n[tanh(g)²] < 1`` a per-input scalar is ``relu(g)``, and ``max(g, θg)`` a
+    leaky relu of slope θ. The tracer writes the first as ``relu(g) + relu(θg − relu(g))``, whose second
+    term is 0: as cone moments of parallel step forms its per-point E F² came out −7e-10, a negative scale
+    and NaN bounds (strict campaign seed 440). References: arc-cosine kernels, ``E[relu(u) relu(−v)]`` with
+    the covariance negated."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=0.8, bias=0.3)
+    scaled = netsor.moment(lambda x: np.tanh(x) ** 2, g) * g
+    rectified = netsor.nonlin(np.maximum, scaled, netsor.relu(g), name="max1")
+    leaky = netsor.nonlin(np.maximum, g, scaled, name="max2")
+    p.readout(rectified, leaky)
+    X = np.random.default_rng(32954).standard_normal((4, 4))
+    lim = netsor.limit(p, X)
+    G = 0.64 * X @ X.T / X.shape[1] + 0.09
+    a, b = np.diag(G)[:, None], np.diag(G)[None, :]
+    theta = np.array([integrate.quad(lambda z, s=s: np.tanh(s * z) ** 2 * stats.norm.pdf(z), -40, 40,
+                                     epsabs=1e-15, epsrel=1e-13)[0] for s in np.sqrt(np.diag(G))])
+    ti, tj = theta[:, None], theta[None, :]
+    same, opposite = references.relu_kernel(a, b, G), references.relu_kernel(a, b, -G)
+    expected = {(rectified, rectified): same, (rectified, leaky): same - tj * opposite,
+                (leaky, leaky): same - (ti + tj) * opposite + ti * tj * same}
+    for (u, v), ref in expected.items():
+        value, err = lim.cov(u, v, with_error=True)
+        assert np.all(np.isfinite(err))
+        assert np.all(np.abs(value - ref) <= err + 1e-13 * np.sqrt(np.abs(np.diag(ref))[:, None]
+                                                                  * np.abs(np.diag(ref))[None, :]))
+
+
 def test_a_where_of_a_maximum_against_one_of_its_arguments_is_exact():
     """``where(max(θg, g) > θg, max(θg, g), θg/2)`` with ``θ = E_n[tanh(g)²] < 1`` a per-input scalar: in exact
     arithmetic it is ``g`` for g > 0 and ``θg/2`` below, so ``E h² = v(1 + θ²/4)/2``. The tracer writes the

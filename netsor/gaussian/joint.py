@@ -1247,6 +1247,20 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
     # moments of a product of six gates bound it by dominating functions through F⁴'s 4096 terms: 0.25 s
     # a function, where the nested rule takes 0.04 s; with a few terms, those are the cheaper)
     cone = F.cone is not None and not (len(F.cone.terms) > _FEW_TERMS and cov.shape[0] and r <= 2 and F.smooth)
+    if cone and cov.shape[0]:
+        singular = F.cone.singular_steps(cov)
+        if singular.any():
+            # parallel step forms at those points (relu(θg − relu(g)) with θ a per-input scalar): their
+            # orthants are 1/4 + asin(±1 ∓ rounding)/(2π), off by ~√eps — E F² of a function that is 0 came
+            # out −7e-10 there, a negative scale and a NaN bound (strict campaign seed 440). The other rules
+            # take them.
+            value = np.empty((cov.shape[0], 2 + 2 * k))
+            for idx, rule in ((np.flatnonzero(~singular), F), (np.flatnonzero(singular), replace(F, cone=None))):
+                if idx.size:
+                    part = point_moments(rule, cov[idx], seed)
+                    value[idx] = np.column_stack([part["m2"], part["m4"], part["arg_grad2"], part["joint_euler"],
+                                                  part["gradnorm2"]])
+            return _moment_columns(value, k)
     value = _cone_moments(F.cone, F.continuous, cov) if cone else None
     nested = None
     if value is None and r <= NESTED_MAX_DIM:
@@ -1265,6 +1279,11 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
         cols = [qmc_expectation(JointFunction(k, lambda u, p=p: F.fn(u) ** p, None, (), True, False,
                                               ("pow", F.key, p)), cov, seed, 12)[0] for p in (2, 4)]
         value = np.stack(cols + [np.full(cov.shape[0], np.inf)] * (k + 2), axis=1)
+    return _moment_columns(value, k)
+
+
+def _moment_columns(value: Array, k: int) -> dict[str, Array]:
+    """The named columns of :func:`point_moments` from its (P, 2 + 2k) array."""
     return {"m2": value[:, 0], "m4": value[:, 1], "arg_grad2": value[:, 2:2 + k], "joint_euler": value[:, 2 + k],
             "gradnorm2": value[:, 3 + k]}
 
