@@ -101,11 +101,21 @@ COARSE_TABLE = Recipe(
            ("matmul", 201, 1, 1.0), ("traced", 314, 226, "relu*tanh")),
     readouts=(((864, 74), 0.7, 0.2, True),))
 
+#: Attention, a max and a where of its output, an opaque function: a cone function of three arguments with
+#: parallel steps at some points, whose per-point moments split between the rules (a column count wrong for
+#: k ≠ 2 crashed there: opaque campaign seed 445)
+PARALLEL_STEPS_OF_THREE = Recipe(
+    sigmas=((0.8, 0.3), (0.8, 0.3)),
+    steps=(("attention", 595, 450, 1.0), ("traced", 757, 3, "max"), ("traced", 624, 595, "where"),
+           ("matmul", 427, 3, 0.9), ("opaque", 230, 211)),
+    readouts=(((5,), 1.0, 0.0, True), ((0,), 1.0, 0.0, True)))
+
 
 @FAST
 @given(**KERNEL_PROGRAMS)
 @example(recipe=ROUNDED_TIE, B=2, d=3, seed=3, duplicate=False)
 @example(recipe=COARSE_TABLE, B=4, d=6, seed=4343, duplicate=False)
+@example(recipe=PARALLEL_STEPS_OF_THREE, B=2, d=3, seed=273, duplicate=False)
 def test_random_programs_have_finite_symmetric_psd_consistent_kernels(recipe, B, d, seed, duplicate):
     check_kernel_properties(recipe, B, d, seed, duplicate)
 

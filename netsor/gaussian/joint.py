@@ -486,7 +486,7 @@ def nested_expectation(F: JointFunction, cov: Array, hermite_order: int | None =
     With ``hermite_order`` the result has shape (P, n_α + 1): the Hermite coefficients
     ``E[F(Lξ) h_α(ξ)]`` for ``|α| ≤ hermite_order`` (ordered by degree, then by the power of ξ₁
     descending) and ``E F²`` last, with ``(L, r)`` = ``factors`` (:func:`table_factors` if None).
-    With ``moments`` it has shape (P, 2 + 2k): ``E F², E F⁴``, ``E (∂_i F)²`` for
+    With ``moments`` it has shape (P, k + 4): ``E F², E F⁴``, ``E (∂_i F)²`` for
     each argument and ``E |∇F|²|U|²``, ``E |∇F|²`` — what error propagation needs — by a rule
     with panels twice as wide (scales of error bounds: :func:`point_moments` adds a margin).
     """
@@ -1254,7 +1254,7 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
             # orthants are 1/4 + asin(±1 ∓ rounding)/(2π), off by ~√eps — E F² of a function that is 0 came
             # out −7e-10 there, a negative scale and a NaN bound (strict campaign seed 440). The other rules
             # take them.
-            value = np.empty((cov.shape[0], 2 + 2 * k))
+            value = np.empty((cov.shape[0], k + 4))
             for idx, rule in ((np.flatnonzero(~singular), F), (np.flatnonzero(singular), replace(F, cone=None))):
                 if idx.size:
                     part = point_moments(rule, cov[idx], seed)
@@ -1283,13 +1283,13 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
 
 
 def _moment_columns(value: Array, k: int) -> dict[str, Array]:
-    """The named columns of :func:`point_moments` from its (P, 2 + 2k) array."""
+    """The named columns of :func:`point_moments` from its (P, k + 4) array."""
     return {"m2": value[:, 0], "m4": value[:, 1], "arg_grad2": value[:, 2:2 + k], "joint_euler": value[:, 2 + k],
             "gradnorm2": value[:, 3 + k]}
 
 
 def _cone_moments(cone: ConeFunction, continuous: bool, cov: Array) -> Array | None:
-    """The columns of :func:`point_moments` (P, 2 + 2k) of a function with a cone form, as cone
+    """The columns of :func:`point_moments` (P, k + 4) of a function with a cone form, as cone
     moments: ``E F²``, ``E F⁴`` and, when F is continuous, ``E (∂ᵢF)²``, ``E |∇F|²|U|²``, ``E |∇F|²``
     (products and derivatives of cone functions are cone functions) — exactly, or, with smoothed
     steps, where an orthant would exceed ``MAX_ORTHANT_DIM`` (the noises of F⁴ are four independent
