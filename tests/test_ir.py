@@ -74,6 +74,24 @@ def test_the_step_of_a_function_with_the_sign_of_its_argument_jumps_on_a_plane(f
     assert kept.child.affine() is None and np.all(kept.evaluate({a: u, b: v}) == 0.0)
 
 
+def test_a_jump_of_an_argument_cancelling_to_rounding_takes_the_value_on_the_jump():
+    """``step(a + relu(b − a) − b)`` is ``step(relu(a − b))``: 0 wherever b > a in exact arithmetic, where its
+    argument as evaluated is ±1 ulp — numpy's own evaluation flickers there, the expression's does not; where
+    a > b it is 1. A step of one vector (nothing to cancel) is numpy's."""
+    p, n, a, b = two_inputs()
+    rng = np.random.default_rng(3)
+    u, v = rng.standard_normal(20000), rng.standard_normal(20000)
+
+    def fn(x, y):
+        return (x + np.maximum(y - x, 0.0) - y) > 0
+
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    assert np.any(fn(u, v)[v > u])  # the flicker this guards against
+    np.testing.assert_array_equal(expr.evaluate({a: u, b: v}), (u > v).astype(float))
+    plain = p.line_of(netsor.step(a)).expr
+    np.testing.assert_array_equal(plain.evaluate({a: u}), (u > 0).astype(float))
+
+
 @pytest.mark.parametrize("fn, never_zero", [
     (lambda u, v: 0.5 * special.erf(u) + 0.5, True),      # a gate: (0, 1)
     (lambda u, v: np.tanh(u) + 1.0, True),                # tanh > −1 strictly
