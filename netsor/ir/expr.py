@@ -289,17 +289,18 @@ class Apply(Expr):
         return ("apply", self.act.key, self.child.key)
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
-        return _once(self.key, lambda: self._apply(self._argument(values)))
+        return _once(self.key, lambda: self._apply(self._argument(values, not self.act.continuous)))
 
-    def _argument(self, values: Mapping[Vector, Array]) -> Array:
-        """The child's values; for a φ that jumps (step, sign), those within rounding of a jump are
-        put on it. In exact arithmetic ``g + relu(h − g) − h`` is 0 wherever ``h > g`` (it is
-        ``relu(g − h)``), but as evaluated it is ±1 ulp there, so ``step`` of it flickered between 0
-        and 1 on a whole region: a ``where(max(h, g) > h, …)`` of a random program had a kernel 44 %
-        off, outside its bound. On the jump, φ takes its own value there (``step(0) = 0``); a child
-        that merely crosses a jump meets that band on a set of measure zero."""
+    def _argument(self, values: Mapping[Vector, Array], jumps: bool) -> Array:
+        """The child's values; where the function evaluated there jumps at φ's kinks (``jumps``: φ
+        itself for step or sign, φ' for relu or abs), those within rounding of a kink are put on it.
+        In exact arithmetic ``g + relu(h − g) − h`` is 0 wherever ``h > g`` (it is ``relu(g − h)``), but
+        as evaluated it is ±1 ulp there, so ``step`` of it flickered between 0 and 1 on a whole region:
+        a ``where(max(h, g) > h, …)`` of a random program had a kernel 44 % off, outside its bound. On
+        the kink, φ (φ') takes its own value there (``step(0) = 0``); a child that merely crosses a
+        kink meets that band on a set of measure zero."""
         inner = self.child.evaluate(values)
-        if not self._cancels:
+        if not (jumps and self._may_cancel):
             return inner
         band = _JUMP_ULPS * _EPS * self.child.rounding_scale(values)
         inner = np.array(inner, dtype=float)
@@ -308,10 +309,10 @@ class Apply(Expr):
         return inner
 
     @cached_property
-    def _cancels(self) -> bool:
-        """φ jumps and its argument may cancel to rounding on a whole region: it is not an affine form of
-        one vector (``g``, ``2g − 1``: one or two roundings, a crossing of the jump only)."""
-        if self.act.continuous or not self.act.kinks:
+    def _may_cancel(self) -> bool:
+        """φ has kinks and its argument may cancel to rounding on a whole region: it is not an affine
+        form of one vector (``g``, ``2g − 1``: one or two roundings, a crossing of the kink only)."""
+        if not self.act.kinks:
             return False
         form = self.child.affine()
         return form is None or len(form[0]) > 1
@@ -331,7 +332,7 @@ class Apply(Expr):
         return call_user_function(self.act.fn, (inner,), self.act.name)
 
     def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
-        inner = self.child.evaluate(values)
+        inner = self._argument(values, True)  # φ' jumps at φ's kinks
         d = (np.asarray(self.act.deriv(inner), dtype=float) if self.act.registered
              else call_user_function(self.act.deriv, (inner,), self.act.name + "'"))
         return d * self.child.derivative(values, wrt)
