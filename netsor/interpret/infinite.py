@@ -2316,6 +2316,13 @@ class Limit:
         top = float(np.max(scale, initial=0.0))
         scale = np.where(scale < VANISHING_SCALE * top, top, scale)
         worst = largest_ratio(err, np.maximum(scale, 1e-300))
+        if top == 0.0 and worst > self.rtol:
+            # every output cancels to 0 in the limit (0.5·|g − attention(g)| over one token): a bound
+            # relative to it means nothing, and the general advice (rescale, simulate) would mislead
+            raise NumericalError(
+                f"{what}: every entry is 0 in the limit up to its error bound (at most {float(np.max(err)):.3g}: "
+                "rounding of terms that cancel), so no relative tolerance applies; an output that cancels exactly "
+                "(|g − attention(g)| over one token, W h − W h) gives this — read out something else")
         value, err = self.checked_worst(value, err, worst, worst_entry(err, scale) if worst > self.rtol else (), what)
         return (value, err) if with_error else value
 
