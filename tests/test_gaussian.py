@@ -734,6 +734,48 @@ def test_step_jump_bound_of_a_tile_covers_every_pair(colinear):
         assert eta < 10 * rel.max()  # first order in the intervals (not the Hölder √ form)
 
 
+def test_joint_point_bound_covers_covariance_moves_at_a_nearly_singular_law():
+    """:func:`propagation.point_joint` of ``E[Φ(√2 u₁)² relu(u₂)²]`` at a covariance of correlation 1 − 5e-9
+    (λmin/λmax 2.5e-9) covers the change of the expectation when the covariance moves anywhere within
+    entrywise bounds of 1e-9 of its scale — the regime where the whitened bound (``λmin^{-3/2}``) is
+    useless and the ½-Hölder coupling bound takes over. Reference: the inner expectation over u₂ given
+    u₁ in closed form, the outer by adaptive quadrature."""
+    from netsor.interpret import propagation
+    from netsor.interpret.functions import joint_function
+
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n), p.input(n)
+    expr = p.line_of(netsor.nonlin(lambda x, y: (0.5 * (1 + special.erf(x)) * np.maximum(y, 0.0)) ** 2,
+                                   u, v)).expr
+    F = joint_function(expr, expr.args)
+
+    def expectation(S):
+        beta, sd = S[0, 1] / S[0, 0], np.sqrt(max(S[1, 1] - S[0, 1] ** 2 / S[0, 0], 0.0))
+
+        def inner(x):
+            m = beta * x
+            return (m * m + sd * sd) * stats.norm.cdf(m / sd) + m * sd * stats.norm.pdf(m / sd)
+
+        r = np.sqrt(S[0, 0])
+        return integrate.quad(lambda z: (0.5 * (1 + special.erf(r * z))) ** 2 * inner(r * z) * stats.norm.pdf(z),
+                              -12, 12, points=[0.0], epsabs=1e-16, epsrel=1e-13, limit=200)[0]
+
+    a = 0.8
+    cov = np.array([[a, a], [a, a * (1 + 1e-8)]])
+    D = np.full((2, 2), 1e-9 * a)
+    stats_ = joint.point_moments(F, cov[None])
+    bound = float(propagation.point_joint(cov[None], D[None], stats_)[0])
+    base = expectation(cov)
+    moves = [np.array([[s0, s1], [s1, s2]]) * D for s0 in (-1, 1) for s1 in (-1, 1) for s2 in (-1, 1)]
+    changes = [abs(expectation(cov + m) - base) for m in moves if np.linalg.eigvalsh(cov + m)[0] >= 0]
+    assert changes and max(changes) <= bound
+    # the whitened form alone, ½ √(λmax/λmin) (‖D‖/λmin) √(E|∇H|²|U|²), is of the order of the value itself
+    lmin, lmax = np.linalg.eigvalsh(cov)
+    whitened = 0.5 * np.sqrt(lmax / lmin) * np.linalg.norm(D) / lmin * np.sqrt(stats_["joint_euler"][0])
+    assert whitened > base and bound <= 2e-3 * base
+
+
 def test_shared_arc_cosine_angles_equal_fresh_ones_and_writeable_inputs_are_not_remembered():
     """The relu and step kernels at the same read-only ``(a, b, c)`` share one angle; a writeable
     ``c`` changed in place between calls is recomputed, never served from the store."""
