@@ -2321,8 +2321,8 @@ class Limit:
             # relative to it means nothing, and the general advice (rescale, simulate) would mislead
             raise NumericalError(
                 f"{what}: every entry is 0 in the limit up to its error bound (at most {float(np.max(err)):.3g}: "
-                "rounding of terms that cancel), so no relative tolerance applies; an output that cancels exactly "
-                "(|g − attention(g)| over one token, W h − W h) gives this — read out something else")
+                "rounding of terms that cancel), so no relative tolerance (rtol) applies; an output that cancels "
+                "exactly (|g − attention(g)| over one token, W h − W h) gives this — read out something else")
         value, err = self.checked_worst(value, err, worst, worst_entry(err, scale) if worst > self.rtol else (), what)
         return (value, err) if with_error else value
 
