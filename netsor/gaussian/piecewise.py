@@ -33,6 +33,7 @@ from scipy import special
 
 from netsor.activations import Activation
 from netsor.activations.segments import linear_segments
+from netsor.gaussian.quadrature import INV_SQRT_2PI
 
 Array = np.ndarray
 _EPS = np.finfo(float).eps
@@ -98,7 +99,7 @@ def _derive(act: Activation) -> tuple[Piece, ...] | None:
 
 
 def _pdf(x: Array) -> Array:
-    return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return INV_SQRT_2PI * np.exp(-0.5 * x * x)
 
 
 def _upper(x: Array) -> Array:
