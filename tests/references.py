@@ -691,3 +691,73 @@ def pair_by_nested_quadrature(f, g, a, b, c, kinks_f=(), kinks_g=()):
     return integrate.quad(lambda x: f(sa * x) * inner(x) * pdf(x), -12, 12,
                           points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
                           epsrel=1e-13)[0]
+
+
+def _relu_mean(m, s):
+    """E[X⁺] for X ~ N(m, s²)."""
+    return m * special.ndtr(m / s) + s * np.exp(-0.5 * (m / s) ** 2) / SQRT2PI
+
+
+def steps_noncentral(m1, m2, s1, s2, r, offset=0.0):
+    """E[step(X + offset) step(Y + offset)] = P(X > −offset, Y > −offset) for (X, Y) Gaussian with means
+    m1, m2, sds s1, s2 and correlation r (−X, −Y have the same correlation)."""
+    return owens_bvn((m1 + offset) / s1, (m2 + offset) / s2, r)
+
+
+def hard_tanhs_noncentral(m1, m2, s1, s2, r):
+    """E[clip(X, −1, 1) clip(Y, −1, 1)]: ``clip(x) = D(x) − 1`` with ``D(x) = relu(x + 1) − relu(x − 1)``,
+    so it is four noncentral relu products (:func:`relu_relu_noncentral`) and two relu means."""
+    d_pair = sum(u * v * relu_relu_noncentral(m1 + u, m2 + v, s1, s2, r) for u in (1, -1) for v in (1, -1))
+    d1 = _relu_mean(m1 + 1, s1) - _relu_mean(m1 - 1, s1)
+    d2 = _relu_mean(m2 + 1, s2) - _relu_mean(m2 - 1, s2)
+    return d_pair - d1 - d2 + 1
+
+
+def kinked_factor_pair(S, f, kinks, inner, nodes=80):
+    """``E[f(a) f(a') F(b, b')]`` for ``(a, a', b, b') ~ N(0, S)`` (S (4, 4), a and a' not colinear), with
+    ``inner(m1, m2, s1, s2, r) = E F(X, Y)`` of a Gaussian pair in closed form (vectorised) and ``f``
+    piecewise smooth between ``kinks``: (b, b') given (a, a') is Gaussian. In ``a = √A₀₀ X``,
+    ``a' = √A₁₁ (ρX + √(1 − ρ²) Z)`` the integral over Z is Gauss–Legendre on the smooth panels between
+    the kinks of f(a') (:func:`_normal_panels`), the one over X adaptive (scipy), split at the kinks of
+    f(a) and graded where the inner kinks cross the outer axis (as in :func:`pair_by_nested_quadrature`)."""
+    A, Cm = S[:2, :2], S[2:, :2]
+    M = Cm @ np.linalg.inv(A)
+    Sc = S[2:, 2:] - M @ Cm.T
+    s1, s2 = np.sqrt(Sc[0, 0]), np.sqrt(Sc[1, 1])
+    r = np.clip(Sc[0, 1] / (s1 * s2), -1.0, 1.0)
+    sa, sb = np.sqrt(A[0, 0]), np.sqrt(A[1, 1])
+    rho = A[0, 1] / (sa * sb)
+    s = np.sqrt(1 - rho * rho)
+
+    def given_x(x):
+        u = sa * x
+        z, w = _normal_panels(1.0, [(k / sb - rho * x) / s for k in kinks], nodes)
+        v = sb * (rho * x + s * z)
+        return f(u) * np.dot(w, f(v) * inner(M[0, 0] * u + M[0, 1] * v, M[1, 0] * u + M[1, 1] * v, s1, s2, r))
+
+    crossings = [k / (sb * rho) for k in kinks if rho != 0]
+    breaks = [k / sa for k in kinks] + [x + t * s / abs(rho) for x in crossings
+                                        for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
+    return integrate.quad(lambda x: given_x(x) * stats.norm.pdf(x), -12, 12,
+                          points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
+                          epsrel=1e-12)[0]
+
+
+def piecewise_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=80):
+    """``E[f(u) g(v)]`` for centred Gaussian ``(u, v)`` (variances a, b, covariance c, not colinear) and f, g
+    piecewise smooth and entire between their kinks (polynomials, clips): as
+    :func:`pair_by_nested_quadrature`, with Gauss–Legendre on the inner panels (:func:`_normal_panels`)."""
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    rho = c / (sa * sb)
+    s = np.sqrt(1 - rho * rho)
+
+    def given_x(x):
+        z, w = _normal_panels(1.0, [(k / sb - rho * x) / s for k in kinks_g], nodes)
+        return f(sa * x) * np.dot(w, g(sb * (rho * x + s * z)))
+
+    crossings = [k / (sb * rho) for k in kinks_g if rho != 0]
+    breaks = [k / sa for k in kinks_f] + [x + t * s / abs(rho) for x in crossings
+                                          for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
+    return integrate.quad(lambda x: given_x(x) * stats.norm.pdf(x), -12, 12,
+                          points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
+                          epsrel=1e-12)[0]

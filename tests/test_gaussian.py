@@ -1163,6 +1163,27 @@ def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
         assert float(err) <= 1e-11 + 1e-14 / np.sqrt(1 - rho * rho)
 
 
+@pytest.mark.parametrize("pair", [("hard_tanh", "hard_tanh"), ("clip(x, −0.5, 2)", "step(x − 0.3)"),
+                                  ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"), ("elu(α = 0.4)", "hard_tanh")])
+def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds(pair):
+    """``E[φ(u + μ) ψ(v + ν)]`` (the conditional pairs of separable functions): means shift the thresholds
+    and, with elu's exponential piece, the tilt; against nested adaptive quadrature of the shifted
+    functions, several means at once (vectorised), to nearly colinear."""
+    (phi, _, kf), (psi, _, kh) = _PIECEWISE[pair[0]], _PIECEWISE[pair[1]]
+    F, G = g.piecewise.of(phi), g.piecewise.of(psi)
+    means = np.array([[0.7, -1.3], [-2.5, 0.4], [3.0, 2.0]])
+    for a, b, rho in ((1.0, 2.0, 0.3), (0.3, 4.0, -0.8), (2.0, 0.5, 1 - 5e-7)):
+        c = rho * np.sqrt(a * b)
+        value, err, done = g.piecewise.pair_expectation(F, G, a, b, c, means=(means[:, 0], means[:, 1]))
+        assert np.all(done) and value.shape == (3,)
+        for (mu, nu), v, e in zip(means, value, err, strict=True):
+            ref = references.piecewise_pair(lambda x, mu=mu: phi.fn(x + mu), lambda y, nu=nu: psi.fn(y + nu), a, b, c,
+                                            [k - mu for k in kf], [k - nu for k in kh])
+            assert abs(v - ref) <= e + 2e-14, (a, b, rho, mu, nu, v, ref, e)
+            # as above, for functions whose magnitudes grow with the means
+            assert e <= (1e-11 + 1e-14 / np.sqrt(1 - rho * rho)) * (1 + abs(mu)) * (1 + abs(nu))
+
+
 def test_functions_that_are_not_piecewise_linear_get_no_closed_form():
     """A curved piece between declared kinks (x² above 0), a smooth function and a kink nobody declared are not
     taken as piecewise linear."""

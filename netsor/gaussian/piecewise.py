@@ -180,12 +180,15 @@ def _grouped(pieces: tuple[Piece, ...], sd: Array) -> dict[tuple[float, float, b
     return out
 
 
-def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Array, c: Array
-                     ) -> tuple[Array, Array, Array]:
-    """``(E[F(u) G(v)], error bound, done)`` for broadcastable ``a, b, c`` (variances > 0); ``done`` is
-    false (value and error 0) for pairs within ``MIN_SINE`` of colinear and pairs tilted beyond ``MAX_TILT``."""
+def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Array, c: Array, *,
+                     means: tuple[Array, Array] | None = None) -> tuple[Array, Array, Array]:
+    """``(E[F(u + μ) G(v + ν)], error bound, done)`` for broadcastable ``a, b, c`` (variances > 0) and
+    ``means = (μ, ν)`` (default 0); ``done`` is false (value and error 0) for pairs within ``MIN_SINE`` of
+    colinear and pairs tilted beyond ``MAX_TILT``. A mean shifts the law like a tilt: in standard
+    coordinates ``E[e^(tX) F(X + m)] = e^(t²/2 + tm) E[F(X + t + m)]``."""
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
-    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    mu, nu = (np.zeros(()), np.zeros(())) if means is None else (np.asarray(m, dtype=float) for m in means)
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape, mu.shape, nu.shape)
     sa, sb = np.sqrt(a), np.sqrt(b)
     norm = sa * sb
     rho = np.clip(c / norm, -1.0, 1.0)
@@ -196,12 +199,13 @@ def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Ar
     for (rate_f, *_), (coefs_f, tf, hf, sf) in _grouped(F, sa).items():
         for (rate_g, *_), (coefs_g, tg, hg, sg) in _grouped(G, sb).items():
             r = sf * sg * rho  # the correlation of (sf X, sg Y)
-            tilted = rate_f != 0.0 or rate_g != 0.0
+            tilted = rate_f != 0.0 or rate_g != 0.0 or means is not None
             if tilted:
-                exponent = 0.5 * (tf * tf + 2.0 * r * tf * tg + tg * tg)
+                dx, dy = sf * mu / sa, sg * nu / sb  # the means of (sf X, sg Y)
+                exponent = 0.5 * (tf * tf + 2.0 * r * tf * tg + tg * tg) + tf * dx + tg * dy
                 done &= np.broadcast_to(exponent <= MAX_TILT, shape)
                 weight = np.exp(np.minimum(exponent, MAX_TILT))
-                mx, my = tf + r * tg, r * tf + tg  # the tilted means
+                mx, my = tf + r * tg + dx, r * tf + tg + dy  # the tilted means
                 h, k = (None if hf is None else hf - mx), (None if hg is None else hg - my)
             else:
                 h, k = hf, hg

@@ -72,7 +72,19 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
     cone = None if cone is None else cone.without_redundant_steps()
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
-                         None if cone is None or cone.parallel_steps else cone, _form_span(expr, position))
+                         None if cone is None or cone.parallel_steps else cone, _form_span(expr, position),
+                         _separable(expr, args))
+
+
+def _separable(expr: Expr, args: tuple[Vector, ...]) -> tuple[Activation, ...] | None:
+    """``(φ₁, …, φ_k)`` when ``expr = Π φᵢ(argsᵢ)``, one factor of each argument (``hard_tanh(a)·step(b + 0.3)``),
+    else None."""
+    factors = expr.factors if isinstance(expr, Prod) else (expr,)
+    owners = [f.args[0] if len(f.args) == 1 else None for f in factors]
+    if len(factors) != len(args) or sorted(map(id, owners)) != sorted(map(id, args)):
+        return None
+    by_arg = dict(zip(owners, factors, strict=True))
+    return tuple(activation_of(by_arg[v], v) for v in args)
 
 
 #: Singular values below this share of the largest leave the span of a function's input forms.
