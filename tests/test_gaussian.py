@@ -1124,15 +1124,16 @@ def test_whitening_keeps_a_computed_ratio_and_rounds_a_written_one():
 _PIECEWISE = {
     "hard_tanh": (netsor.activations.hard_tanh, lambda x: np.clip(x, -1.0, 1.0), (-1.0, 1.0)),
     "clip(x, −0.5, 2)": (netsor.activation(lambda x: np.clip(x, -0.5, 2.0), kinks=(-0.5, 2.0), smooth=False),
-                         lambda x: min(max(x, -0.5), 2.0), (-0.5, 2.0)),
+                         lambda x: np.minimum(np.maximum(x, -0.5), 2.0), (-0.5, 2.0)),
     "step(x − 0.3)": (netsor.activation(lambda x: (x > 0.3).astype(float), kinks=(0.3,), smooth=False),
-                      lambda x: float(x > 0.3), (0.3,)),
+                      lambda x: (x > 0.3) * 1.0, (0.3,)),
     "relu(x − 1)": (netsor.activation(lambda x: np.maximum(x - 1.0, 0.0), kinks=(1.0,), smooth=False),
-                    lambda x: max(x - 1.0, 0.0), (1.0,)),
-    "elu": (netsor.activation("elu", alpha=1.0), lambda x: x if x > 0 else math.expm1(x), (0.0,)),
-    "elu(α = 0.4)": (netsor.activation("elu", alpha=0.4), lambda x: x if x > 0 else 0.4 * math.expm1(x), (0.0,)),
+                    lambda x: np.maximum(x - 1.0, 0.0), (1.0,)),
+    "elu": (netsor.activation("elu", alpha=1.0), lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))), (0.0,)),
+    "elu(α = 0.4)": (netsor.activation("elu", alpha=0.4),
+                     lambda x: np.where(x > 0, x, 0.4 * np.expm1(np.minimum(x, 0.0))), (0.0,)),
     "elu′": (netsor.ir.differentiate._derived_activation(netsor.activation("elu", alpha=0.4)),
-             lambda x: 1.0 if x > 0 else 0.4 * math.exp(x), (0.0,)),
+             lambda x: np.where(x > 0, 1.0, 0.4 * np.exp(np.minimum(x, 0.0))), (0.0,)),
     "|x + 0.5| + 2·1{x > 1} − 0.3x": (
         netsor.activation(lambda x: np.abs(x + 0.5) + 2.0 * (x > 1.0) - 0.3 * x, kinks=(-0.5, 1.0), smooth=False),
         lambda x: abs(x + 0.5) + 2.0 * (x > 1.0) - 0.3 * x, (-0.5, 1.0)),
@@ -1156,7 +1157,7 @@ def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
         c = rho * np.sqrt(a * b)
         value, err, done = g.piecewise.pair_expectation(F, G, np.array(a), np.array(b), np.array(c))
         assert done
-        ref = references.pair_by_nested_quadrature(f, h, a, b, c, kf, kh)
+        ref = references.piecewise_pair(f, h, a, b, c, kf, kh)
         assert abs(float(value) - ref) <= float(err) + 2e-14, (a, b, rho, float(value), ref, float(err))
         # the bound is the special functions' own accuracy (1e-13 of the parts' magnitudes) and that of ρ,
         # amplified as the orthant's slope φ₂ ~ 1/√(1 − ρ²) near colinear: 1e-11 of the values at most
@@ -1169,7 +1170,7 @@ def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds
     """``E[φ(u + μ) ψ(v + ν)]`` (the conditional pairs of separable functions): means shift the thresholds
     and, with elu's exponential piece, the tilt; against nested adaptive quadrature of the shifted
     functions, several means at once (vectorised), to nearly colinear."""
-    (phi, _, kf), (psi, _, kh) = _PIECEWISE[pair[0]], _PIECEWISE[pair[1]]
+    (phi, f, kf), (psi, h, kh) = _PIECEWISE[pair[0]], _PIECEWISE[pair[1]]
     F, G = g.piecewise.of(phi), g.piecewise.of(psi)
     means = np.array([[0.7, -1.3], [-2.5, 0.4], [3.0, 2.0]])
     for a, b, rho in ((1.0, 2.0, 0.3), (0.3, 4.0, -0.8), (2.0, 0.5, 1 - 5e-7)):
@@ -1177,7 +1178,7 @@ def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds
         value, err, done = g.piecewise.pair_expectation(F, G, a, b, c, means=(means[:, 0], means[:, 1]))
         assert np.all(done) and value.shape == (3,)
         for (mu, nu), v, e in zip(means, value, err, strict=True):
-            ref = references.piecewise_pair(lambda x, mu=mu: phi.fn(x + mu), lambda y, nu=nu: psi.fn(y + nu), a, b, c,
+            ref = references.piecewise_pair(lambda x, mu=mu: f(x + mu), lambda y, nu=nu: h(y + nu), a, b, c,
                                             [k - mu for k in kf], [k - nu for k in kh])
             assert abs(v - ref) <= e + 2e-14, (a, b, rho, mu, nu, v, ref, e)
             # as above, for functions whose magnitudes grow with the means
@@ -1195,15 +1196,15 @@ def test_functions_that_are_not_piecewise_linear_get_no_closed_form():
 
 
 def test_a_hard_tanh_mlp_equals_its_recursion_by_nested_quadrature():
-    """Depth 2, σ_w 1.5, σ_b 0.1 on 3 inputs: each layer's kernel pair by pair from nested quadrature (took
-    the closed forms of :mod:`netsor.gaussian.piecewise`)."""
+    """Depth 2, σ_w 1.5, σ_b 0.1 on 3 inputs: each layer's kernel pair by pair from nested quadrature
+    (:func:`references.piecewise_pair`; the engine takes the closed forms of :mod:`netsor.gaussian.piecewise`)."""
     X = np.random.default_rng(4).standard_normal((3, 5))
     K, E = netsor.limit(netsor.zoo.mlp(2, "hard_tanh", 1.5, 0.1), X, rtol=1e-10).nngp(with_error=True)
-    ht = lambda x: min(max(x, -1.0), 1.0)  # noqa: E731
+    ht = lambda x: np.minimum(np.maximum(x, -1.0), 1.0)  # noqa: E731
     G = 2.25 * X @ X.T / 5 + 0.01
     for _ in range(2):
         H = np.array([[references.quad_expect(lambda x: np.clip(x, -1, 1) ** 2, G[i, i], (-1.0, 1.0)) if i == j
-                       else references.pair_by_nested_quadrature(ht, ht, G[i, i], G[j, j], G[i, j], (-1, 1), (-1, 1))
+                       else references.piecewise_pair(ht, ht, G[i, i], G[j, j], G[i, j], (-1, 1), (-1, 1))
                        for j in range(3)] for i in range(3)])
         G = 2.25 * H + 0.01
     ref = G  # the readout: Dense(1) with the same σ_w, σ_b

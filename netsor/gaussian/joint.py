@@ -71,6 +71,11 @@ NESTED_BUDGET = 4_000_000
 #: is over ``NESTED_BUDGET`` (that many cuts on the next axis), and listing them cost minutes (a
 #: pair of |b − clip(s)| with ten planes: 6 million crossing planes, 115 s, before repeats were dropped).
 MAX_CROSSINGS = 100_000
+#: A plane whose normal's component along an axis is below this share of its outer components is steep for
+#: that axis (:func:`_project_planes`): its cut races along the axis as the outer nodes move.
+STEEP = 0.1
+#: Levels of the axis (whitened units) where a steep plane's cut passes, as breakpoints of the outer axes.
+STEEP_LEVELS = (-6.0, -2.0, -0.5, 0.0, 0.5, 2.0, 6.0)
 #: Kink lines at angles below about this (sine) count as nearly parallel (:func:`turned_to_kinks`).
 NEAR_PARALLEL = 0.25
 #: Relative scale below which an eigenvalue of Σ counts as zero (rank reduction).
@@ -408,6 +413,13 @@ def _project_planes(planes: list[tuple[Array, Array]], axis: int) -> tuple[list[
             safe = np.where(hits, lead, 1.0)
             crossing.append((np.where(hits[:, None], -m[:, :axis] / safe[:, None], np.nan),
                              np.where(hits, -o / safe, np.nan)))
+            # a steep plane (nearly parallel to ξ_axis) cuts it at points racing along it as the outer
+            # coordinates move: the inner integral turns over an outer width ~|lead|/|m_outer|, which the
+            # outer panels must see — its shadows where the cut passes the graded levels ξ_axis = t
+            steep = hits & (np.abs(lead) < STEEP * np.linalg.norm(m[:, :axis], axis=1))
+            if steep.any():
+                outer += [(np.where(steep[:, None], m[:, :axis], 0.0), np.where(steep, o + t * lead, 1.0))
+                          for t in STEEP_LEVELS]
         if not hits.all():
             outer.append((np.where(hits[:, None], 0.0, m[:, :axis]), np.where(hits, 1.0, o)))
     if not axis:
