@@ -1176,19 +1176,21 @@ def _conditioned_pairs(F: JointFunction, G: JointFunction, joint: Array, seed: i
     M = joint.shape[0]
     done, value, err = np.zeros(M, dtype=bool), np.zeros(M), np.zeros(M)
     for j in range(M):
-        pair = separable.condition(F.separable, G.separable, joint[j])
-        if pair is None:
-            continue
-        inner_error: list[float] = []
-        H = JointFunction(2, pair.integrand(inner_error), None, pair.planes(), False,
-                          pair.outer[0].continuous and pair.outer[1].continuous,
-                          ("conditioned", F.key, G.key, joint[j].tobytes()), f"{F.name}·{G.name} | outer pair")
-        try:
-            v, e, _ = point_expectation(H, pair.outer_cov[None], seed, atol[j:j + 1])
-        except separable.NotConditioned:
-            continue
-        # the closed form's own bound, largest at the nodes seen (twice: the nodes sample a smooth bound)
-        done[j], value[j], err[j] = True, v[0], e[0] + 2.0 * max(inner_error, default=0.0)
+        for pair in separable.conditionings(F.separable, G.separable, joint[j]):
+            inner_error: list[float] = []
+            H = JointFunction(2, pair.integrand(inner_error, 0.25 * float(atol[j])), None, pair.planes(), False,
+                              pair.outer[0].continuous and pair.outer[1].continuous,
+                              ("conditioned", F.key, G.key, joint[j].tobytes()), f"{F.name}·{G.name} | outer pair")
+            try:
+                v, e, _ = point_expectation(H, pair.outer_cov[None], seed, atol[j:j + 1])
+            except separable.NotConditioned:
+                continue
+            # the inner rule's own error, largest at the nodes seen (twice: the nodes sample a smooth bound)
+            e = e[0] + 2.0 * max(inner_error, default=0.0)
+            if not done[j] or e < err[j]:
+                done[j], value[j], err[j] = True, v[0], e
+            if err[j] <= atol[j]:
+                break  # the next choice of inner factors is only tried where this one missed
     return done, value, err
 
 
