@@ -735,12 +735,7 @@ def kinked_factor_pair(S, f, kinks, inner, nodes=80):
         v = sb * (rho * x + s * z)
         return f(u) * np.dot(w, f(v) * inner(M[0, 0] * u + M[0, 1] * v, M[1, 0] * u + M[1, 1] * v, s1, s2, r))
 
-    crossings = [k / (sb * rho) for k in kinks if rho != 0]
-    breaks = [k / sa for k in kinks] + [x + t * s / abs(rho) for x in crossings
-                                        for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
-    return integrate.quad(lambda x: given_x(x) * stats.norm.pdf(x), -12, 12,
-                          points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
-                          epsrel=1e-12)[0]
+    return _outer_quad(given_x, sa, sb, rho, kinks, kinks)
 
 
 def piecewise_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=80):
@@ -755,9 +750,17 @@ def piecewise_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=80):
         z, w = _normal_panels(1.0, [(k / sb - rho * x) / s for k in kinks_g], nodes)
         return f(sa * x) * np.dot(w, g(sb * (rho * x + s * z)))
 
-    crossings = [k / (sb * rho) for k in kinks_g if rho != 0]
-    breaks = [k / sa for k in kinks_f] + [x + t * s / abs(rho) for x in crossings
-                                          for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
+    return _outer_quad(given_x, sa, sb, rho, kinks_f, kinks_g)
+
+
+def _outer_quad(given_x, sa, sb, rho, kinks_outer, kinks_inner):
+    """``E given_x(X)``, ``X ~ N(0, 1)``, by adaptive quadrature split at the outer kinks ``X = k/sa`` and graded
+    where an inner kink ``sb (ρX + √(1 − ρ²) Z) = k`` crosses ``Z = 0`` (the inner integral turns there over a
+    width ~√(1 − ρ²)/|ρ|)."""
+    s = np.sqrt(1 - rho * rho)
+    crossings = [k / (sb * rho) for k in kinks_inner if rho != 0]
+    breaks = [k / sa for k in kinks_outer] + [x + t * s / abs(rho) for x in crossings
+                                              for t in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
     return integrate.quad(lambda x: given_x(x) * stats.norm.pdf(x), -12, 12,
                           points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
                           epsrel=1e-12)[0]
