@@ -1141,7 +1141,10 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
         out = np.flatnonzero(~reach)
         if out.size and F.separable is not None and G.separable is not None:
             joint = _joint_covariance(ux[ix[out]], uy[iy[out]], C[out])
-            done, value[out], err[out] = _conditioned_pairs(F, G, joint, seed, target[out])
+            done, v_out, e_out = _conditioned_pairs(F, G, joint, seed, target[out])
+            # kept where it beats the series at the degree the series would take (its bound there)
+            done &= ~(series[out] & (bound[out, np.minimum(need[out], bound.shape[1] - 1)] <= e_out))
+            value[out[done]], err[out[done]] = v_out[done], e_out[done]
             conditioned[out[done]] = True
             series &= ~conditioned
         idx_all = np.flatnonzero(series)

@@ -9,11 +9,12 @@ covariance, so
 
 is a two-dimensional integral of a function kinked only where ``f₁`` and ``g₁`` are. The inner pair is a
 closed form where ``f₂`` and ``g₂`` are piecewise linear (Tallis' truncated moments,
-:mod:`~netsor.gaussian.piecewise`, the means shifting the thresholds), and a Gauss–Hermite product rule where
-both are smooth (its error estimated by a second, larger rule). This is the rule for the pairs the Mehler
-series cannot reach — nearly colinear inputs, whose series terms decay like ‖R‖^k with ‖R‖ → 1 — and that
-a four-dimensional rule could not afford (it went to randomised QMC: ``hard_tanh(a)·hard_tanh(b)`` at input
-correlation −0.989 reached 4.5e-4 relative, ``tanh(a)·tanh(b)`` at −0.984 2.4e-4).
+:mod:`~netsor.gaussian.piecewise`, the means shifting the thresholds), and Gauss–Hermite product rules where
+both are smooth (growing until the difference of the last two meets the target). This is the rule for the
+pairs the Mehler series cannot reach — nearly colinear inputs, whose series terms decay like ‖R‖^k with
+‖R‖ → 1 — and that a four-dimensional rule could not afford (it went to randomised QMC:
+``hard_tanh(a)·hard_tanh(b)`` at input correlation −0.989 reached 4.5e-4 relative, ``tanh(a)·tanh(b)`` at
+−0.984 2.4e-4).
 
 This module does the linear algebra and states the integrand; :mod:`~netsor.gaussian.joint` integrates it.
 """
@@ -126,9 +127,8 @@ class ConditionedPair:
     def integrand(self, inner_error: list[float], target: float) -> Callable[[Array], Array]:
         """``f(p) g(p') c(p, p')`` for ``u = (p, p')`` of shape (..., 2); appends to ``inner_error`` the
         largest error of the inner expectation (times ``|f g|``, wanted below ``target``) over the nodes of
-        each call. Raises
-        :class:`NotConditioned` where it does not apply (a closed-form pair within ``MIN_SINE`` of
-        colinear, a tilt too large, a non-finite rule)."""
+        each call. Raises :class:`NotConditioned` where it does not apply (a closed-form pair within
+        ``MIN_SINE`` of colinear, a tilt too large, a non-finite rule)."""
         (f, g), K = self.outer, self.gain
 
         def fn(u: Array) -> Array:
