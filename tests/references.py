@@ -57,6 +57,11 @@ def owens_bvn(h, k, r):
                     0.5 * special.ndtr(h) + 0.5 * special.ndtr(k) - th - tk - beta)
 
 
+def _relu_mean(m, s):
+    """E[X⁺] for X ~ N(m, s²)."""
+    return m * special.ndtr(m / s) + s * np.exp(-0.5 * (m / s) ** 2) / SQRT2PI
+
+
 def relu_relu_noncentral(m1, m2, s1, s2, r):
     """E[X⁺ Y⁺] for (X, Y) Gaussian with means m1, m2, sds s1, s2 and correlation r.
 
@@ -70,7 +75,7 @@ def relu_relu_noncentral(m1, m2, s1, s2, r):
     m_y = m2 - r * s2 * m1 / s1  # Y | X = 0
     m_x = m1 - r * s1 * m2 / s2  # X | Y = 0
     tau_y, tau_x = s2 * q, s1 * q
-    ey_pos = m_y * special.ndtr(m_y / tau_y) + tau_y * np.exp(-0.5 * (m_y / tau_y) ** 2) / SQRT2PI
+    ey_pos = _relu_mean(m_y, tau_y)
     e_y_box = m2 * P + s2**2 * py0 * special.ndtr(m_x / tau_x) + r * s1 * s2 * px0 * special.ndtr(m_y / tau_y)
     return m1 * e_y_box + s1**2 * px0 * ey_pos + r * s1 * s2 * P
 
@@ -419,8 +424,7 @@ def gru2_kernel(X, sigma_u=1.0, sigma_w=1.0, sigma_b=0.0, sigma_v=1.0):
 def _relu_moments_noncentral(m1, m2, s1, s2, r):
     """(E X⁺, E Y⁺, E[X⁺ Y], E[X Y⁺], E[X Y]) for (X, Y) Gaussian (means m, sds s, correlation r):
     Stein's lemma, ``E[X⁺ (Y − m2)] = Cov(X, Y) P(X > 0)``."""
-    ex = m1 * special.ndtr(m1 / s1) + s1 * np.exp(-0.5 * (m1 / s1) ** 2) / SQRT2PI
-    ey = m2 * special.ndtr(m2 / s2) + s2 * np.exp(-0.5 * (m2 / s2) ** 2) / SQRT2PI
+    ex, ey = _relu_mean(m1, s1), _relu_mean(m2, s2)
     cov = r * s1 * s2
     return ex, ey, m2 * ex + cov * special.ndtr(m1 / s1), m1 * ey + cov * special.ndtr(m2 / s2), m1 * m2 + cov
 
@@ -691,11 +695,6 @@ def pair_by_nested_quadrature(f, g, a, b, c, kinks_f=(), kinks_g=()):
     return integrate.quad(lambda x: f(sa * x) * inner(x) * pdf(x), -12, 12,
                           points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
                           epsrel=1e-13)[0]
-
-
-def _relu_mean(m, s):
-    """E[X⁺] for X ~ N(m, s²)."""
-    return m * special.ndtr(m / s) + s * np.exp(-0.5 * (m / s) ** 2) / SQRT2PI
 
 
 def steps_noncentral(m1, m2, s1, s2, r, offset=0.0):

@@ -45,6 +45,7 @@ from netsor.gaussian.quadrature import (
     expect_1d_err,
     gaussian_rule,
     hermite_functions,
+    hermite_rule,
     panel_edges,
     rule_on_panels,
 )
@@ -1114,8 +1115,7 @@ def product_activation(phi: Activation, psi: Activation) -> Activation:
 _UNIT_MOMENTS: dict[Any, dict[str, float]] = {}
 #: Gauss–Hermite rule (probabilists') for the moments of smooth φ up to this standard deviation.
 _MOMENT_GH_SD = 4.0
-_MOMENT_GH_Z, _MOMENT_GH_W = np.polynomial.hermite_e.hermegauss(64)
-_MOMENT_GH_W = _MOMENT_GH_W / np.sqrt(2.0 * np.pi)
+_MOMENT_GH_Z, _MOMENT_GH_W = hermite_rule(64)
 
 
 def _reaching_far_rule(act: Activation, var: Array, x: Array, w: Array) -> tuple[Array, Array]:

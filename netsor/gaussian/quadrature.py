@@ -16,6 +16,7 @@ estimated from ``f`` at the ends and added to the error.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
@@ -37,6 +38,16 @@ _TAIL_DENSITY = INV_SQRT_2PI * np.exp(-0.5 * Z_MAX**2)
 #: at most (a divergent integral stops there, with a large error estimate).
 MAX_BISECTIONS = 60
 MAX_PANELS = 4096
+
+
+@lru_cache(maxsize=8)
+def hermite_rule(n: int) -> tuple[Array, Array]:
+    """Probabilists' Gauss–Hermite nodes and weights of ``E f(Z)``, ``Z ~ N(0, 1)`` (weights summing to 1), n
+    nodes; read-only (cached)."""
+    z, w = np.polynomial.hermite_e.hermegauss(n)
+    w = w / np.sqrt(2.0 * np.pi)
+    z.flags.writeable = w.flags.writeable = False
+    return z, w
 
 
 def panel_edges(loc: Array, scale: Array, features: tuple[float, ...] = (0.0,),

@@ -29,6 +29,7 @@ import numpy as np
 
 from netsor.activations import Activation
 from netsor.gaussian import piecewise
+from netsor.gaussian.quadrature import hermite_rule
 
 Array = np.ndarray
 Plane = tuple[Array, float]
@@ -82,7 +83,7 @@ class InnerPair:
         a, b, c = self.law
         l11, l21 = math.sqrt(a), c / math.sqrt(a)
         l22 = math.sqrt(max(b - l21 * l21, 0.0))
-        z, w = _hermite_rule(n)
+        z, w = hermite_rule(n)
         flat_mu, flat_nu = mu.reshape(-1), nu.reshape(-1)
         out = np.empty(flat_mu.size)
         step = max(1, _BLOCK_VALUES // (n * n))
@@ -91,12 +92,6 @@ class InnerPair:
             inner = self.psi.fn((v + l21 * z)[..., None] + l22 * z) @ w  # (block, n): the z₂ sums
             out[i:i + step] = (self.phi.fn(m + l11 * z) * inner) @ w
         return out.reshape(mu.shape)
-
-
-def _hermite_rule(n: int) -> tuple[Array, Array]:
-    """Probabilists' Gauss–Hermite nodes and weights summing to 1 (``E f(Z)``, ``Z ~ N(0, 1)``)."""
-    z, w = np.polynomial.hermite_e.hermegauss(n)
-    return z, w / w.sum()
 
 
 @dataclass(frozen=True)
