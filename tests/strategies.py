@@ -39,6 +39,14 @@ TRACED = {
     "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
     "gate*relu": lambda u, v: 0.5 * (1.0 + special.erf(u)) * np.maximum(v, 0.0),
 }
+#: Products of one function of each of two correlated G-vectors (``u`` and ``0.6u + 0.8v``), drawn only with
+#: ``recipes(separable=True)``: kinks off the origin and smooth factors, whose nearly colinear pairs are
+#: conditioned (netsor.gaussian.separable).
+SEPARABLE = {
+    "hard_tanh*step": lambda u, v: netsor.hard_tanh(u) * netsor.step(v + 0.3),
+    "relu-shift*relu": lambda u, v: netsor.relu(u - 0.5) * netsor.relu(v),
+    "tanh*erf": lambda u, v: netsor.tanh(u) * netsor.erf(v + 0.2),
+}
 #: Traced functions drawn only with ``recipes(growth=True)`` (the draws of the others stay as they were):
 #: exp and cosh, whose Gaussian expectations need mass far out (E φ² from z = 2σ), and the cusp √|u + v|
 #: (exact on polynomial rules to no order: a bound from ``E φ²`` alone held 1/40 of the error).
@@ -101,7 +109,7 @@ def step_strategy() -> st.SearchStrategy:
 
 @st.composite
 def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False, gates: bool = False,
-            growth: bool = False, factors: bool = False) -> Recipe:
+            growth: bool = False, factors: bool = False, separable: bool = False) -> Recipe:
     n_inputs = draw(st.integers(1, 2))
     sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
                    for _ in range(n_inputs))
@@ -110,6 +118,10 @@ def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = Fa
         at = draw(st.integers(0, len(steps)))
         steps.insert(at, ("growth", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
                           draw(st.sampled_from(sorted(CUSPS)))))
+    if separable:  # f(g)·h(g') of two pool G-vectors, at a drawn place
+        at = draw(st.integers(0, len(steps)))
+        steps.insert(at, ("separable", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
+                          draw(st.sampled_from(sorted(SEPARABLE)))))
     if factors:  # a G-vector times a function of a form it enters, at a drawn place
         at = draw(st.integers(0, len(steps)))
         steps.insert(at, ("factor", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
@@ -168,6 +180,11 @@ def build(recipe: Recipe) -> netsor.Program:
         elif op == "growth":  # of G-vectors: exp of a product g·g' or exp(exp g) would have no finite limit
             _, i, j, name = step
             pool.append(netsor.nonlin(CUSPS[name], pick(i, "G"), pick(j, "G"), name=name))
+        elif op == "separable":
+            _, i, j, name = step
+            u = pick(i, "G")  # and a G-vector correlated with it (independent ones factorise exactly)
+            pool.append(SEPARABLE[name](u, 0.6 * u + 0.8 * pick(j, "G")))
+            factors.append(pool[-1])  # read out (below)
         elif op == "factor":  # of two distinct G-vectors where the pool has them; read out as well (below)
             _, i, j, name, alpha = step
             f = FACTORS[name]
@@ -209,10 +226,15 @@ def build(recipe: Recipe) -> netsor.Program:
     return p
 
 
-def inputs(B: int, d: int, seed: int, duplicate: bool = False) -> np.ndarray:
-    X = np.random.default_rng(seed).standard_normal((B, d))
+def inputs(B: int, d: int, seed: int, duplicate: bool = False, near: float = 0.0) -> np.ndarray:
+    """``B`` random inputs; ``duplicate``: the last a copy of the first; ``near``: the second is ``±`` the first
+    (the sign of ``near``) plus noise of scale ``|near|`` (nearly colinear)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((B, d))
     if duplicate and B > 2:
         X[-1] = X[0]
+    if near:
+        X[1] = np.sign(near) * X[0] + abs(near) * rng.standard_normal(d)
     return X
 
 

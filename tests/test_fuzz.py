@@ -323,6 +323,17 @@ def test_random_programs_with_growing_or_cusped_functions_have_consistent_kernel
     check_kernel_properties(recipe, B, d, seed, duplicate=False)
 
 
+@settings(FAST, max_examples=30)
+@given(recipe=recipes(max_steps=4, separable=True), B=st.integers(2, 4), d=st.integers(3, 6),
+       seed=st.integers(0, 2**16), near=st.sampled_from([-0.05, 0.02, 0.1, 0.0]))
+def test_random_programs_with_separable_products_have_consistent_kernels(recipe, B, d, seed, near):
+    """One product of a function of each of two G-vectors in every program (hard_tanh·step with an offset,
+    relu(· − ½)·relu, tanh·erf(· + 0.2)), read out, on inputs two of which are nearly colinear (their pairs
+    are conditioned on one argument per side): finite, symmetric, PSD within the bounds, cross blocks equal to
+    the blocks of the joint kernel."""
+    check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
+
+
 #: LN(g)·|g − LN(g)| against g: the two arguments are proportional (ratio 1/s of the LayerNorm), and the
 #: whitening rounded that ratio to 12 digits as if the program had written it: the cross block moved by
 #: 2e-12 under a bound of 4e-14
@@ -389,9 +400,9 @@ def test_more_random_programs_have_finite_symmetric_psd_consistent_kernels(recip
     check_kernel_properties(recipe, B, d, seed, duplicate)
 
 
-def check_kernel_properties(recipe, B, d, seed, duplicate):
+def check_kernel_properties(recipe, B, d, seed, duplicate, near=0.0):
     p = build(recipe)
-    X = inputs(B, d, seed, duplicate)
+    X = inputs(B, d, seed, duplicate, near)
     result = kernel(p, X)
     if result is None:  # a limit out of reach even at 1e-3 (said by a NumericalError): nothing to check
         return
