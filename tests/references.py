@@ -712,10 +712,11 @@ def hard_tanhs_noncentral(m1, m2, s1, s2, r):
     return d_pair - d1 - d2 + 1
 
 
-def kinked_factor_pair(S, f, kinks, inner, nodes=80):
-    """``E[f(a) f(a') F(b, b')]`` for ``(a, a', b, b') ~ N(0, S)`` (S (4, 4), a and a' not colinear), with
-    ``inner(m1, m2, s1, s2, r) = E F(X, Y)`` of a Gaussian pair in closed form (vectorised) and ``f``
-    piecewise smooth between ``kinks``: (b, b') given (a, a') is Gaussian. In ``a = √A₀₀ X``,
+def kinked_factor_pair(S, f, kinks, inner, nodes=80, shift=None):
+    """``E[f(a) f(a') F(b + s(a), b' + s(a'))]`` for ``(a, a', b, b') ~ N(0, S)`` (S (4, 4), a and a' not
+    colinear), with ``inner(m1, m2, s1, s2, r) = E F(X, Y)`` of a Gaussian pair in closed form (vectorised),
+    ``f`` and the shift ``s`` (default 0) piecewise smooth between ``kinks``: (b, b') given (a, a') is
+    Gaussian. In ``a = √A₀₀ X``,
     ``a' = √A₁₁ (ρX + √(1 − ρ²) Z)`` the integral over Z is Gauss–Legendre on the smooth panels between
     the kinks of f(a') (:func:`_normal_panels`), the one over X adaptive (scipy), split at the kinks of
     f(a) and graded where the inner kinks cross the outer axis (as in :func:`pair_by_nested_quadrature`)."""
@@ -732,9 +733,24 @@ def kinked_factor_pair(S, f, kinks, inner, nodes=80):
         u = sa * x
         z, w = _normal_panels(1.0, [(k / sb - rho * x) / s for k in kinks], nodes)
         v = sb * (rho * x + s * z)
-        return f(u) * np.dot(w, f(v) * inner(M[0, 0] * u + M[0, 1] * v, M[1, 0] * u + M[1, 1] * v, s1, s2, r))
+        shift_u, shift_v = (0.0, 0.0) if shift is None else (shift(u), shift(v))
+        return f(u) * np.dot(w, f(v) * inner(M[0, 0] * u + M[0, 1] * v + shift_u, M[1, 0] * u + M[1, 1] * v + shift_v,
+                                             s1, s2, r))
 
     return _outer_quad(given_x, sa, sb, rho, kinks, kinks)
+
+
+def tanh_tanh_noncentral(m1, m2, s1, s2, r, nodes=100):
+    """E[tanh X · tanh Y] for (X, Y) Gaussian with means m1, m2 (arrays), sds s1, s2 and correlation r:
+    ``X = m1 + s1 Z₁``, ``Y = m2 + s2 (r Z₁ + √(1 − r²) Z₂)``, a Gauss–Legendre product rule on [−9, 9]² of
+    the standard normal density (tanh is analytic in a strip: the rule converges geometrically)."""
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    z, wz = 9.0 * t, 9.0 * w * np.exp(-0.5 * (9.0 * t) ** 2) / SQRT2PI
+    m1, m2 = np.broadcast_arrays(np.asarray(m1, dtype=float), np.asarray(m2, dtype=float))
+    tx = np.tanh(m1[..., None] + s1 * z)  # (..., n): over Z₁
+    y = m2[..., None, None] + s2 * (r * z[:, None] + np.sqrt(max(1.0 - r * r, 0.0)) * z[None, :])
+    ty = np.tanh(y) @ wz  # (..., n): the Z₂ integral at each Z₁
+    return (tx * ty) @ wz
 
 
 def piecewise_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=80):

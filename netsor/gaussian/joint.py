@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
-from netsor.activations import Activation
 from netsor.gaussian import separable
 from netsor.gaussian.orthant import (
     GENZ_MAX_DIM,
@@ -145,9 +144,10 @@ class JointFunction:
         Orthonormal columns spanning the linear forms through which alone ``F`` depends on ``u``
         (``F(u) = G(formsᵀ u)``), when there are fewer than ``dim`` of them: quadrature then runs
         in d dimensions (:func:`onto_forms`).
-    separable : tuple of Activation or None
-        ``(φ₁, …, φ_dim)`` when ``F(u) = Π φᵢ(uᵢ)`` (a product of functions of one argument each): pairs
-        may then be conditioned on one argument of each side (:mod:`netsor.gaussian.separable`).
+    conditionals : tuple of Conditional
+        The ways a two-argument ``F`` is a function of one argument given the other
+        (``F(u) = f(p)·h(κq + s(p))``, :class:`~netsor.gaussian.separable.Conditional`): pairs may then be
+        conditioned on one argument of each side (:mod:`netsor.gaussian.separable`).
     """
 
     dim: int
@@ -160,7 +160,7 @@ class JointFunction:
     name: str = "F"
     cone: ConeFunction | None = None
     forms: Array | None = None
-    separable: tuple[Activation, ...] | None = None
+    conditionals: tuple[separable.Conditional, ...] = ()
 
     @property
     def smooth(self) -> bool:
@@ -1137,9 +1137,9 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
             # colinear, the series at MAX_DEGREE is both closer (its bound is reported) and faster.
             series = reach | others
             need = np.where(reach, need, order)
-        # separable functions: the pairs out of the series' reach by conditioning on one argument per side
+        # functions separable given one argument: the pairs out of the series' reach by conditioning on it
         out = np.flatnonzero(~reach)
-        if out.size and F.separable is not None and G.separable is not None:
+        if out.size and F.conditionals and G.conditionals:
             joint = _joint_covariance(ux[ix[out]], uy[iy[out]], C[out])
             done, v_out, e_out = _conditioned_pairs(F, G, joint, seed, target[out])
             # kept where it beats the series at the degree the series would take (its bound there)
@@ -1173,16 +1173,17 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
 
 def _conditioned_pairs(F: JointFunction, G: JointFunction, joint: Array, seed: int, atol: Array
                        ) -> tuple[Array, Array, Array]:
-    """``(done, value, error)`` of the pairs (covariances ``joint`` (M, 4, 4)) of separable functions of two
-    arguments by conditioning (:mod:`netsor.gaussian.separable`): nested quadrature over the two outer
-    arguments of a closed form; pairs where it does not apply are not done (value and error 0)."""
+    """``(done, value, error)`` of the pairs (covariances ``joint`` (M, 4, 4)) of two-argument functions
+    separable given one argument, by conditioning (:mod:`netsor.gaussian.separable`): nested quadrature over
+    the two outer arguments of the inner pair's expectation; pairs where it does not apply are not done (value
+    and error 0)."""
     M = joint.shape[0]
     done, value, err = np.zeros(M, dtype=bool), np.zeros(M), np.zeros(M)
     for j in range(M):
-        for pair in separable.conditionings(F.separable, G.separable, joint[j]):
+        for pair in separable.conditionings(F.conditionals, G.conditionals, joint[j]):
             inner_error: list[float] = []
             H = JointFunction(2, pair.integrand(inner_error, 0.25 * float(atol[j])), None, pair.planes(), False,
-                              pair.outer[0].continuous and pair.outer[1].continuous,
+                              pair.continuous,
                               ("conditioned", F.key, G.key, joint[j].tobytes()), f"{F.name}·{G.name} | outer pair")
             try:
                 v, e, _ = point_expectation(H, pair.outer_cov[None], seed, atol[j:j + 1])

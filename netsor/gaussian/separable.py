@@ -1,20 +1,20 @@
-"""Pair expectations of separable functions by conditioning on one argument of each side.
+"""Pair expectations of functions separable given one argument, by conditioning on it on each side.
 
-``F(u) = f₁(u₁) f₂(u₂)`` and ``G(v) = g₁(v₁) g₂(v₂)`` (products of functions of one G-vector each, such as
-``hard_tanh(a)·hard_tanh(b)``, ``relu(a − ½)·step(b + 0.3)`` or ``tanh(a)·erf(b + 0.2)``): given
-``(p, p') = (u₁, v₁)``, the pair ``(q, q') = (u₂, v₂)`` is Gaussian with means ``K (p, p')`` and a fixed
-covariance, so
+``F(p, q) = f(p) · h(κq + s(p))`` — a product of functions of one G-vector each (``hard_tanh(a)·hard_tanh(b)``,
+``relu(a − ½)·step(b + 0.3)``, ``tanh(a)·erf(b + 0.2)``: s = 0), or a function of one argument shifted by a
+function of the other (``tanh(relu(a) + c)``: f = 1, s = relu): given ``(p, p')`` (one argument of each side),
+the pair ``(q, q')`` is Gaussian with means ``K (p, p')`` and a fixed covariance, so
 
-    E[F(U) G(V)] = E[f₁(p) g₁(p') · E[f₂(q) g₂(q') | p, p']]
+    E[F G] = E[f(p) g(p') · E[h(κq + s(p)) h'(κ'q' + s'(p')) | p, p']]
 
-is a two-dimensional integral of a function kinked only where ``f₁`` and ``g₁`` are. The inner pair is a
-closed form where ``f₂`` and ``g₂`` are piecewise linear (Tallis' truncated moments,
+is a two-dimensional integral of a function kinked only where ``f``, ``g`` and the shifts are. The inner pair
+is a closed form where ``h`` and ``h'`` are piecewise linear (Tallis' truncated moments,
 :mod:`~netsor.gaussian.piecewise`, the means shifting the thresholds), and Gauss–Hermite product rules where
 both are smooth (growing until the difference of the last two meets the target). This is the rule for the
 pairs the Mehler series cannot reach — nearly colinear inputs, whose series terms decay like ‖R‖^k with
 ‖R‖ → 1 — and that a four-dimensional rule could not afford (it went to randomised QMC:
 ``hard_tanh(a)·hard_tanh(b)`` at input correlation −0.989 reached 4.5e-4 relative, ``tanh(a)·tanh(b)`` at
-−0.984 2.4e-4).
+−0.984 2.4e-4, ``tanh(relu(a) + c)`` at −0.989 2.8e-4).
 
 This module does the linear algebra and states the integrand; :mod:`~netsor.gaussian.joint` integrates it.
 """
@@ -95,43 +95,70 @@ class InnerPair:
 
 
 @dataclass(frozen=True)
+class Conditional:
+    """``F(u) = outer(p) · inner(scale · q + shift(p))`` with ``p = u[arg]`` and ``q`` the other argument of a
+    two-argument function: given ``p`` it is a function of ``q`` alone (``outer`` None: 1, ``shift`` None: 0).
+
+    ``f(a)·g(b)`` has two (either argument outside), ``tanh(relu(a) + c)`` one (``a`` outside, tanh inside
+    with the shift relu(a)); :func:`netsor.interpret.functions.joint_function` finds them."""
+
+    arg: int
+    inner: Activation
+    outer: Activation | None = None
+    shift: Activation | None = None
+    scale: float = 1.0
+
+    def outside(self) -> tuple[Activation, ...]:
+        """The functions of the outer argument: kinks of the conditioned integrand are theirs."""
+        return tuple(f for f in (self.outer, self.shift) if f is not None)
+
+
+@dataclass(frozen=True)
 class ConditionedPair:
     """``E[F(U) G(V)]`` as ``E[f(p) g(p') · c(p, p')]`` with ``(p, p') ~ N(0, outer_cov)``.
 
     Attributes
     ----------
-    outer : (Activation, Activation)
-        ``f`` and ``g``, the factors left outside.
+    sides : (Conditional, Conditional)
+        How ``F`` and ``G`` read their outer arguments ``p`` and ``p'``.
     inner : InnerPair
-        ``c(p, p') = inner.expect(gain @ (p, p'))``: the other factors, given (p, p').
+        ``c(p, p') = inner.expect(κ gain[0] @ (p, p') + s(p), κ' gain[1] @ (p, p') + s'(p'))``: the inner
+        functions given (p, p'), their law scaled by ``(κ, κ')``.
     outer_cov : array (2, 2)
     gain : array (2, 2)
         ``E[(q, q') | p, p'] = gain @ (p, p')``.
     """
 
-    outer: tuple[Activation, Activation]
+    sides: tuple[Conditional, Conditional]
     inner: InnerPair
     outer_cov: Array
     gain: Array
 
+    @property
+    def continuous(self) -> bool:
+        """The integrand is continuous in ``(p, p')``: its outer factors and shifts are."""
+        return all(f.continuous for side in self.sides for f in side.outside())
+
     def planes(self) -> tuple[Plane, ...]:
-        """The kink lines of ``f(p) g(p')``: ``p = k`` and ``p' = k'`` (the inner expectation is smooth)."""
-        return tuple((np.array([1.0, 0.0]), -float(k)) for k in self.outer[0].kinks) + tuple(
-            (np.array([0.0, 1.0]), -float(k)) for k in self.outer[1].kinks)
+        """The kink lines of the integrand: ``p = k`` and ``p' = k'`` at the kinks of the outer factors and
+        shifts (the inner expectation is smooth in its means)."""
+        return tuple((np.eye(2)[i], -float(k)) for i, side in enumerate(self.sides) for f in side.outside()
+                     for k in f.kinks)
 
     def integrand(self, inner_error: list[float], target: float) -> Callable[[Array], Array]:
         """``f(p) g(p') c(p, p')`` for ``u = (p, p')`` of shape (..., 2); appends to ``inner_error`` the
         largest error of the inner expectation (times ``|f g|``, wanted below ``target``) over the nodes of
         each call. Raises :class:`NotConditioned` where it does not apply (a closed-form pair within
         ``MIN_SINE`` of colinear, a tilt too large, a non-finite rule)."""
-        (f, g), K = self.outer, self.gain
+        (left, right), K = self.sides, self.gain
 
         def fn(u: Array) -> Array:
             p, q = u[..., 0], u[..., 1]
-            outer = f.fn(p) * g.fn(q)
+            outer = _value(left.outer, p, 1.0) * _value(right.outer, q, 1.0)
             largest = float(np.max(np.abs(outer), initial=0.0))
-            value, error, done = self.inner.expect(K[0, 0] * p + K[0, 1] * q, K[1, 0] * p + K[1, 1] * q,
-                                                   target=target / largest if largest > 0 else np.inf)
+            mu = left.scale * (K[0, 0] * p + K[0, 1] * q) + _value(left.shift, p, 0.0)
+            nu = right.scale * (K[1, 0] * p + K[1, 1] * q) + _value(right.shift, q, 0.0)
+            value, error, done = self.inner.expect(mu, nu, target=target / largest if largest > 0 else np.inf)
             if not np.all(done):
                 raise NotConditioned
             inner_error.append(float(np.max(np.abs(outer) * error, initial=0.0)))
@@ -140,24 +167,26 @@ class ConditionedPair:
         return fn
 
 
+def _value(f: Activation | None, x: Array, default: float) -> Array | float:
+    return default if f is None else f.fn(x)
+
+
 class NotConditioned(Exception):
     """The inner pair's rule does not apply at some node (the caller uses its other rules)."""
 
 
-def conditionings(F: tuple[Activation, ...], G: tuple[Activation, ...], joint_cov: Array) -> list[ConditionedPair]:
-    """``E[F(U) G(V)]`` for separable ``F = Π φᵢ(uᵢ)``, ``G = Π ψⱼ(vⱼ)`` of two arguments each, ``(U, V)`` of
-    covariance ``joint_cov`` (4, 4), as :class:`ConditionedPair` objects, one per choice of inner factors
-    that :meth:`InnerPair.takes` (piecewise-linear inner pairs first: their closed form is exact); none
-    where none applies: an outer factor with unknown kinks, an outer pair nearly colinear, or an inner
-    argument that is a multiple of the outer ones."""
-    if len(F) != 2 or len(G) != 2:
-        return []
-    choices = [(i, j) for i in (1, 0) for j in (1, 0)
-               if InnerPair.takes(F[i], G[j]) and F[1 - i].kinks_known and G[1 - j].kinks_known]
-    choices.sort(key=lambda ij: piecewise.of(F[ij[0]]) is None)  # stable: closed forms first
+def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_cov: Array) -> list[ConditionedPair]:
+    """``E[F(U) G(V)]`` for two-argument ``F`` and ``G``, ``(U, V)`` of covariance ``joint_cov`` (4, 4), as
+    :class:`ConditionedPair` objects, one per pair of their :class:`Conditional` forms whose inner functions
+    :meth:`InnerPair.takes` (piecewise-linear inner pairs first: their closed form is exact); none where none
+    applies: outer functions with unknown kinks, an outer pair nearly colinear, or an inner argument that is a
+    multiple of the outer ones."""
+    choices = [(f, g) for f in F for g in G if InnerPair.takes(f.inner, g.inner)
+               and all(h.kinks_known for h in f.outside() + g.outside())]
+    choices.sort(key=lambda fg: piecewise.of(fg[0].inner) is None)  # stable: closed forms first
     out = []
-    for i_f, i_g in choices:
-        order = [1 - i_f, 2 + 1 - i_g, i_f, 2 + i_g]  # (p, p', q, q')
+    for f, g in choices:
+        order = [f.arg, 2 + g.arg, 1 - f.arg, 2 + 1 - g.arg]  # (p, p', q, q')
         S = joint_cov[np.ix_(order, order)]
         A, B = S[:2, :2], S[2:, :2]
         if min(A[0, 0], A[1, 1]) <= 0.0 or A[0, 0] * A[1, 1] - A[0, 1] ** 2 <= MIN_OUTER_SINE**2 * A[0, 0] * A[1, 1]:
@@ -166,6 +195,8 @@ def conditionings(F: tuple[Activation, ...], G: tuple[Activation, ...], joint_co
         inner = S[2:, 2:] - gain @ B.T
         if np.any(np.diag(inner) <= MIN_CONDITIONAL_SHARE * np.diag(S[2:, 2:])):
             continue
-        law = (float(inner[0, 0]), float(inner[1, 1]), float(0.5 * (inner[0, 1] + inner[1, 0])))
-        out.append(ConditionedPair((F[1 - i_f], G[1 - i_g]), InnerPair(F[i_f], G[i_g], *law), A, gain))
+        kf, kg = f.scale, g.scale
+        law = (float(kf * kf * inner[0, 0]), float(kg * kg * inner[1, 1]),
+               float(kf * kg * 0.5 * (inner[0, 1] + inner[1, 0])))
+        out.append(ConditionedPair((f, g), InnerPair(f.inner, g.inner, *law), A, gain))
     return out

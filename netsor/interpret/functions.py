@@ -16,6 +16,7 @@ import numpy as np
 from netsor.activations import Activation, abs_, erf, gelu, identity, relu, step
 from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
+from netsor.gaussian.separable import Conditional
 from netsor.ir import Vector
 from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var
 
@@ -73,18 +74,54 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
     return JointFunction(k, fn, grad if expr.continuous else None, tuple(planes), expr.hidden_kinks,
                          expr.continuous, ("joint", expr.key, tuple(v.index for v in args)), expr.describe(),
                          None if cone is None or cone.parallel_steps else cone, _form_span(expr, position),
-                         _separable(expr, args))
+                         _conditionals(expr, args))
 
 
-def _separable(expr: Expr, args: tuple[Vector, ...]) -> tuple[Activation, ...] | None:
-    """``(φ₁, …, φ_k)`` when ``expr = Π φᵢ(argsᵢ)``, one factor of each argument (``hard_tanh(a)·step(b + 0.3)``),
-    else None."""
+def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ...]:
+    """The ways ``expr`` of two G-vectors is a function of one given the other, ``f(p)·h(κq + s(p))``: the
+    factors without ``q`` make ``f``; the one factor with ``q`` is a function of ``q`` alone (``s = 0``:
+    ``hard_tanh(a)·step(b + 0.3)``, either argument outside) or an activation of a sum whose terms with ``q``
+    are affine in ``q`` alone (``tanh(relu(a) + c)``: ``a`` outside, the shift ``relu(a)``)."""
+    if len(args) != 2:
+        return ()
     factors = expr.factors if isinstance(expr, Prod) else (expr,)
-    owners = [f.args[0] if len(f.args) == 1 else None for f in factors]
-    if len(factors) != len(args) or sorted(map(id, owners)) != sorted(map(id, args)):
+    out = []
+    for i in (0, 1):
+        p, q = args[i], args[1 - i]
+        with_q = [f for f in factors if q in f.args]
+        rest = [f for f in factors if q not in f.args]
+        if len(with_q) != 1:
+            continue
+        outer = (None if not rest else activation_of(rest[0] if len(rest) == 1 else Prod(tuple(rest)), p))
+        inside = with_q[0]
+        if p not in inside.args:
+            out.append(Conditional(i, activation_of(inside, q), outer))
+            continue
+        shifted_form = _shifted(inside, q)
+        if shifted_form is not None:
+            act, scale, shift = shifted_form
+            out.append(Conditional(i, act, outer, activation_of(shift, p), scale))
+    return tuple(out)
+
+
+def _shifted(expr: Expr, q: Vector) -> tuple[Activation, float, Expr] | None:
+    """``(h, κ, s)`` when ``expr = h(κq + s)`` with ``s`` free of ``q`` (an activation of a sum whose terms
+    with ``q`` are affine in ``q`` alone), else None."""
+    if not (isinstance(expr, Apply) and isinstance(expr.child, Sum)):
         return None
-    by_arg = dict(zip(owners, factors, strict=True))
-    return tuple(activation_of(by_arg[v], v) for v in args)
+    scale, const, others = 0.0, expr.child.const, []
+    for coef, term in expr.child.terms:
+        if q not in term.args:
+            others.append((coef, term))
+            continue
+        form = term.affine()
+        if form is None or len(form[0]) != 1:
+            return None
+        scale += coef * form[0][0][1]
+        const += coef * form[1]
+    if scale == 0.0:
+        return None
+    return expr.act, scale, Sum(const, tuple(others))
 
 
 #: Singular values below this share of the largest leave the span of a function's input forms.
