@@ -753,6 +753,24 @@ def tanh_tanh_noncentral(m1, m2, s1, s2, r, nodes=100):
     return (tx * ty) @ wz
 
 
+def conditioned_point(F, var_p, var_q, cross, cuts=lambda p: (), kinks_p=()):
+    """``E F(p, q)`` for centred Gaussian ``(p, q)`` (variances, covariance), by adaptive quadrature over ``p``
+    (split at ``kinks_p``) of adaptive quadrature over ``q | p ~ N(g p, v)``, split at the values ``cuts(p)``
+    of q where ``F(p, ·)`` is kinked (curved kinks such as ``b = −tanh(a)``)."""
+    g = cross / var_p
+    sp, sv = np.sqrt(var_p), np.sqrt(var_q - g * cross)
+
+    def given(z):
+        p = sp * z
+        points = [y for y in ((c - g * p) / sv for c in cuts(p)) if abs(y) < 12]
+        return integrate.quad(lambda y: F(p, g * p + sv * y) * stats.norm.pdf(y), -12, 12, points=points or None,
+                              limit=200, epsabs=1e-16, epsrel=1e-13)[0]
+
+    points = [k / sp for k in kinks_p if abs(k / sp) < 12]
+    return integrate.quad(lambda z: given(z) * stats.norm.pdf(z), -12, 12, points=points or None, limit=200,
+                          epsabs=1e-16, epsrel=1e-12)[0]
+
+
 def piecewise_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=80):
     """``E[f(u) g(v)]`` for centred Gaussian ``(u, v)`` (variances a, b, covariance c, not colinear) and f, g
     piecewise smooth and entire between their kinks (polynomials, clips): as

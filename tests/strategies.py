@@ -39,13 +39,16 @@ TRACED = {
     "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
     "gate*relu": lambda u, v: 0.5 * (1.0 + special.erf(u)) * np.maximum(v, 0.0),
 }
-#: Products of one function of each of two correlated G-vectors (``u`` and ``0.6u + 0.8v``), drawn only with
-#: ``recipes(separable=True)``: kinks off the origin and smooth factors, whose nearly colinear pairs are
+#: Functions of two correlated G-vectors (``u`` and ``0.6u + 0.8v``) separable given one of them — products of
+#: one function of each, and a function of one shifted by a function of the other — drawn only with
+#: ``recipes(separable=True)``: kinks off the origin and smooth functions, whose nearly colinear pairs are
 #: conditioned (netsor.gaussian.separable).
 SEPARABLE = {
     "hard_tanh*step": lambda u, v: netsor.hard_tanh(u) * netsor.step(v + 0.3),
     "relu-shift*relu": lambda u, v: netsor.relu(u - 0.5) * netsor.relu(v),
     "tanh*erf": lambda u, v: netsor.tanh(u) * netsor.erf(v + 0.2),
+    "tanh(v+relu(u))": lambda u, v: netsor.tanh(v + netsor.relu(u)),
+    "relu(v+step(u))": lambda u, v: netsor.relu(v - 0.2 + 0.5 * netsor.step(u + 0.3)),
 }
 #: Traced functions drawn only with ``recipes(growth=True)`` (the draws of the others stay as they were):
 #: exp and cosh, whose Gaussian expectations need mass far out (E φ² from z = 2σ), and the cusp √|u + v|

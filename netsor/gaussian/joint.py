@@ -718,7 +718,11 @@ def _unless_missed(first: tuple[Array, Array, Array], atol: Array | float | None
 
 def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float | None
                     ) -> tuple[Array, Array, Array]:
-    """:func:`point_expectation` without cone moments: nested quadrature or randomised QMC."""
+    """:func:`point_expectation` without cone moments: conditioned or nested quadrature, or randomised QMC."""
+    if F.hidden_kinks:
+        found = _conditioned_point(F, cov, lambda u, f, w: np.sum(f * w, axis=1))
+        if found is not None:
+            return found[0][:, 0], found[1][:, 0], np.zeros(cov.shape[0])
     L, r, _ = onto_forms(F, *whiten(cov))
     L = turned_to_kinks(F, L, r)
     spread, planes = _spread(L, r), _whitened_planes(F, L[:1])
@@ -746,6 +750,27 @@ def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float
                 break
             value[todo], se[todo] = qmc_expectation(F, cov[todo], seed, log2)
     return value, MC_ERROR_SIGMAS * se, se
+
+
+def _conditioned_point(F: JointFunction, cov: Array, integrate: Callable[[Array, Array, Array], Array]
+                       ) -> tuple[Array, Array] | None:
+    """``integrate(u, F(u), w)`` (columns (1, c) for one point's nodes ``u`` (1, Q, 2), weights (1, Q)) at each
+    point of ``cov`` (P, 2, 2) by the conditioned product rule of a two-argument ``F`` with curved kinks
+    (:func:`netsor.gaussian.separable.point_nodes`: breakpoints of the inner axis where the kinks cross it),
+    and its error estimate, twice the difference of two rules: ``(value, error)`` (P, c), or None where no
+    :class:`~netsor.gaussian.separable.Conditional` form of ``F`` applies."""
+    for conditional in F.conditionals:
+        values, errors = [], []
+        for one in np.asarray(cov, dtype=float):
+            rules = [separable.point_nodes(conditional, one, n) for n in separable.POINT_NODES]
+            if any(rule is None for rule in rules):
+                break
+            coarse, fine = (np.atleast_1d(integrate(u[None], F(u)[None], w[None])[0]) for u, w in rules)
+            values.append(fine)
+            errors.append(2.0 * np.abs(fine - coarse))
+        else:
+            return np.array(values).reshape(len(values), -1), np.array(errors).reshape(len(values), -1)
+    return None
 
 
 def _qmc_reach(log2_points: int) -> float:
@@ -1087,7 +1112,22 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
     ux = ux.reshape(-1, F.dim, F.dim)
     uy = uy.reshape(-1, G.dim, G.dim)
     series, conditioned = np.zeros(M, dtype=bool), np.zeros(M, dtype=bool)
+
+    def condition(out: Array, atol: Array, series_error: Array) -> None:
+        """Condition the pairs ``out`` on one argument of each side where both functions are separable given one
+        (:func:`_conditioned_pairs`), keeping the results with bounds below ``series_error``."""
+        if not (out.size and F.conditionals and G.conditionals):
+            return
+        done, v_out, e_out = _conditioned_pairs(F, G, _joint_covariance(ux[ix[out]], uy[iy[out]], C[out]), seed,
+                                                atol)
+        done &= e_out < series_error
+        value[out[done]], err[out[done]] = v_out[done], e_out[done]
+        conditioned[out[done]] = True
+
     known_kinks = not (F.hidden_kinks or G.hidden_kinks)  # else the tables' quadrature is not reliable
+    if not known_kinks and scale is not None:
+        # kinks off planes (relu(b + tanh(a))): given the other argument they may be a closed form's thresholds
+        condition(np.arange(M), rtol * scale, np.full(M, np.inf))
     if known_kinks and whiten(ux)[1] <= 2 and whiten(uy)[1] <= 2:
         order = 16
         while True:
@@ -1137,16 +1177,12 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
             # colinear, the series at MAX_DEGREE is both closer (its bound is reported) and faster.
             series = reach | others
             need = np.where(reach, need, order)
-        # functions separable given one argument: the pairs out of the series' reach by conditioning on it
+        # functions separable given one argument: the pairs out of the series' reach by conditioning on it,
+        # kept where it beats the series at the degree the series would take (its bound there)
         out = np.flatnonzero(~reach)
-        if out.size and F.conditionals and G.conditionals:
-            joint = _joint_covariance(ux[ix[out]], uy[iy[out]], C[out])
-            done, v_out, e_out = _conditioned_pairs(F, G, joint, seed, target[out])
-            # kept where it beats the series at the degree the series would take (its bound there)
-            done &= ~(series[out] & (bound[out, np.minimum(need[out], bound.shape[1] - 1)] <= e_out))
-            value[out[done]], err[out[done]] = v_out[done], e_out[done]
-            conditioned[out[done]] = True
-            series &= ~conditioned
+        condition(out, target[out], np.where(series[out], bound[out, np.minimum(need[out], bound.shape[1] - 1)],
+                                             np.inf))
+        series &= ~conditioned
         idx_all = np.flatnonzero(series)
         # evaluate each pair at (about) the degree it needs: the cost grows like degree³
         for lo, hi in zip((-1, 8, 12, 16, 24, 32, 48, 64), (8, 12, 16, 24, 32, 48, 64, MAX_DEGREE), strict=True):
@@ -1318,7 +1354,9 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
             return _moment_columns(value, k)
     value = _cone_moments(F.cone, F.continuous, cov) if cone else None
     nested = None
-    if value is None and r <= NESTED_MAX_DIM:
+    if value is None and F.hidden_kinks and cov.shape[0]:
+        nested = _conditioned_point(F, cov, lambda u, f, w: _moment_integrals(F, u, f, w))
+    if value is None and nested is None and r <= NESTED_MAX_DIM:
         try:
             nested = nested_expectation(F, cov, moments=True)
         except TooManyCrossings:  # Monte Carlo moments below

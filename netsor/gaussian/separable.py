@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netsor.activations import Activation
+from netsor.activations import Activation, erf
 from netsor.gaussian import piecewise
 from netsor.gaussian.quadrature import hermite_rule
 
@@ -49,6 +49,11 @@ SMOOTH_NODES = (24, 40, 64, 96)
 _BLOCK_VALUES = 1 << 21
 
 
+#: ``erf x = E[2·1{x + ε > 0} − 1]`` with ``ε ~ N(0, ½)`` independent: a pair of erfs with means is a pair of
+#: these steps (pieces of :mod:`~netsor.gaussian.piecewise`) of the law widened by ½ on the diagonal.
+ERF_AS_STEP = ((-1.0, 0, 0.0, -np.inf, True), (2.0, 0, 0.0, 0.0, True))
+
+
 class InnerPair:
     """``E[φ(X + μ) ψ(Y + ν)]`` for ``(X, Y)`` centred Gaussian of covariance ``(a, b, c)`` and arrays of means:
     :meth:`expect` returns ``(value, error bound or estimate, done)``."""
@@ -56,12 +61,18 @@ class InnerPair:
     def __init__(self, phi: Activation, psi: Activation, a: float, b: float, c: float) -> None:
         self.phi, self.psi, self.law = phi, psi, (a, b, c)
         self.pieces = (piecewise.of(phi), piecewise.of(psi))
+        if phi.key == erf.key and psi.key == erf.key:  # a closed form too (Gauss–Hermite is slow for steep erfs)
+            self.pieces, self.law = (ERF_AS_STEP, ERF_AS_STEP), (a + 0.5, b + 0.5, c)
+
+    @staticmethod
+    def closed(phi: Activation, psi: Activation) -> bool:
+        """Both piecewise linear, or both erf: a closed form."""
+        return (piecewise.of(phi) is not None and piecewise.of(psi) is not None) or phi.key == psi.key == erf.key
 
     @staticmethod
     def takes(phi: Activation, psi: Activation) -> bool:
-        """Both piecewise linear (closed form) or both smooth (Gauss–Hermite)."""
-        pieces = piecewise.of(phi) is not None and piecewise.of(psi) is not None
-        return pieces or (phi.smooth and psi.smooth)
+        """A closed form (:meth:`closed`), or both smooth (Gauss–Hermite)."""
+        return InnerPair.closed(phi, psi) or (phi.smooth and psi.smooth)
 
     def expect(self, mu: Array, nu: Array, target: float = 0.0) -> tuple[Array, Array, Array]:
         """``target``: the largest error wanted at any node (the smooth rule's ladder stops there)."""
@@ -183,7 +194,7 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
     multiple of the outer ones."""
     choices = [(f, g) for f in F for g in G if InnerPair.takes(f.inner, g.inner)
                and all(h.kinks_known for h in f.outside() + g.outside())]
-    choices.sort(key=lambda fg: piecewise.of(fg[0].inner) is None)  # stable: closed forms first
+    choices.sort(key=lambda fg: not InnerPair.closed(fg[0].inner, fg[1].inner))  # stable: closed forms first
     out = []
     for f, g in choices:
         order = [f.arg, 2 + g.arg, 1 - f.arg, 2 + 1 - g.arg]  # (p, p', q, q')
@@ -200,3 +211,55 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
                float(kf * kg * 0.5 * (inner[0, 1] + inner[1, 0])))
         out.append(ConditionedPair((f, g), InnerPair(f.inner, g.inner, *law), A, gain))
     return out
+
+
+#: Standard-normal breakpoints of the conditioned point rule's axes (the kinks are added): panels on which
+#: Gauss–Legendre integrates the density times a smooth function to rounding with a few dozen nodes.
+_POINT_LEVELS = np.array([-12.0, -8.0, -5.5, -3.5, -2.0, -1.0, 0.0, 1.0, 2.0, 3.5, 5.5, 8.0, 12.0])
+#: Gauss–Legendre nodes per panel of the two point rules (their difference is the error estimate).
+POINT_NODES = (12, 18)
+
+
+def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array, Array] | None:
+    """Nodes ``u`` (Q, 2) and weights (Q,) of a product rule for ``E F(U)``, ``U ~ N(0, cov)`` (2, 2), where ``F``
+    reads its arguments as ``conditional`` says: the outer argument ``p`` on panels split at the kinks of the
+    outer functions, and, at each outer node, ``q | p ~ N(g p, v)`` on panels split where ``κq + s(p)`` crosses
+    a kink of the inner function — curved kinks (``relu(b + tanh(a))``) become breakpoints of the inner axis.
+    ``nodes`` Gauss–Legendre nodes per panel. None where it does not apply (unknown kinks, an argument of zero
+    variance, or ``q`` a multiple of ``p``)."""
+    c = conditional
+    if not (c.inner.kinks_known and all(f.kinks_known for f in c.outside())):
+        return None
+    var_p, var_q, cross = cov[c.arg, c.arg], cov[1 - c.arg, 1 - c.arg], cov[c.arg, 1 - c.arg]
+    if not var_p > 0.0:
+        return None
+    gain = cross / var_p
+    v = var_q - gain * cross
+    if not v > MIN_CONDITIONAL_SHARE * var_q:
+        return None
+    sd_p, sd_v = math.sqrt(var_p), math.sqrt(v)
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    z, wz = _panels(np.array([[k / sd_p for f in c.outside() for k in f.kinks]]), t, w)
+    p = sd_p * z[0]
+    shift = 0.0 if c.shift is None else c.shift.fn(p)
+    # the inner kinks, κ(g p + √v y) + s(p) = k, in the standard inner variable y at each outer node
+    cuts = np.zeros((p.size, 0))
+    if c.inner.kinks:
+        cuts = np.stack([np.broadcast_to(((k - shift) / c.scale - gain * p) / sd_v, p.shape) for k in c.inner.kinks],
+                        axis=-1)
+    y, wy = _panels(cuts, t, w)
+    u = np.empty((*y.shape, 2))
+    u[..., c.arg], u[..., 1 - c.arg] = p[:, None], gain * p[:, None] + sd_v * y
+    return u.reshape(-1, 2), (wz[0][:, None] * wy).reshape(-1)
+
+
+def _panels(cuts: Array, t: Array, w: Array) -> tuple[Array, Array]:
+    """Gauss–Legendre nodes ``t`` (weights ``w``) on each panel of [−12, 12] between :data:`_POINT_LEVELS` and the
+    row's ``cuts`` (R, c), times the standard normal density: nodes and weights (R, m), the same count per row
+    (cuts outside [−12, 12] make empty panels, of zero weight)."""
+    ends = np.sort(np.concatenate([np.broadcast_to(_POINT_LEVELS, (cuts.shape[0], _POINT_LEVELS.size)),
+                                   np.clip(cuts, _POINT_LEVELS[0], _POINT_LEVELS[-1])], axis=1), axis=1)
+    lo, hi = ends[:, :-1, None], ends[:, 1:, None]
+    y = 0.5 * (hi - lo) * t + 0.5 * (hi + lo)  # (R, panels, nodes)
+    wy = 0.5 * (hi - lo) * w * np.exp(-0.5 * y * y) * (1.0 / math.sqrt(2.0 * math.pi))
+    return y.reshape(cuts.shape[0], -1), wy.reshape(cuts.shape[0], -1)

@@ -79,9 +79,10 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
 
 def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ...]:
     """The ways ``expr`` of two G-vectors is a function of one given the other, ``f(p)·h(κq + s(p))``: the
-    factors without ``q`` make ``f``; the one factor with ``q`` is a function of ``q`` alone (``s = 0``:
-    ``hard_tanh(a)·step(b + 0.3)``, either argument outside) or an activation of a sum whose terms with ``q``
-    are affine in ``q`` alone (``tanh(relu(a) + c)``: ``a`` outside, the shift ``relu(a)``)."""
+    factors without ``q`` make ``f``; those with ``q`` are functions of ``q`` alone (``s = 0``:
+    ``hard_tanh(a)·step(b + 0.3)``, either argument outside), or activations of one sum whose terms with ``q``
+    are affine in ``q`` alone (``tanh(relu(a) + c)``: ``a`` outside, the shift ``relu(a)``; its square, the
+    diagonal's ``F·F``, has ``h = tanh²``)."""
     if len(args) != 2:
         return ()
     factors = expr.factors if isinstance(expr, Prod) else (expr,)
@@ -90,18 +91,20 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
         p, q = args[i], args[1 - i]
         with_q = [f for f in factors if q in f.args]
         rest = [f for f in factors if q not in f.args]
-        if len(with_q) != 1:
-            continue
-        outer = (None if not rest else activation_of(rest[0] if len(rest) == 1 else Prod(tuple(rest)), p))
-        inside = with_q[0]
-        if p not in inside.args:
-            out.append(Conditional(i, activation_of(inside, q), outer))
-            continue
-        shifted_form = _shifted(inside, q)
-        if shifted_form is not None:
-            act, scale, shift = shifted_form
-            out.append(Conditional(i, act, outer, activation_of(shift, p), scale))
+        outer = None if not rest else activation_of(_product(rest), p)
+        # activations of one affine shift of q first (erf(b + 0.2): the registry's erf, whose pairs have closed forms)
+        forms = [_shifted(f, q) for f in with_q]
+        if all(form is not None for form in forms) and len({(k, s.key) for _, k, s in forms}) == 1:
+            _, scale, shift = forms[0]
+            inner = activation_of(_product([Apply(act, Var(q)) for act, _, _ in forms]), q)  # of x = κq + s(p)
+            out.append(Conditional(i, inner, outer, activation_of(shift, p), scale))
+        elif all(p not in f.args for f in with_q):
+            out.append(Conditional(i, activation_of(_product(with_q), q), outer))
     return tuple(out)
+
+
+def _product(factors: list[Expr]) -> Expr:
+    return factors[0] if len(factors) == 1 else Prod(tuple(factors))
 
 
 def _shifted(expr: Expr, q: Vector) -> tuple[Activation, float, Expr] | None:
