@@ -49,6 +49,7 @@ SEPARABLE = {
     "tanh*erf": lambda u, v: netsor.tanh(u) * netsor.erf(v + 0.2),
     "tanh(v+relu(u))": lambda u, v: netsor.tanh(v + netsor.relu(u)),
     "relu(v+step(u))": lambda u, v: netsor.relu(v - 0.2 + 0.5 * netsor.step(u + 0.3)),
+    "relu(v+tanh(u))": lambda u, v: netsor.relu(v + netsor.tanh(u)),  # kinked on a curve
 }
 #: Traced functions drawn only with ``recipes(growth=True)`` (the draws of the others stay as they were):
 #: exp and cosh, whose Gaussian expectations need mass far out (E φ² from z = 2σ), and the cusp √|u + v|

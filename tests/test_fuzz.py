@@ -328,9 +328,10 @@ def test_random_programs_with_growing_or_cusped_functions_have_consistent_kernel
        seed=st.integers(0, 2**16), near=st.sampled_from([-0.05, 0.02, 0.1, 0.0]))
 def test_random_programs_with_separable_products_have_consistent_kernels(recipe, B, d, seed, near):
     """One function of two G-vectors separable given one of them in every program (hard_tanh·step with an
-    offset, relu(· − ½)·relu, tanh·erf(· + 0.2), tanh(v + relu(u)), relu(v − 0.2 + step(u + 0.3)/2)), read
-    out, on inputs two of which are nearly colinear (their pairs are conditioned on one argument per side):
-    finite, symmetric, PSD within the bounds, cross blocks equal to the blocks of the joint kernel."""
+    offset, relu(· − ½)·relu, tanh·erf(· + 0.2), tanh(v + relu(u)), relu(v − 0.2 + step(u + 0.3)/2), relu(v +
+    tanh(u)), kinked on a curve), read out, on inputs two of which are nearly colinear (their pairs are
+    conditioned on one argument per side): finite, symmetric, PSD within the bounds, cross blocks equal to the
+    blocks of the joint kernel."""
     check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
 
 
