@@ -13,8 +13,9 @@ tracer cannot see through):
    time per pair, and the ratio to the NNGP of a one-argument tanh program on the same inputs
    measured in the same run (the baseline: one Mehler series per layer);
 3. the same on ``--n-large`` inputs (1000) for every case with an exact path (and, with
-   ``--large-all``, tanh(relu(a) + c) at the rtol it met: ~25 minutes), with the ratio to a tanh NNGP
-   of that size measured in the same run.
+   ``--large-all``, the cases of ``SLOW_LARGE`` at the rtol they met: tens of minutes to hours — the
+   conditioned pairs cost 10–30 ms each), with the ratio to a tanh NNGP of that size measured in the
+   same run.
 
 Run::
 
@@ -42,9 +43,10 @@ from test_joint_terms import EXACT, OFFSET_KINKS, build, reference  # noqa: E402
 OPAQUE = "opaque relu(a)·relu(c)"
 #: Tolerances tried in turn after ``--rtol`` when a case's bound cannot meet it (each refusal is printed).
 RTOL_LADDER = [1e-6, 1e-4, 1e-2]
-#: Cases timed on ``--n-large`` inputs only with ``--large-all`` (the composition: ~25 minutes on 2 cores at
-#: N = 1000; kinks off the origin: Hermite tables and a Mehler series per pair, minutes).
-SLOW_LARGE = ("tanh(relu(a) + c)", *OFFSET_KINKS)
+#: Cases timed on ``--n-large`` inputs only with ``--large-all`` (the compositions: nearly colinear pairs, or for
+#: the curved kink every pair, conditioned at 10–30 ms a pair; kinks off the origin: Hermite tables and a Mehler
+#: series per pair, minutes).
+SLOW_LARGE = ("tanh(relu(a) + c)", "relu(b + tanh(a)), a kink on a curve", *OFFSET_KINKS)
 
 
 
