@@ -759,9 +759,10 @@ def _conditioned_point(F: JointFunction, cov: Array, integrate: Callable[[Array,
     (:func:`netsor.gaussian.separable.point_nodes`: breakpoints of the inner axis where the kinks cross it),
     and its error estimate, twice the difference of two rules: ``(value, error)`` (P, c), or None where no
     :class:`~netsor.gaussian.separable.Conditional` form of ``F`` applies."""
-    for conditional in F.conditionals:
+    cov = np.asarray(cov, dtype=float)
+    for conditional in F.conditionals if cov.shape[0] else ():
         values, errors = [], []
-        for one in np.asarray(cov, dtype=float):
+        for one in cov:
             rules = [separable.point_nodes(conditional, one, n) for n in separable.POINT_NODES]
             if any(rule is None for rule in rules):
                 break
@@ -769,7 +770,7 @@ def _conditioned_point(F: JointFunction, cov: Array, integrate: Callable[[Array,
             values.append(fine)
             errors.append(2.0 * np.abs(fine - coarse))
         else:
-            return np.array(values).reshape(len(values), -1), np.array(errors).reshape(len(values), -1)
+            return np.array(values), np.array(errors)
     return None
 
 
@@ -1354,7 +1355,7 @@ def point_moments(F: JointFunction, cov: Array, seed: int = 0) -> dict[str, Arra
             return _moment_columns(value, k)
     value = _cone_moments(F.cone, F.continuous, cov) if cone else None
     nested = None
-    if value is None and F.hidden_kinks and cov.shape[0]:
+    if value is None and F.hidden_kinks:
         nested = _conditioned_point(F, cov, lambda u, f, w: _moment_integrals(F, u, f, w))
     if value is None and nested is None and r <= NESTED_MAX_DIM:
         try:
