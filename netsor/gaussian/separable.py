@@ -80,13 +80,18 @@ class InnerPair:
         if self.pieces[0] is not None and self.pieces[1] is not None:
             return piecewise.pair_expectation(*self.pieces, a, b, c, means=(mu, nu))
         mu, nu = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(nu, dtype=float))
-        previous = self._hermite(mu, nu, SMOOTH_NODES[0])
-        for n in SMOOTH_NODES[1:]:
-            value = self._hermite(mu, nu, n)
-            error = np.abs(value - previous)
-            if not np.max(error, initial=0.0) > target:  # (NaN goes on, and is not done at the end)
+        shape = mu.shape
+        mu, nu = mu.reshape(-1), nu.reshape(-1)
+        value, error = self._hermite(mu, nu, SMOOTH_NODES[0]), np.full(mu.size, np.inf)
+        todo = np.arange(mu.size)
+        for n in SMOOTH_NODES[1:]:  # each value to the first rule that agrees with the previous one within target
+            finer = self._hermite(mu[todo], nu[todo], n)
+            error[todo] = np.abs(finer - value[todo])
+            value[todo] = finer
+            todo = todo[~(error[todo] <= target)]  # (NaN goes on, and is not done at the end)
+            if not todo.size:
                 break
-            previous = value
+        value, error = value.reshape(shape), error.reshape(shape)
         return value, error, np.isfinite(value) & np.isfinite(error)
 
     def _hermite(self, mu: Array, nu: Array, n: int) -> Array:
