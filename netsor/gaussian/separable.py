@@ -29,7 +29,7 @@ import numpy as np
 
 from netsor.activations import Activation, erf
 from netsor.gaussian import piecewise
-from netsor.gaussian.quadrature import hermite_rule
+from netsor.gaussian.quadrature import hermite_rule, rule_on_panels
 
 Array = np.ndarray
 Plane = tuple[Array, float]
@@ -95,19 +95,19 @@ class InnerPair:
         return value, error, np.isfinite(value) & np.isfinite(error)
 
     def _hermite(self, mu: Array, nu: Array, n: int) -> Array:
-        """The product rule of n × n nodes: ``X = √a z₁``, ``Y = (c/√a) z₁ + √(b − c²/a) z₂``."""
+        """The product rule of n × n nodes at the means ``mu``, ``nu`` (1-D): ``X = √a z₁``,
+        ``Y = (c/√a) z₁ + √(b − c²/a) z₂``."""
         a, b, c = self.law
         l11, l21 = math.sqrt(a), c / math.sqrt(a)
         l22 = math.sqrt(max(b - l21 * l21, 0.0))
         z, w = hermite_rule(n)
-        flat_mu, flat_nu = mu.reshape(-1), nu.reshape(-1)
-        out = np.empty(flat_mu.size)
+        out = np.empty(mu.size)
         step = max(1, _BLOCK_VALUES // (n * n))
-        for i in range(0, flat_mu.size, step):
-            m, v = flat_mu[i:i + step, None], flat_nu[i:i + step, None]
+        for i in range(0, mu.size, step):
+            m, v = mu[i:i + step, None], nu[i:i + step, None]
             inner = self.psi.fn((v + l21 * z)[..., None] + l22 * z) @ w  # (block, n): the z₂ sums
             out[i:i + step] = (self.phi.fn(m + l11 * z) * inner) @ w
-        return out.reshape(mu.shape)
+        return out
 
 
 @dataclass(frozen=True)
@@ -260,11 +260,8 @@ def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array
 
 def _panels(cuts: Array, t: Array, w: Array) -> tuple[Array, Array]:
     """Gauss–Legendre nodes ``t`` (weights ``w``) on each panel of [−12, 12] between :data:`_POINT_LEVELS` and the
-    row's ``cuts`` (R, c), times the standard normal density: nodes and weights (R, m), the same count per row
-    (cuts outside [−12, 12] make empty panels, of zero weight)."""
+    row's ``cuts`` (R, c), times the standard normal density (:func:`~netsor.gaussian.quadrature.rule_on_panels`):
+    nodes and weights (R, m), the same count per row (cuts outside [−12, 12] make empty panels, of zero weight)."""
     ends = np.sort(np.concatenate([np.broadcast_to(_POINT_LEVELS, (cuts.shape[0], _POINT_LEVELS.size)),
                                    np.clip(cuts, _POINT_LEVELS[0], _POINT_LEVELS[-1])], axis=1), axis=1)
-    lo, hi = ends[:, :-1, None], ends[:, 1:, None]
-    y = 0.5 * (hi - lo) * t + 0.5 * (hi + lo)  # (R, panels, nodes)
-    wy = 0.5 * (hi - lo) * w * np.exp(-0.5 * y * y) * (1.0 / math.sqrt(2.0 * math.pi))
-    return y.reshape(cuts.shape[0], -1), wy.reshape(cuts.shape[0], -1)
+    return rule_on_panels(ends, t, w)
