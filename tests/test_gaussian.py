@@ -86,6 +86,28 @@ def test_series_and_quadrature_meet_the_closed_forms_within_their_bounds(name):
     np.testing.assert_allclose(z, want0, rtol=1e-12, atol=1e-14)
 
 
+def test_the_dense_series_pass_reports_the_largest_squared_correlation_it_met():
+    """``_mehler`` returns the pairs beyond the series' reach and the largest ``ρ²`` of the others, from which
+    a tile's relative bound is taken (``_series_relative``); it returned the Horner loop's order instead (≥ 1,
+    so every such bound fell back to its cap ``rtol``)."""
+    from netsor.gaussian import pairs
+
+    rng = np.random.default_rng(7)
+    act = activation("tanh")
+    a, b = 10 ** rng.uniform(-1, 0.5, (20, 1)), 10 ** rng.uniform(-1, 0.5, (1, 20))
+    rho = rng.uniform(-0.95, 0.95, (20, 20))
+    va, inv = np.unique(np.concatenate([a.ravel(), b.ravel()]), return_inverse=True)
+    ia, ib = inv[:20].reshape(a.shape), inv[20:].reshape(b.shape)
+    table = pairs.HermiteTable(act, va, 31, 1e-8)
+    out = np.empty((20, 20))
+    rejected, widest = pairs._mehler(table, table, ia, ib, np.sqrt(a), np.sqrt(b), rho * np.sqrt(a * b), 15, out,
+                                     largest=True)
+    met = np.ones(400, dtype=bool)
+    met[rejected] = False
+    assert 0 < rejected.size < 400  # both kinds of pairs are there
+    assert widest == pytest.approx(np.max((rho * rho).ravel()[met]), rel=1e-12)
+
+
 def reference(phi, psi, a, b, c):
     """Nested adaptive scipy quad of E[φ(√a z1) ψ(√b (ρ z1 + s z2))] (independent of netsor)."""
     sa, sb = np.sqrt(a), np.sqrt(b)

@@ -783,7 +783,7 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
     inner = int(np.prod(out.shape[1:]))
     rows = max(1, min(_BLOCK, _GATHER // (order + 1)) // max(inner, 1))
     rejected = []
-    top = 0.0
+    widest = 0.0  # the largest ρ² of the pairs met
     for i in range(0, out.shape[0], rows):
         sl = slice(i, i + rows)
         blk = out[sl]
@@ -803,8 +803,8 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
         bad = x > _rows(limit_a, sl) * _rows(limit_b, sl)
         rejected.append(np.flatnonzero(bad) + i * inner)
         if largest:
-            top = max(top, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
-    return np.concatenate(rejected), top
+            widest = max(widest, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
+    return np.concatenate(rejected), widest
 
 
 def _series_error(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, rho: Array, order: int) -> Array:
