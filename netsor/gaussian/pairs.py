@@ -678,6 +678,7 @@ class _MemoTable:
         self.alpha = np.empty((order + 1, 0))
         self.m2 = np.empty(0)
         self.qerr = np.empty(0)
+        self.tail = np.empty((order + 1, 0))
         self.lock = threading.Lock()
 
     def _find(self, var: Array) -> tuple[Array, Array]:
@@ -689,23 +690,35 @@ class _MemoTable:
         return found, np.where(found, cols[pos], -1)
 
     def lookup(self, act: Activation, var: Array, order: int, interpolation_tol: float | None = None
-               ) -> tuple[Array, Array, Array]:
+               ) -> tuple[Array, Array, Array, Array]:
+        """``α, E φ², quadrature error, tail bounds`` (:func:`_tails`) at the variances ``var``."""
         found, cols = self._find(var)
         if not found.all():
             new = np.unique(var[~found])
             alpha, m2, qerr = hermite_coefficients(act, new, order, interpolation_tol=interpolation_tol)
+            tail = _tails(alpha, m2, qerr, order)
             with self.lock:
                 start = self.m2.size
                 self.alpha = np.concatenate([self.alpha, alpha], axis=1)
                 self.m2 = np.concatenate([self.m2, m2])
                 self.qerr = np.concatenate([self.qerr, qerr])
+                self.tail = np.concatenate([self.tail, tail], axis=1)
                 keys = np.concatenate([self.index[0], new])
                 cols = np.concatenate([self.index[1], start + np.arange(new.size)])
                 order_ = np.argsort(keys, kind="stable")
                 self.index = (keys[order_], cols[order_])
             found, cols = self._find(var)
-        alpha, m2, qerr = self.alpha, self.m2, self.qerr  # never shrink: they hold every column found
-        return alpha[:, cols], m2[cols], qerr[cols]
+        alpha, m2, qerr, tail = self.alpha, self.m2, self.qerr, self.tail  # never shrink: they hold every column found
+        return alpha[:, cols], m2[cols], qerr[cols], tail[:, cols]
+
+
+def _tails(alpha: Array, m2: Array, qerr: Array, order: int) -> Array:
+    """Bounds of ``T_k = E φ² − Σ_{j ≤ k} α_j²`` (order+1, n) from coefficients each off by at most ``qerr``:
+    ``m2`` is off by at most ``2 qerr √m2``, so ``T_k`` by at most ``2 √(K+1) qerr √m2 + (K+1) qerr²``
+    (Cauchy–Schwarz on ``Σ 2|α_j| e_j``), plus a floor of the summation's rounding."""
+    tail = m2 - np.cumsum(alpha * alpha, axis=0)
+    slack = 2.0 * np.sqrt(order + 1.0) * qerr * np.sqrt(m2) + (order + 1.0) * qerr**2
+    return np.maximum(tail, 0.0) + _TAIL_FLOOR * m2 + slack
 
 
 class HermiteTable:
@@ -717,23 +730,22 @@ class HermiteTable:
         tol = _INTERPOLATE_SHARE * rtol
         if memo is None:
             self.alpha, self.m2, self.qerr = hermite_coefficients(act, var, order, interpolation_tol=tol)
-        else:
-            self.alpha, self.m2, self.qerr = memo.table(act, order).lookup(act, var, order, tol)
-        tail = self.m2 - np.cumsum(self.alpha * self.alpha, axis=0)
-        # T = E φ² − Σ α_k² from numbers each off by at most qerr (m2 by 2 qerr √m2): off by at most
-        # 2 √(K+1) qerr √m2 + (K+1) qerr² (Cauchy–Schwarz on Σ 2|α_k| e_k)
-        slack = 2.0 * np.sqrt(order + 1.0) * self.qerr * np.sqrt(self.m2) + (order + 1.0) * self.qerr**2
-        self.tail = np.maximum(tail, 0.0) + _TAIL_FLOOR * self.m2 + slack
+            self.tail = _tails(self.alpha, self.m2, self.qerr, order)
+        else:  # the tails with the coefficients, once per variance
+            self.alpha, self.m2, self.qerr, self.tail = memo.table(act, order).lookup(act, var, order, tol)
         #: orders whose coefficient is not zero for every variance (parity of odd/even φ)
         self.active = np.any(np.abs(self.alpha) > 1e-15 * np.sqrt(self.m2), axis=1)
-        self._reach: dict[int, Array] = {}
+        self._reach: dict[int | tuple[int, ...], Array] = {}
 
-    def reach(self, order: int) -> Array:
-        """``g`` of shape (n,) such that order ``order`` meets ``rtol`` when ``|ρ| ≤ g_φ g_ψ``."""
+    def reach(self, order: int | tuple[int, ...]) -> Array:
+        """``g`` of shape (n,) such that order ``order`` meets ``rtol`` when ``|ρ| ≤ g_φ g_ψ`` (stacked,
+        (orders, n), for a tuple of orders)."""
         if order not in self._reach:
+            k = np.array(order, dtype=np.intp)
+            power = 0.5 / (k + 1) if k.ndim == 0 else (0.5 / (k + 1))[:, None]
             with np.errstate(divide="ignore", invalid="ignore"):
-                g = (self.rtol * self.m2 / self.tail[order]) ** (0.5 / (order + 1))
-            self._reach[order] = np.where(self.tail[order] > 0, g, np.inf)
+                g = (self.rtol * self.m2 / self.tail[k]) ** power
+            self._reach[order] = np.where(self.tail[k] > 0, g, np.inf)
         return self._reach[order]
 
 
@@ -784,10 +796,12 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
     rows = max(1, min(_BLOCK, _GATHER // (order + 1)) // max(inner, 1))
     rejected = []
     widest = 0.0  # the largest ρ² of the pairs met
+    inv_a, inv_b = 1.0 / sa, 1.0 / sb  # per point: two products a pair instead of a product and a division
     for i in range(0, out.shape[0], rows):
         sl = slice(i, i + rows)
         blk = out[sl]
-        rho = _rows(c, sl) / (_rows(sa, sl) * _rows(sb, sl))
+        rho = np.multiply(_rows(c, sl), _rows(inv_a, sl))
+        rho *= _rows(inv_b, sl)
         x = rho * rho
         alpha, beta = ta.alpha[:order + 1, _rows(ia, sl)], tb.alpha[:order + 1, _rows(ib, sl)]
         if not tops:
@@ -800,10 +814,12 @@ def _mehler(ta: HermiteTable, tb: HermiteTable, ia: Array, ib: Array, sa: Array,
                 np.multiply(dst, rho, out=dst)
             if n:
                 np.add(blk, part, out=blk)
-        bad = x > _rows(limit_a, sl) * _rows(limit_b, sl)
-        rejected.append(np.flatnonzero(bad) + i * inner)
-        if largest:
-            widest = max(widest, float(np.max(np.broadcast_to(x, bad.shape), where=~bad, initial=0.0)))
+        bad = np.flatnonzero(x > _rows(limit_a, sl) * _rows(limit_b, sl))
+        rejected.append(bad + i * inner)
+        if largest and x.size:
+            x = np.broadcast_to(x, blk.shape).copy() if x.shape != blk.shape else x  # x is ours: zero the rejected
+            x.reshape(-1)[bad] = 0.0
+            widest = max(widest, float(np.max(x)))
     return np.concatenate(rejected), widest
 
 
@@ -1004,15 +1020,16 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
         tables[_LARGE_TABLE] = _tables(phi, psi, va, vb, _LARGE_TABLE, rtol, memo)
     top = max(tables)
     orders = [k for k in _ORDERS if k <= top]
-    need = np.full(rho_s.size, len(orders))
-    for j in range(len(orders) - 1, -1, -1):
-        ok = rho_s <= _orders_reach(tables[_table_for(orders[j], tables)], orders[j], ia_s, ib_s)
-        need[ok] = j
+    # the lowest order meeting rtol at each sampled pair (len(orders): none), all orders of a table at once
+    ok = np.concatenate([_orders_reach(tables[size], tuple(k for k in orders if _table_for(k, tables) == size),
+                                       ia_s, ib_s) for size in sorted(tables)]) >= rho_s
+    need = np.where(ok.any(axis=0), np.argmax(ok, axis=0), len(orders))
     steps = np.array([k / 2.0 + 4.0 for k in orders])
     fallback = np.where(colinear_s, _COST_COLINEAR, _COST_NESTED)
     sparse = np.where(need < len(orders), _COST_SPARSE * steps[np.minimum(need, len(orders) - 1)], fallback)
-    costs = [steps[j] + np.mean(np.where(need > j, sparse, 0.0)) for j in range(len(orders))]
-    order = orders[int(np.argmin(costs))]
+    # cost of order j: its steps, plus the mean cost of the sampled pairs it leaves (need > j)
+    left = np.sum(sparse) - np.cumsum(np.bincount(need, weights=sparse, minlength=len(orders) + 1))[:len(orders)]
+    order = orders[int(np.argmin(steps + left / rho_s.size))]
     tabs = tables[_table_for(order, tables)]
     out = np.empty(full)
     rest, largest = _mehler(*tabs, ia, ib, sa, sb, c, order, out, largest=envelope is not None)
@@ -1049,8 +1066,11 @@ def _table_for(order: int, tables: dict[int, tuple[HermiteTable, HermiteTable]])
     return min(k for k in tables if k >= order)
 
 
-def _orders_reach(tabs: tuple[HermiteTable, HermiteTable], order: int, ia: Array, ib: Array) -> Array:
-    return tabs[0].reach(order)[ia] * tabs[1].reach(order)[ib]
+def _orders_reach(tabs: tuple[HermiteTable, HermiteTable], order: int | tuple[int, ...], ia: Array, ib: Array
+                  ) -> Array:
+    """The largest ``|ρ|`` that ``order`` meets at the pairs ``(ia, ib)``: shape of ``ia``, or (orders, ...)
+    for a tuple of orders."""
+    return tabs[0].reach(order)[..., ia] * tabs[1].reach(order)[..., ib]
 
 
 def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
