@@ -156,6 +156,43 @@ def _truncated(h: Array | None, k: Array | None, rho: Array, s: Array
                      P + np.abs(h) * pk * B + np.abs(k) * ph * A + np.abs(h * k) * density)}
 
 
+def _interval_moments(lo: Array, hi: Array) -> tuple[tuple[Array, Array], ...]:
+    """``(E[X^n 1{lo < X < hi}], Σ |parts|)`` for n = 0, 1, 2 of a standard normal X (``lo``, ``hi`` may be ∓inf;
+    an empty interval gives 0)."""
+    lo, hi = np.broadcast_arrays(np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
+    hi = np.maximum(hi, lo)
+    p_lo, p_hi = _pdf(lo), _pdf(hi)
+    q_lo, q_hi = _upper(lo), _upper(hi)
+    with np.errstate(invalid="ignore"):  # x φ(x) → 0 at ±inf (inf · 0 is NaN)
+        x_lo = np.where(np.isfinite(lo), lo * p_lo, 0.0)
+        x_hi = np.where(np.isfinite(hi), hi * p_hi, 0.0)
+    m0 = np.maximum(q_lo - q_hi, 0.0)
+    return ((m0, q_lo + q_hi), (p_lo - p_hi, p_lo + p_hi),
+            (m0 + x_lo - x_hi, q_lo + q_hi + np.abs(x_lo) + np.abs(x_hi)))
+
+
+def _truncated_colinear(h: Array | None, k: Array | None, sign: float
+                        ) -> dict[tuple[int, int], tuple[Array, Array, Array]]:
+    """:func:`_truncated` for ``Y = sign·X`` exactly (a law of rank one: one variable at both points, e.g. a
+    data-free vector): ``E[X^i Y^j 1{X > h, Y > k}] = sign^j E[X^(i+j) 1{X > h, sign·X > k}]``, one interval of
+    one normal; no derivative in ρ (ρ = ±1 is exact, not rounded)."""
+    inf = np.full((), np.inf)
+    lo = -inf if h is None else h
+    if sign > 0:
+        lo = lo if k is None else np.maximum(lo, k)
+        hi = inf
+    else:
+        hi = inf if k is None else -k
+    moments = _interval_moments(lo, hi)
+    zero = np.zeros(())
+    out = {}
+    for i in (0, 1):
+        for j in (0, 1):
+            value, size = moments[i + j]
+            out[(i, j)] = (sign**j * value, size, zero)
+    return out
+
+
 def _standard(piece: Piece, sd: Array) -> tuple[Array, int, Array, Array | None, float]:
     """A piece of ``φ(sd·X)`` as ``(coef, power, tilt, threshold or None, sign)`` over ``sign·X`` above the
     threshold (a piece below its threshold is taken in ``−X``)."""
@@ -181,19 +218,29 @@ def _grouped(pieces: tuple[Piece, ...], sd: Array) -> dict[tuple[float, float, b
 
 
 def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Array, c: Array, *,
-                     means: tuple[Array, Array] | None = None) -> tuple[Array, Array, Array]:
+                     means: tuple[Array, Array] | None = None, colinear: bool = False) -> tuple[Array, Array, Array]:
     """``(E[F(u + μ) G(v + ν)], error bound, done)`` for broadcastable ``a, b, c`` (variances > 0) and
     ``means = (μ, ν)`` (default 0); ``done`` is false (value and error 0) for pairs within ``MIN_SINE`` of
     colinear and pairs tilted beyond ``MAX_TILT``. A mean shifts the law like a tilt: in standard
-    coordinates ``E[e^(tX) F(X + m)] = e^(t²/2 + tm) E[F(X + t + m)]``."""
+    coordinates ``E[e^(tX) F(X + m)] = e^(t²/2 + tm) E[F(X + t + m)]``.
+
+    ``colinear``: the law is exactly of rank one, ``v = sign(c)·√(b/a)·u`` (one variable read at two points —
+    a data-free vector — not a correlation near ±1 from data): the moments are those of one normal on an
+    interval (:func:`_truncated_colinear`), every pair is done but those tilted too far."""
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
     mu, nu = (np.zeros(()), np.zeros(())) if means is None else (np.asarray(m, dtype=float) for m in means)
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape, mu.shape, nu.shape)
     sa, sb = np.sqrt(a), np.sqrt(b)
     norm = sa * sb
-    rho = np.clip(c / norm, -1.0, 1.0)
-    s = np.sqrt(np.maximum(a * b - c * c, 0.0)) / norm  # exact 0 for a point with itself
-    done = np.broadcast_to(s >= MIN_SINE, shape).copy()
+    if colinear:
+        if np.ndim(c) or not c != 0.0:
+            raise ValueError("piecewise.pair_expectation: a colinear law needs one nonzero covariance (its sign)")
+        rho = np.full((), math.copysign(1.0, float(c)))
+        s = np.zeros(())
+    else:
+        rho = np.clip(c / norm, -1.0, 1.0)
+        s = np.sqrt(np.maximum(a * b - c * c, 0.0)) / norm  # exact 0 for a point with itself
+    done = np.broadcast_to(colinear or s >= MIN_SINE, shape).copy()
     s_safe = np.where(s >= MIN_SINE, s, 1.0)
     value, error = np.zeros(shape), np.zeros(shape)
     for (rate_f, *_), (coefs_f, tf, hf, sf) in _grouped(F, sa).items():
@@ -209,7 +256,7 @@ def pair_expectation(F: tuple[Piece, ...], G: tuple[Piece, ...], a: Array, b: Ar
                 h, k = (None if hf is None else hf - mx), (None if hg is None else hg - my)
             else:
                 h, k = hf, hg
-            moments = _truncated(h, k, r, s_safe)
+            moments = _truncated_colinear(h, k, float(r)) if colinear else _truncated(h, k, r, s_safe)
             for p, cp in coefs_f.items():
                 for q, cq in coefs_g.items():
                     if not tilted:

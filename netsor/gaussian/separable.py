@@ -58,11 +58,14 @@ class InnerPair:
     """``E[φ(X + μ) ψ(Y + ν)]`` for ``(X, Y)`` centred Gaussian of covariance ``(a, b, c)`` and arrays of means:
     :meth:`expect` returns ``(value, error bound or estimate, done)``."""
 
-    def __init__(self, phi: Activation, psi: Activation, a: float, b: float, c: float) -> None:
-        self.phi, self.psi, self.law = phi, psi, (a, b, c)
+    def __init__(self, phi: Activation, psi: Activation, a: float, b: float, c: float, colinear: bool = False
+                 ) -> None:
+        """``colinear``: ``Y = (c/a) X`` exactly — one variable read at two points (a data-free vector)."""
+        self.phi, self.psi, self.law, self.colinear = phi, psi, (a, b, c), colinear
         self.pieces = (piecewise.of(phi), piecewise.of(psi))
         if phi.key == erf.key and psi.key == erf.key:  # a closed form too (Gauss–Hermite is slow for steep erfs)
-            self.pieces, self.law = (ERF_AS_STEP, ERF_AS_STEP), (a + 0.5, b + 0.5, c)
+            # (the private noises of the two erfs make even a colinear law a regular one)
+            self.pieces, self.law, self.colinear = (ERF_AS_STEP, ERF_AS_STEP), (a + 0.5, b + 0.5, c), False
 
     @staticmethod
     def closed(phi: Activation, psi: Activation) -> bool:
@@ -78,7 +81,7 @@ class InnerPair:
         """``target``: the largest error wanted at any node (the smooth rule's ladder stops there)."""
         a, b, c = self.law
         if self.pieces[0] is not None and self.pieces[1] is not None:
-            return piecewise.pair_expectation(*self.pieces, a, b, c, means=(mu, nu))
+            return piecewise.pair_expectation(*self.pieces, a, b, c, means=(mu, nu), colinear=self.colinear)
         mu, nu = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(nu, dtype=float))
         shape = mu.shape
         mu, nu = mu.reshape(-1), nu.reshape(-1)
@@ -123,6 +126,8 @@ class Conditional:
     outer: Activation | None = None
     shift: Activation | None = None
     scale: float = 1.0
+    #: ``(slope, intercept)`` of the shift when it is affine in ``p`` (``(0, 0)`` without one), else None.
+    affine_shift: tuple[float, float] | None = (0.0, 0.0)
 
     def outside(self) -> tuple[Activation, ...]:
         """The functions of the outer argument: kinks of the conditioned integrand are theirs."""
@@ -149,6 +154,8 @@ class ConditionedPair:
     inner: InnerPair
     outer_cov: Array
     gain: Array
+    #: Lines where a kink of one inner function meets one of the other (a colinear inner pair's only kinks).
+    crossings: tuple[Plane, ...] = ()
 
     @property
     def continuous(self) -> bool:
@@ -157,9 +164,9 @@ class ConditionedPair:
 
     def planes(self) -> tuple[Plane, ...]:
         """The kink lines of the integrand: ``p = k`` and ``p' = k'`` at the kinks of the outer factors and
-        shifts (the inner expectation is smooth in its means)."""
+        shifts, and the :attr:`crossings` (a regular inner pair's expectation is smooth in its means)."""
         return tuple((np.eye(2)[i], -float(k)) for i, side in enumerate(self.sides) for f in side.outside()
-                     for k in f.kinks)
+                     for k in f.kinks) + self.crossings
 
     def integrand(self, inner_error: list[float], target: float) -> Callable[[Array], Array]:
         """``f(p) g(p') c(p, p')`` for ``u = (p, p')`` of shape (..., 2); appends to ``inner_error`` the
@@ -196,7 +203,12 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
     :class:`ConditionedPair` objects, one per pair of their :class:`Conditional` forms whose inner functions
     :meth:`InnerPair.takes` (piecewise-linear inner pairs first: their closed form is exact); none where none
     applies: outer functions with unknown kinks, an outer pair nearly colinear, or an inner argument that is a
-    multiple of the outer ones."""
+    multiple of the outer ones.
+
+    Where the two inner arguments are one variable (``q = q'`` in the law, bitwise: a data-free vector read at
+    both points, ``hard_tanh(a)·step(0.6a + 0.8c + 0.3)`` with ``c = p.gaussian``), the inner pair is one normal
+    (:class:`InnerPair` ``colinear``), whose expectation is kinked where a kink of one inner function meets
+    one of the other: lines of ``(p, p')`` when the shifts are affine (:func:`_crossings`; else not taken)."""
     choices = [(f, g) for f in F for g in G if InnerPair.takes(f.inner, g.inner)
                and all(h.kinks_known for h in f.outside() + g.outside())]
     choices.sort(key=lambda fg: not InnerPair.closed(fg[0].inner, fg[1].inner))  # stable: closed forms first
@@ -212,10 +224,34 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
         if np.any(np.diag(inner) <= MIN_CONDITIONAL_SHARE * np.diag(S[2:, 2:])):
             continue
         kf, kg = f.scale, g.scale
-        law = (float(kf * kf * inner[0, 0]), float(kg * kg * inner[1, 1]),
-               float(kf * kg * 0.5 * (inner[0, 1] + inner[1, 0])))
-        out.append(ConditionedPair((f, g), InnerPair(f.inner, g.inner, *law), A, gain))
+        shared = S[2, 2] == S[3, 3] == S[2, 3] == S[3, 2] and np.array_equal(S[2], S[3])  # q and q' are one variable
+        crossings: tuple[Plane, ...] = ()
+        if shared:
+            if not InnerPair.closed(f.inner, g.inner) or f.affine_shift is None or g.affine_shift is None:
+                continue  # kinks on curves (or a smooth inner pair, smooth in its means: taken as is below)
+            v = float(inner[0, 0])
+            law = (kf * kf * v, kg * kg * v, kf * kg * v)
+            gain[1] = gain[0]  # one variable: one conditional mean
+            crossings = _crossings(f, g, gain)
+        else:
+            law = (float(kf * kf * inner[0, 0]), float(kg * kg * inner[1, 1]),
+                   float(kf * kg * 0.5 * (inner[0, 1] + inner[1, 0])))
+        out.append(ConditionedPair((f, g), InnerPair(f.inner, g.inner, *law, colinear=shared), A, gain, crossings))
     return out
+
+
+def _crossings(f: Conditional, g: Conditional, gain: Array) -> tuple[Plane, ...]:
+    """Where a kink ``k`` of ``f.inner`` at ``κq + μ`` and a kink ``k'`` of ``g.inner`` at ``κ'q + ν`` are at the
+    same ``q`` (``κ'(k − μ) = κ(k' − ν)``), with ``μ = κ gain[0]·(p, p') + s(p)`` and ``ν = κ' gain[1]·(p, p') +
+    s'(p')`` affine: lines ``normal·(p, p') + offset = 0``."""
+    (af, bf), (ag, bg) = f.affine_shift, g.affine_shift  # type: ignore[misc]
+    kf, kg = f.scale, g.scale
+    grad_mu = kf * gain[0] + np.array([af, 0.0])
+    grad_nu = kg * gain[1] + np.array([0.0, ag])
+    normal = kf * grad_nu - kg * grad_mu
+    if not np.any(np.abs(normal) > 1e-12 * (np.abs(kf * grad_nu) + np.abs(kg * grad_mu)).max()):
+        return ()  # the two breakpoints move together: they meet everywhere or nowhere
+    return tuple((normal, float(kg * (k - bf) - kf * (k2 - bg))) for k in f.inner.kinks for k2 in g.inner.kinks)
 
 
 #: Standard-normal breakpoints of the conditioned point rule's axes (the kinks are added): panels on which

@@ -97,10 +97,18 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
         if all(form is not None for form in forms) and len({(k, s.key) for _, k, s in forms}) == 1:
             _, scale, shift = forms[0]
             inner = activation_of(_product([Apply(act, Var(q)) for act, _, _ in forms]), q)  # of x = κq + s(p)
-            out.append(Conditional(i, inner, outer, activation_of(shift, p), scale))
+            out.append(Conditional(i, inner, outer, activation_of(shift, p), scale, _affine_in(shift, p)))
         elif all(p not in f.args for f in with_q):
             out.append(Conditional(i, activation_of(_product(with_q), q), outer))
     return tuple(out)
+
+
+def _affine_in(expr: Expr, p: Vector) -> tuple[float, float] | None:
+    """``(slope, intercept)`` when ``expr`` is affine in ``p`` alone, else None."""
+    form = expr.affine()
+    if form is None or any(v is not p for v, _ in form[0]):
+        return None
+    return sum(c for _, c in form[0]), float(form[1])
 
 
 def _product(factors: list[Expr]) -> Expr:
