@@ -225,18 +225,22 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
             continue
         kf, kg = f.scale, g.scale
         shared = S[2, 2] == S[3, 3] == S[2, 3] == S[3, 2] and np.array_equal(S[2], S[3])  # q and q' are one variable
-        crossings: tuple[Plane, ...] = ()
+        if shared and not InnerPair.closed(f.inner, g.inner):
+            continue  # a smooth pair of one normal: the other rules took relu(u)·tanh(0.6u + 0.8c) 5–15× faster
         if shared:
-            if not InnerPair.closed(f.inner, g.inner) or f.affine_shift is None or g.affine_shift is None:
-                continue  # kinks on curves (or a smooth inner pair, smooth in its means: taken as is below)
             v = float(inner[0, 0])
             law = (kf * kf * v, kg * kg * v, kf * kg * v)
             gain[1] = gain[0]  # one variable: one conditional mean
-            crossings = _crossings(f, g, gain)
         else:
             law = (float(kf * kf * inner[0, 0]), float(kg * kg * inner[1, 1]),
                    float(kf * kg * 0.5 * (inner[0, 1] + inner[1, 0])))
-        out.append(ConditionedPair((f, g), InnerPair(f.inner, g.inner, *law, colinear=shared), A, gain, crossings))
+        pair = InnerPair(f.inner, g.inner, *law, colinear=shared)
+        crossings: tuple[Plane, ...] = ()
+        if pair.colinear:  # one normal through two piecewise functions: kinked where their kinks meet
+            if f.affine_shift is None or g.affine_shift is None:
+                continue  # they meet on curves
+            crossings = _crossings(f, g, gain)
+        out.append(ConditionedPair((f, g), pair, A, gain, crossings))
     return out
 
 
