@@ -39,10 +39,10 @@ TRACED = {
     "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
     "gate*relu": lambda u, v: 0.5 * (1.0 + special.erf(u)) * np.maximum(v, 0.0),
 }
-#: Functions of two correlated G-vectors (``u`` and ``0.6u + 0.8v``, v data-free for a third of the draws) separable given one of them — products of
-#: one function of each, and a function of one shifted by a function of the other — drawn only with
-#: ``recipes(separable=True)``: kinks off the origin and smooth functions, whose nearly colinear pairs are
-#: conditioned (netsor.gaussian.separable).
+#: Functions of two correlated G-vectors (``u`` and ``0.6u + 0.8v``, v data-free for a third of the draws)
+#: separable given one of them — products of one function of each, and a function of one shifted by a function
+#: of the other — drawn only with ``recipes(separable=True)``: kinks off the origin and smooth functions, whose
+#: nearly colinear pairs are conditioned (netsor.gaussian.separable).
 SEPARABLE = {
     "hard_tanh*step": lambda u, v: netsor.hard_tanh(u) * netsor.step(v + 0.3),
     "relu-shift*relu": lambda u, v: netsor.relu(u - 0.5) * netsor.relu(v),
