@@ -2499,8 +2499,9 @@ class Limit:
 
         ``psd`` (kernels of one input set only):
 
-        * ``"auto"`` (default): ``"clip"`` when the error bounds exceed 1e-12 relative (some
-          expectation was numerical), else nothing — closed forms are PSD up to rounding;
+        * ``"auto"`` (default): ``"clip"`` when the largest error bound exceeds ``PSD_TOLERANCE``
+          (1e-9) relative to the diagonal scale, else nothing — such bounds cannot move an
+          eigenvalue below ``−1e-9·λ_max``;
         * ``"clip"``: verify PSD (Cholesky; eigen-decomposition if that fails); clip negative
           eigenvalues above ``−max(PSD_TOLERANCE·λ_max, ‖E‖_F)`` (the error bound allows no more
           negativity), raise below;
