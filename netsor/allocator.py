@@ -1,7 +1,7 @@
 """Keep freed memory for reuse while the pair grid is swept (glibc only; elsewhere a no-op).
 
-A sweep of the pair grid allocates and frees many tile-sized temporaries (a 384 × 384 tile is
-1.2 MB). glibc serves such blocks by ``mmap`` and returns the top of its heap to the system as
+A sweep of the pair grid allocates and frees many tile-sized temporaries (a 512 × 512 tile is
+2 MB). glibc serves such blocks by ``mmap`` and returns the top of its heap to the system as
 soon as more than ``M_TRIM_THRESHOLD`` is free, so most temporaries are fresh pages: the first
 write to each page faults. On the depth-10 ReLU NNGP and NTK at N = 1000 (2 cores), those page
 faults were ~20 % of the run (``benchmarks/bench_ntk.py``). Within :func:`reused_memory` blocks
