@@ -342,10 +342,19 @@ LAYERNORM_TIMES_ITS_DISTANCE = Recipe(
     sigmas=((1.2, 0.3),), steps=(("layernorm", 414), ("factor", 0, 4, "abs", -1.0), ("layernorm", 414),
                                  ("layernorm", 414), ("layernorm", 4)), readouts=(((1, 72), 0.7, 0.0, True),))
 
+#: b·|θ(x)·b − b| (θ a per-input scalar, b a bias): its arguments are multiples of one variable with a ratio
+#: that varies over the inputs; against one point of X2 the tie of that side's forms held at every pair and
+#: left the other side's forms singular in the tied orthants: the cross kernel's bound was 319× its value
+#: (factors campaign seed 553) where the full kernel's was 1e-16
+BIAS_TIMES_ITS_SCALED_DISTANCE = Recipe(
+    sigmas=((1.0, 0.0),), steps=(("bias", 0.2), ("bias", 0.5), ("mul", 138, 410), ("moment-scale", 249, 43),
+                                 ("factor", 983, 817, "abs", -1.0)), readouts=(((845, 890), 1.0, 0.0, True),))
+
 
 @settings(FAST, max_examples=40)
 @given(recipe=recipes(max_steps=4, factors=True), B=st.integers(2, 4), d=st.integers(3, 6), seed=st.integers(0, 2**16))
 @example(recipe=LAYERNORM_TIMES_ITS_DISTANCE, B=2, d=3, seed=159)
+@example(recipe=BIAS_TIMES_ITS_SCALED_DISTANCE, B=3, d=4, seed=1429)
 def test_random_programs_with_a_factor_times_a_function_of_a_form_have_consistent_kernels(recipe, B, d, seed):
     """``v · f(u + αv)`` (tanh, erf, shifted relu, clip, abs, √|·|) in every program: the terms conditioned on
     their forms (netsor.gaussian.conditioned) give finite, symmetric, PSD kernels whose cross blocks equal the

@@ -1035,7 +1035,9 @@ def pair_expectation(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Ar
     F, G = untied(F, cov_x), untied(G, cov_y)
     cones = F.cone is not None and G.cone is not None
     if cones:
-        tied = _tied_across(F.cone, G.cone, cov_x, cov_y, C)
+        tied = _tied_across(F.cone, G.cone, cov_x, cov_y, C, lambda idx: pair_expectation(
+            replace(F, cone=None), replace(G, cone=None), cov_x[idx], cov_y[idx], C[idx], rtol=rtol, memo=memo,
+            seed=seed, scale=_at(scale, idx)))
         if tied is not None:
             return tied
     if cones and F.cone.orthant_dim + G.cone.orthant_dim <= MAX_ORTHANT_DIM:
@@ -1073,14 +1075,16 @@ def _joint_covariance(cov_x: Array, cov_y: Array, C: Array) -> Array:
                            np.concatenate([np.swapaxes(C, 1, 2), cov_y], axis=2)], axis=1)
 
 
-def _tied_across(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C: Array
-                 ) -> tuple[Array, Array, Array] | None:
+def _tied_across(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C: Array,
+                 rules: Callable[[Array], tuple[Array, Array, Array]]) -> tuple[Array, Array, Array] | None:
     """Cone moments of ``F(U)·G(V)`` written in fewer arguments where an argument of one side is a fixed
     multiple of one of the other at every pair (a data-free vector — a bias — is the same variable at
     both inputs), or None where none is or the tied product has no exact orthants. Untied, the pair's
     law held the two copies as dependent forms: their rounding, amplified by a singular orthant, gave
     ``E[gate(g − 0.7b)·relu(b) · gate(g′ − 0.7b)·relu(b)]`` a bound of 800 times the kernel (strict
-    campaign seed 223)."""
+    campaign seed 223). Pairs whose tied orthants are still singular — forms that are multiples of
+    each other with a ratio that varies over the pairs (``b·|θ(x) b − b|``, θ a per-input scalar:
+    bound 0.6 against a value of 0.002, factors campaign seed 553) — go to ``rules`` (by index)."""
     k1 = cov_x.shape[-1]
     if colinear_sources(_joint_covariance(cov_x[:1], cov_y[:1], C[:1])) is None:
         return None  # a tie holds at every pair: none at the first, none (the joint blocks of all cost 4 % of a
@@ -1092,7 +1096,7 @@ def _tied_across(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y: Array, C
     cone = pair_cone(F, G).tied(*ties)
     if cone.parallel_steps or cone.orthant_dim > MAX_ORTHANT_DIM:
         return None
-    return cone_expectation(cone, joint)
+    return _split(cone.singular_steps(joint), lambda idx: cone_expectation(cone, joint[idx]), rules)
 
 
 def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Array, C: Array, *, rtol: float,
