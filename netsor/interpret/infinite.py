@@ -1517,9 +1517,9 @@ class Run:
         self.note_stderr(se)
         return value, err + propagation.point_joint(cov, d_cov, stats)
 
-    def _one_source(self, m: Monomial, side: str, P: int) -> tuple[Vector, Array, Array, int] | None:
+    def _one_source(self, m: Monomial, side: str, P: int) -> tuple[Array, Array, int] | None:
         """The arguments of ``m`` as one source times per-input coefficients (``g`` and its LayerNorm ``θ·g``):
-        ``(source, λ, δλ, ref)`` with ``U_a = λ_a U_ref`` at the ``P`` points of ``side`` (λ, δλ (P, k)), or None."""
+        ``(λ, δλ, ref)`` with ``U_a = λ_a U_ref`` at the ``P`` points of ``side`` (λ, δλ (P, k)), or None."""
         sources = [self.an.sources[v] for v in m.args]
         if any(len(src) != 1 for src in sources) or len({next(iter(src)) for src in sources}) != 1:
             return None
@@ -1536,7 +1536,7 @@ class Run:
         lam = np.stack([k / ks[ref] for k in ks], axis=1)
         dlam = np.stack([(e + np.abs(k / ks[ref]) * dks[ref]) / (np.abs(ks[ref]) - dks[ref])
                          for k, e in zip(ks, dks, strict=True)], axis=1) + 2 * _EPS * np.abs(lam)
-        return source, lam, dlam, ref
+        return lam, dlam, ref
 
     def _cone_terms(self, m: Monomial, side: str, P: int) -> tuple[list[tuple[int, float, Array, Array]], int] | None:
         """A cone function of one source (:meth:`_one_source`, no smoothed steps) along it: ``U = λ z`` makes
@@ -1547,7 +1547,7 @@ class Run:
         found = None if cone is None or np.any(cone.noise != 0.0) else self._one_source(m, side, P)
         if found is None:
             return None
-        _, lam, dlam, ref = found
+        lam, dlam, ref = found
         normals = cone.normals.T
         forms = lam @ normals  # (P, forms): each form at λ, with its bound
         d_forms = dlam @ np.abs(normals) + 2 * lam.shape[1] * _EPS * (np.abs(lam) @ np.abs(normals))
