@@ -645,6 +645,12 @@ class Analysis:
         return self._functions[key]
 
 
+def _ratio_with_bound(k: Array, e: Array, k_ref: Array, e_ref: Array) -> tuple[Array, Array]:
+    """``k / k_ref`` and a bound on its error, from bounds ``e``, ``e_ref`` of the two (``|k_ref| > e_ref``)."""
+    ratio = k / k_ref
+    return ratio, (e + np.abs(ratio) * e_ref) / (np.abs(k_ref) - e_ref) + 2 * _EPS * np.abs(ratio)
+
+
 def _contains(e: Expr, kind: type) -> bool:
     return isinstance(e, kind) or any(_contains(c, kind) for c in e.children())
 
@@ -1533,10 +1539,8 @@ class Run:
         ref = int(np.argmax([np.min(np.abs(k) - e) for k, e in zip(ks, dks, strict=True)]))
         if not np.all(np.abs(ks[ref]) > dks[ref]):
             return None
-        lam = np.stack([k / ks[ref] for k in ks], axis=1)
-        dlam = np.stack([(e + np.abs(k / ks[ref]) * dks[ref]) / (np.abs(ks[ref]) - dks[ref])
-                         for k, e in zip(ks, dks, strict=True)], axis=1) + 2 * _EPS * np.abs(lam)
-        return lam, dlam, ref
+        ratios = [_ratio_with_bound(k, e, ks[ref], dks[ref]) for k, e in zip(ks, dks, strict=True)]
+        return np.stack([r for r, _ in ratios], axis=1), np.stack([d for _, d in ratios], axis=1), ref
 
     def _cone_terms(self, m: Monomial, side: str, P: int) -> tuple[list[tuple[int, float, Array, Array]], int] | None:
         """A cone function of one source (:meth:`_one_source`, no smoothed steps) along it: ``U = λ z`` makes
@@ -1642,8 +1646,9 @@ class Run:
             el, er = np.abs(el) + el0, np.abs(er) + er0
             if not (np.all(np.abs(kl) > el) and np.all(np.abs(kr) > er) and np.all(kl * kr > 0)):
                 return None
-            lams.append(kr / kl)
-            dlams.append((er + np.abs(kr / kl) * el) / (np.abs(kl) - el) + 2 * _EPS * np.abs(kr / kl))
+            lam, dlam = _ratio_with_bound(kr, er, kl, el)
+            lams.append(lam)
+            dlams.append(dlam)
         lam, dlam = lams[0], dlams[0]
         for other, d_other in zip(lams[1:], dlams[1:], strict=True):
             if np.any(np.abs(other - lam) > d_other + dlam):
