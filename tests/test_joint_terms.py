@@ -1384,6 +1384,30 @@ def test_a_shared_data_free_argument_of_a_jump_is_one_normal_of_the_inner_pair()
     np.testing.assert_allclose(Kc, K[:2, 2:], rtol=0, atol=2 * np.max(E))
 
 
+def test_a_bias_times_its_distance_to_a_scaled_copy_matches_its_closed_form_in_a_cross_kernel():
+    """``b·|θ(x)·b − b|`` with θ = E tanh(g)² a per-input scalar (``netsor.moment``) and b a bias: every argument is a
+    multiple of b, with a ratio that varies over the inputs, so ``E[h(x) h(x')] = |θ − 1||θ' − 1|·3σ_b⁴``. Against one
+    point of X2 the tie of that side's forms held at every pair of the tile and left the other side's forms
+    singular in the tied orthants: the cross kernel's bound was 319× its value (factors campaign seed 553)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g, b = p.input(n, sigma=1.0), p.bias(n, sigma=0.2)
+    theta = netsor.moment(lambda x: np.tanh(x) ** 2, g)
+    p.readout(netsor.nonlin(lambda u, v: v * np.abs(u - v), theta * b, b))
+    X = np.random.default_rng(1429).standard_normal((3, 4))
+
+    def theta_at(x):
+        sd = np.sqrt(x @ x / 4)
+        return integrate.quad(lambda z: np.tanh(sd * z) ** 2 * stats.norm.pdf(z), -12, 12, points=[0.0], epsabs=1e-15,
+                              epsrel=1e-13)[0]
+
+    t = np.array([theta_at(x) for x in X])
+    want = np.outer(np.abs(t - 1), np.abs(t - 1)) * 3 * 0.2**4
+    K, E = netsor.limit(p, X[:2], X[2:]).nngp(with_error=True)
+    assert np.max(E / np.abs(want[:2, 2:])) <= 1e-8
+    assert np.all(np.abs(K - want[:2, 2:]) <= E + 1e-13 * np.abs(want[:2, 2:]))
+
+
 def test_a_jump_between_a_vector_and_its_layernorm_is_taken_along_their_one_source():
     """``where(g > LN(g), g, LN(g)/2)``: ``LN(g) = λ g`` with a per-input λ, so the pair of arguments has a law of
     rank one at each input, and the joint rule's propagated error of the jump divided by its smallest eigenvalue:
