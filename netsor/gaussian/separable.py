@@ -128,6 +128,19 @@ class Conditional:
     scale: float = 1.0
     #: ``(slope, intercept)`` of the shift when it is affine in ``p`` (``(0, 0)`` without one), else None.
     affine_shift: tuple[float, float] | None = (0.0, 0.0)
+    #: ``p = form·u`` — a linear form of both arguments, ``form[arg] ≠ 0`` — instead of ``u[arg]``
+    #: (``relu(a + b − ½)·relu(0.6a + 1.4b)``: ``p = a + b``, ``q = b``, inner ``relu(0.8q + 0.6p)``).
+    form: tuple[float, float] | None = None
+
+    def rows(self) -> tuple[Array, Array]:
+        """The coefficients (2,) of ``p`` and of ``q`` on the arguments ``u``."""
+        p, q = np.zeros(2), np.zeros(2)
+        if self.form is None:
+            p[self.arg] = 1.0
+        else:
+            p[:] = self.form
+        q[1 - self.arg] = 1.0
+        return p, q
 
     def outside(self) -> tuple[Activation, ...]:
         """The functions of the outer argument: kinks of the conditioned integrand are theirs."""
@@ -214,8 +227,7 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
     choices.sort(key=lambda fg: not InnerPair.closed(fg[0].inner, fg[1].inner))  # stable: closed forms first
     out = []
     for f, g in choices:
-        order = [f.arg, 2 + g.arg, 1 - f.arg, 2 + 1 - g.arg]  # (p, p', q, q')
-        S = joint_cov[np.ix_(order, order)]
+        S = _law_of(f, g, joint_cov)
         A, B = S[:2, :2], S[2:, :2]
         if min(A[0, 0], A[1, 1]) <= 0.0 or A[0, 0] * A[1, 1] - A[0, 1] ** 2 <= MIN_OUTER_SINE**2 * A[0, 0] * A[1, 1]:
             continue
@@ -242,6 +254,18 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
             crossings = _crossings(f, g, gain)
         out.append(ConditionedPair((f, g), pair, A, gain, crossings))
     return out
+
+
+def _law_of(f: Conditional, g: Conditional, joint_cov: Array) -> Array:
+    """The covariance (4, 4) of ``(p, p', q, q')`` from that of ``(u, v)``, ``T Σ Tᵀ``, each entry summed in one
+    fixed order: rows of ``T`` that select one argument give its entries exactly, so a variable read at both
+    points keeps bitwise equal rows (what :func:`conditionings` tests)."""
+    (pf, qf), (pg, qg) = f.rows(), g.rows()
+    zero = np.zeros(2)
+    T = np.array([np.concatenate(r) for r in ((pf, zero), (zero, pg), (qf, zero), (zero, qg))])
+    half = sum(T[:, k, None] * joint_cov[k] for k in range(4))  # T Σ
+    law = sum(half[:, k, None] * T[:, k] for k in range(4))  # (T Σ) Tᵀ
+    return 0.5 * (law + law.T)
 
 
 def _crossings(f: Conditional, g: Conditional, gain: Array) -> tuple[Plane, ...]:
@@ -275,7 +299,8 @@ def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array
     c = conditional
     if not (c.inner.kinks_known and all(f.kinks_known for f in c.outside())):
         return None
-    var_p, var_q, cross = cov[c.arg, c.arg], cov[1 - c.arg, 1 - c.arg], cov[c.arg, 1 - c.arg]
+    row_p, row_q = c.rows()
+    var_p, var_q, cross = row_p @ cov @ row_p, cov[1 - c.arg, 1 - c.arg], row_p @ cov[:, 1 - c.arg]
     if not var_p > 0.0:
         return None
     gain = cross / var_p
@@ -294,7 +319,9 @@ def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array
                         axis=-1)
     y, wy = _panels(cuts, t, w)
     u = np.empty((*y.shape, 2))
-    u[..., c.arg], u[..., 1 - c.arg] = p[:, None], gain * p[:, None] + sd_v * y
+    q = gain * p[:, None] + sd_v * y
+    # u[arg] from p = row_p·u (p itself where p is the argument)
+    u[..., 1 - c.arg], u[..., c.arg] = q, (p[:, None] - row_p[1 - c.arg] * q) / row_p[c.arg]
     return u.reshape(-1, 2), (wz[0][:, None] * wy).reshape(-1)
 
 

@@ -100,7 +100,108 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
             out.append(Conditional(i, inner, outer, activation_of(shift, p), scale, _affine_in(shift, p)))
         elif all(p not in f.args for f in with_q):
             out.append(Conditional(i, activation_of(_product(with_q), q), outer))
+    return tuple(out) + _form_conditionals(factors, args)
+
+
+def _form_conditionals(factors: tuple[Expr, ...], args: tuple[Vector, ...]) -> tuple[Conditional, ...]:
+    """``f(p)·h(κq + αp + c)`` where the factors depend on two directions of the arguments neither of which is
+    one argument (``relu(a + b − ½)·relu(0.6a + 1.4b)``): ``p`` the linear form of one direction (the outer
+    factors, any functions of it), ``q`` either argument, and the other direction's factors activations of one
+    affine expression, ``κq + αp + c`` in these coordinates. (One argument as a direction is
+    :func:`_conditionals`' case.) A bias ``b`` in both forms, ``g = Ux + b`` in ``relu(g − ½)·relu(0.6g + 0.8b)``,
+    is then the inner argument itself: one variable at both points, whose pairs are closed forms
+    (:func:`~netsor.gaussian.separable.conditionings`), where they were four-dimensional nested quadrature."""
+    groups: list[tuple[Array, list[Expr]]] = []
+    for factor in factors:
+        direction = _direction(factor, args)
+        if direction is None:
+            return ()
+        for d, members in groups:
+            if _parallel(d, direction):
+                members.append(factor)
+                break
+        else:
+            groups.append((direction, [factor]))
+    if len(groups) != 2:
+        return ()
+    out = []
+    for (d, outer), (_, inner) in (groups, groups[::-1]):
+        affine = _one_affine(inner, args)
+        if affine is None or not np.all(d != 0.0):
+            continue
+        acts, c, const = affine
+        outer_act = _along(_product(outer), args, d)
+        for i in (0, 1):  # p = d·u replaces argument i; q is the other one
+            j = 1 - i
+            # c·u = (c_i/d_i) p + (c_j − c_i d_j/d_i) q with u_i = (p − d_j q)/d_i
+            slope, scale = c[i] / d[i], c[j] - c[i] * d[j] / d[i]
+            if not abs(scale) > 1e-12 * max(abs(c[j]), abs(c[i] * d[j] / d[i])):
+                continue
+            p = args[i]
+            shift = Sum(const, ((slope, Var(p)),))
+            inner_act = activation_of(_product([Apply(act, Var(args[j])) for act in acts]), args[j])
+            out.append(Conditional(i, inner_act, outer_act, activation_of(shift, p), scale, (slope, const),
+                                   form=(float(d[0]), float(d[1]))))
     return tuple(out)
+
+
+def _direction(expr: Expr, args: tuple[Vector, ...]) -> Array | None:
+    """The coefficients (k,) of the one linear form through which alone ``expr`` depends on ``args`` (its input
+    forms all parallel), else None."""
+    forms = [_coefficients(form, args) for form in expr.input_forms()]
+    if not forms or not all(_parallel(forms[0], f) for f in forms[1:]):
+        return None
+    return forms[0]
+
+
+def _coefficients(form: tuple, args: tuple[Vector, ...]) -> Array:
+    terms = dict(form[0])
+    return np.array([terms.get(v, 0.0) for v in args], dtype=float)
+
+
+def _parallel(a: Array, b: Array) -> bool:
+    """Two 2-vectors on one line (to rounding)."""
+    return abs(a[0] * b[1] - a[1] * b[0]) <= 1e-13 * float(np.linalg.norm(a) * np.linalg.norm(b))
+
+
+def _one_affine(factors: list[Expr], args: tuple[Vector, ...]) -> tuple[list[Activation], Array, float] | None:
+    """``([h₁, h₂, ...], c, c₀)`` when every factor is an activation of the same affine expression ``c·u + c₀``
+    (or that expression itself), else None."""
+    acts, key, form = [], None, None
+    for factor in factors:
+        act, child = (factor.act, factor.child) if isinstance(factor, Apply) else (identity, factor)
+        affine = child.affine()
+        if affine is None or (key is not None and child.key != key):
+            return None
+        acts, key, form = acts + [act], child.key, affine
+    assert form is not None
+    return acts, _coefficients(form, args), float(form[1])
+
+
+def _along(expr: Expr, args: tuple[Vector, ...], direction: Array) -> Activation:
+    """``expr`` — a function of ``args`` through ``p = direction·u`` alone — as a function of ``p``: evaluated on
+    the line ``u = p·direction/|direction|²``, its kinks where that line crosses its kink planes."""
+    w = direction / float(direction @ direction)
+    kinks = []
+    for form, offset in expr.kink_planes():
+        slope = float(_coefficients((form, offset), args) @ w)
+        if slope != 0.0:
+            kinks.append(-offset / slope)
+
+    def on_line(x: Array) -> dict[Vector, Array]:
+        return {v: x * w[k] for k, v in enumerate(args)}
+
+    def fn(x: Array) -> Array:
+        return np.broadcast_to(expr.evaluate(on_line(x)), np.shape(x))
+
+    def deriv(x: Array) -> Array:
+        values = on_line(x)
+        return np.broadcast_to(sum(w[k] * expr.derivative(values, v) for k, v in enumerate(args)), np.shape(x))
+
+    return Activation(name=f"{expr.describe()} along {tuple(direction)}", fn=fn, deriv=deriv, smooth=expr.smooth,
+                      kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
+                      continuous=expr.continuous, registered=False,
+                      cache_key=("along", expr.key, tuple(v.index for v in args), w.tobytes()))
 
 
 def _affine_in(expr: Expr, p: Vector) -> tuple[float, float] | None:
