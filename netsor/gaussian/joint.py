@@ -1105,6 +1105,8 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
                    ) -> tuple[Array, Array, Array]:
     """:func:`pair_expectation` without cone moments: the Mehler series, nested quadrature, QMC
     (``leftover``: the rule of the pairs the series leaves, by index, instead of the last two)."""
+    # conditioning reads the functions' own arguments (a variable shared by both points keeps its rows)
+    given = (F, G, cov_x, cov_y, C)
     F, cov_x, C = in_forms(F, cov_x, C)
     G, cov_y, Ct = in_forms(G, cov_y, np.swapaxes(C, 1, 2))
     C = np.swapaxes(Ct, 1, 2)
@@ -1121,10 +1123,10 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
     def condition(out: Array, atol: Array, series_error: Array) -> None:
         """Condition the pairs ``out`` on one argument of each side where both functions are separable given one
         (:func:`_conditioned_pairs`), keeping the results with bounds below ``series_error``."""
-        if not (out.size and F.conditionals and G.conditionals):
+        F0, G0, cx, cy, C0 = given
+        if not (out.size and F0.conditionals and G0.conditionals):
             return
-        done, v_out, e_out = _conditioned_pairs(F, G, _joint_covariance(ux[ix[out]], uy[iy[out]], C[out]), seed,
-                                                atol)
+        done, v_out, e_out = _conditioned_pairs(F0, G0, _joint_covariance(cx[out], cy[out], C0[out]), seed, atol)
         done &= e_out < series_error
         value[out[done]], err[out[done]] = v_out[done], e_out[done]
         conditioned[out[done]] = True
@@ -1221,7 +1223,7 @@ def _conditioned_pairs(F: JointFunction, G: JointFunction, joint: Array, seed: i
     M = joint.shape[0]
     done, value, err = np.zeros(M, dtype=bool), np.zeros(M), np.zeros(M)
     for j in range(M):
-        for pair in separable.conditionings(F.conditionals, G.conditionals, joint[j]):
+        for pair in separable.conditionings(F.conditionals, G.conditionals, joint[j], F.dim):
             inner_error: list[float] = []
             H = JointFunction(2, pair.integrand(inner_error, 0.25 * float(atol[j])), None, pair.planes(), False,
                               pair.continuous,

@@ -128,19 +128,31 @@ class Conditional:
     scale: float = 1.0
     #: ``(slope, intercept)`` of the shift when it is affine in ``p`` (``(0, 0)`` without one), else None.
     affine_shift: tuple[float, float] | None = (0.0, 0.0)
-    #: ``p = form·u`` — a linear form of both arguments, ``form[arg] ≠ 0`` — instead of ``u[arg]``
-    #: (``relu(a + b − ½)·relu(0.6a + 1.4b)``: ``p = a + b``, ``q = b``, inner ``relu(0.8q + 0.6p)``).
-    form: tuple[float, float] | None = None
+    #: ``p = form·u``, a linear form of the arguments, instead of ``u[arg]``, and ``q = u[other]`` instead of
+    #: ``u[1 − arg]`` (``relu(a + b − ½)·relu(0.6a + 1.4b)``: ``p = a + b``, ``q = b``, inner
+    #: ``relu(0.8q + 0.6p)``; a function of k > 2 arguments through two such forms).
+    form: tuple[float, ...] | None = None
+    other: int | None = None
 
-    def rows(self) -> tuple[Array, Array]:
-        """The coefficients (2,) of ``p`` and of ``q`` on the arguments ``u``."""
-        p, q = np.zeros(2), np.zeros(2)
+    def rows(self, k: int) -> tuple[Array, Array]:
+        """The coefficients (k,) of ``p`` and of ``q`` on the k arguments ``u``."""
+        p, q = np.zeros(k), np.zeros(k)
         if self.form is None:
             p[self.arg] = 1.0
         else:
             p[:] = self.form
-        q[1 - self.arg] = 1.0
+        q[1 - self.arg if self.other is None else self.other] = 1.0
         return p, q
+
+    def arguments(self, p: Array, q: Array, k: int) -> Array:
+        """Arguments ``u`` (..., k) with these values of ``p`` and ``q`` (those of a form, the least-squares
+        point: the function depends on ``u`` through ``p`` and ``q`` alone)."""
+        row_p, row_q = self.rows(k)
+        if self.form is None:
+            u = np.zeros((*np.shape(p), k))
+            u[..., self.arg], u[..., 1 - self.arg] = p, q
+            return u
+        return np.stack([p, q], axis=-1) @ np.linalg.pinv(np.stack([row_p, row_q]), rcond=1e-12).T
 
     def outside(self) -> tuple[Activation, ...]:
         """The functions of the outer argument: kinks of the conditioned integrand are theirs."""
@@ -211,8 +223,10 @@ class NotConditioned(Exception):
     """The inner pair's rule does not apply at some node (the caller uses its other rules)."""
 
 
-def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_cov: Array) -> list[ConditionedPair]:
-    """``E[F(U) G(V)]`` for two-argument ``F`` and ``G``, ``(U, V)`` of covariance ``joint_cov`` (4, 4), as
+def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_cov: Array, k1: int = 2
+                  ) -> list[ConditionedPair]:
+    """``E[F(U) G(V)]`` for ``F`` of ``k1`` arguments and ``G`` (two each, or more read through two forms), ``(U, V)``
+    of covariance ``joint_cov`` (k₁ + k₂, k₁ + k₂), as
     :class:`ConditionedPair` objects, one per pair of their :class:`Conditional` forms whose inner functions
     :meth:`InnerPair.takes` (piecewise-linear inner pairs first: their closed form is exact); none where none
     applies: outer functions with unknown kinks, an outer pair nearly colinear, or an inner argument that is a
@@ -227,7 +241,7 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
     choices.sort(key=lambda fg: not InnerPair.closed(fg[0].inner, fg[1].inner))  # stable: closed forms first
     out = []
     for f, g in choices:
-        S = _law_of(f, g, joint_cov)
+        S = _law_of(f, g, joint_cov, k1)
         A, B = S[:2, :2], S[2:, :2]
         if min(A[0, 0], A[1, 1]) <= 0.0 or A[0, 0] * A[1, 1] - A[0, 1] ** 2 <= MIN_OUTER_SINE**2 * A[0, 0] * A[1, 1]:
             continue
@@ -256,15 +270,16 @@ def conditionings(F: tuple[Conditional, ...], G: tuple[Conditional, ...], joint_
     return out
 
 
-def _law_of(f: Conditional, g: Conditional, joint_cov: Array) -> Array:
-    """The covariance (4, 4) of ``(p, p', q, q')`` from that of ``(u, v)``, ``T Σ Tᵀ``, each entry summed in one
-    fixed order: rows of ``T`` that select one argument give its entries exactly, so a variable read at both
-    points keeps bitwise equal rows (what :func:`conditionings` tests)."""
-    (pf, qf), (pg, qg) = f.rows(), g.rows()
-    zero = np.zeros(2)
-    T = np.array([np.concatenate(r) for r in ((pf, zero), (zero, pg), (qf, zero), (zero, qg))])
-    half = sum(T[:, k, None] * joint_cov[k] for k in range(4))  # T Σ
-    law = sum(half[:, k, None] * T[:, k] for k in range(4))  # (T Σ) Tᵀ
+def _law_of(f: Conditional, g: Conditional, joint_cov: Array, k1: int) -> Array:
+    """The covariance (4, 4) of ``(p, p', q, q')`` from that of ``(u, v)`` (``u`` the first ``k1``), ``T Σ Tᵀ``, each
+    entry summed in one fixed order: rows of ``T`` that select one argument give its entries exactly, so a
+    variable read at both points keeps bitwise equal rows (what :func:`conditionings` tests)."""
+    k = joint_cov.shape[0]
+    (pf, qf), (pg, qg) = f.rows(k1), g.rows(k - k1)
+    zf, zg = np.zeros(k1), np.zeros(k - k1)
+    T = np.array([np.concatenate(r) for r in ((pf, zg), (zf, pg), (qf, zg), (zf, qg))])
+    half = sum(T[:, i, None] * joint_cov[i] for i in range(k))  # T Σ
+    law = sum(half[:, i, None] * T[:, i] for i in range(k))  # (T Σ) Tᵀ
     return 0.5 * (law + law.T)
 
 
@@ -290,7 +305,7 @@ POINT_NODES = (12, 18)
 
 
 def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array, Array] | None:
-    """Nodes ``u`` (Q, 2) and weights (Q,) of a product rule for ``E F(U)``, ``U ~ N(0, cov)`` (2, 2), where ``F``
+    """Nodes ``u`` (Q, k) and weights (Q,) of a product rule for ``E F(U)``, ``U ~ N(0, cov)`` (k, k), where ``F``
     reads its arguments as ``conditional`` says: the outer argument ``p`` on panels split at the kinks of the
     outer functions, and, at each outer node, ``q | p ~ N(g p, v)`` on panels split where ``κq + s(p)`` crosses
     a kink of the inner function — curved kinks (``relu(b + tanh(a))``) become breakpoints of the inner axis.
@@ -299,8 +314,9 @@ def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array
     c = conditional
     if not (c.inner.kinks_known and all(f.kinks_known for f in c.outside())):
         return None
-    row_p, row_q = c.rows()
-    var_p, var_q, cross = row_p @ cov @ row_p, cov[1 - c.arg, 1 - c.arg], row_p @ cov[:, 1 - c.arg]
+    k = cov.shape[0]
+    row_p, row_q = c.rows(k)
+    var_p, var_q, cross = row_p @ cov @ row_p, row_q @ cov @ row_q, row_p @ cov @ row_q
     if not var_p > 0.0:
         return None
     gain = cross / var_p
@@ -318,11 +334,8 @@ def point_nodes(conditional: Conditional, cov: Array, nodes: int) -> tuple[Array
         cuts = np.stack([np.broadcast_to(((k - shift) / c.scale - gain * p) / sd_v, p.shape) for k in c.inner.kinks],
                         axis=-1)
     y, wy = _panels(cuts, t, w)
-    u = np.empty((*y.shape, 2))
-    q = gain * p[:, None] + sd_v * y
-    # u[arg] from p = row_p·u (p itself where p is the argument)
-    u[..., 1 - c.arg], u[..., c.arg] = q, (p[:, None] - row_p[1 - c.arg] * q) / row_p[c.arg]
-    return u.reshape(-1, 2), (wz[0][:, None] * wy).reshape(-1)
+    u = c.arguments(np.broadcast_to(p[:, None], y.shape), gain * p[:, None] + sd_v * y, k)
+    return u.reshape(-1, k), (wz[0][:, None] * wy).reshape(-1)
 
 
 def _panels(cuts: Array, t: Array, w: Array) -> tuple[Array, Array]:

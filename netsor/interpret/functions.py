@@ -83,9 +83,9 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
     ``hard_tanh(a)·step(b + 0.3)``, either argument outside), or activations of one sum whose terms with ``q``
     are affine in ``q`` alone (``tanh(relu(a) + c)``: ``a`` outside, the shift ``relu(a)``; its square, the
     diagonal's ``F·F``, has ``h = tanh²``)."""
-    if len(args) != 2:
-        return ()
     factors = expr.factors if isinstance(expr, Prod) else (expr,)
+    if len(args) != 2:
+        return _form_conditionals(factors, args)
     out = []
     for i in (0, 1):
         p, q = args[i], args[1 - i]
@@ -104,10 +104,11 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
 
 
 def _form_conditionals(factors: tuple[Expr, ...], args: tuple[Vector, ...]) -> tuple[Conditional, ...]:
-    """``f(p)·h(κq + αp + c)`` where the factors depend on two directions of the arguments neither of which is
-    one argument (``relu(a + b − ½)·relu(0.6a + 1.4b)``): ``p`` the linear form of one direction (the outer
-    factors, any functions of it), ``q`` either argument, and the other direction's factors activations of one
-    affine expression, ``κq + αp + c`` in these coordinates. (One argument as a direction is
+    """``f(p)·h(κq + αp + c)`` where the factors depend on the arguments through two directions, ``p`` the linear
+    form of one (the outer factors, any functions of it), ``q`` an argument with the other direction in the
+    plane of ``p`` and ``q``, and that direction's factors activations of one affine expression, ``κq + αp + c``
+    in these coordinates: ``relu(a + b − ½)·relu(0.6a + 1.4b)`` (``p = a + b``, ``q = b``), or three arguments
+    ``relu(a + b − ½)·relu(0.6a + 0.6b + 0.8c)`` (``q = c``). (Two arguments and ``p`` one of them is
     :func:`_conditionals`' case.) A bias ``b`` in both forms, ``g = Ux + b`` in ``relu(g − ½)·relu(0.6g + 0.8b)``,
     is then the inner argument itself: one variable at both points, whose pairs are closed forms
     (:func:`~netsor.gaussian.separable.conditionings`), where they were four-dimensional nested quadrature."""
@@ -124,24 +125,28 @@ def _form_conditionals(factors: tuple[Expr, ...], args: tuple[Vector, ...]) -> t
             groups.append((direction, [factor]))
     if len(groups) != 2:
         return ()
+    k = len(args)
     out = []
     for (d, outer), (_, inner) in (groups, groups[::-1]):
         affine = _one_affine(inner, args)
-        if affine is None or not np.all(d != 0.0):
+        if affine is None or (k == 2 and not np.all(d != 0.0)):
             continue
         acts, c, const = affine
         outer_act = _along(_product(outer), args, d)
-        for i in (0, 1):  # p = d·u replaces argument i; q is the other one
-            j = 1 - i
-            # c·u = (c_i/d_i) p + (c_j − c_i d_j/d_i) q with u_i = (p − d_j q)/d_i
-            slope, scale = c[i] / d[i], c[j] - c[i] * d[j] / d[i]
-            if not abs(scale) > 1e-12 * max(abs(c[j]), abs(c[i] * d[j] / d[i])):
+        for j in range(k):  # q = u_j, with c = α d + κ e_j
+            m = next((m for m in range(k) if m != j and d[m] != 0.0), None)
+            if m is None:
                 continue
-            p = args[i]
+            slope = c[m] / d[m]
+            rest = c - slope * d
+            scale, rest[j] = rest[j], 0.0
+            if not (abs(scale) > 1e-12 * float(np.max(np.abs(c))) and np.all(np.abs(rest) <= 1e-13 * np.abs(c).max())):
+                continue
+            p = args[m]  # a placeholder for p in the shift's expression
             shift = Sum(const, ((slope, Var(p)),))
             inner_act = activation_of(_product([Apply(act, Var(args[j])) for act in acts]), args[j])
-            out.append(Conditional(i, inner_act, outer_act, activation_of(shift, p), scale, (slope, const),
-                                   form=(float(d[0]), float(d[1]))))
+            out.append(Conditional(m, inner_act, outer_act, activation_of(shift, p), scale, (slope, const),
+                                   form=tuple(float(x) for x in d), other=j))
     return tuple(out)
 
 
@@ -160,8 +165,8 @@ def _coefficients(form: tuple, args: tuple[Vector, ...]) -> Array:
 
 
 def _parallel(a: Array, b: Array) -> bool:
-    """Two 2-vectors on one line (to rounding)."""
-    return abs(a[0] * b[1] - a[1] * b[0]) <= 1e-13 * float(np.linalg.norm(a) * np.linalg.norm(b))
+    """Two vectors on one line (to rounding)."""
+    return bool(np.all(np.abs(np.outer(a, b) - np.outer(b, a)) <= 1e-13 * float(np.linalg.norm(a) * np.linalg.norm(b))))
 
 
 def _one_affine(factors: list[Expr], args: tuple[Vector, ...]) -> tuple[list[Activation], Array, float] | None:

@@ -289,7 +289,7 @@ class Analysis:
         # a data-free source inside an argument that reads the data (b = 0.6a + 0.8c, c = p.gaussian): over the
         # sources it is one argument shared by every input, which the pair rules take as one coordinate; left in
         # b, the pair's law had an exact null vector (b − 0.6a at two inputs) that no rule saw
-        hidden = len(used) == len(args) > 1 and any(
+        hidden = len(args) > 1 and len(args) <= len(used) <= len(args) + 1 and any(
             v not in self.data_free and any(s in self.data_free for s in self.sources[v]) for v in args)
         if len(used) >= len(args) and not hidden:
             return self._in_basis(expr, args, sorted(used, key=lambda s: s.index))
