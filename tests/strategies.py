@@ -39,7 +39,8 @@ TRACED = {
     "abs-diff": lambda u, v: np.abs(u - v) * 0.5,
     "gate*relu": lambda u, v: 0.5 * (1.0 + special.erf(u)) * np.maximum(v, 0.0),
 }
-#: Functions of two correlated G-vectors (``u`` and ``0.6u + 0.8v``, v data-free for a third of the draws)
+#: Functions of two correlated G-vectors (``u`` and ``0.6u + 0.8v``, v data-free for a third of the draws, and a
+#: bias inside u too for a sixth)
 #: separable given one of them — products of one function of each, and a function of one shifted by a function
 #: of the other — drawn only with ``recipes(separable=True)``: kinks off the origin and smooth functions, whose
 #: nearly colinear pairs are conditioned (netsor.gaussian.separable).
@@ -188,8 +189,13 @@ def build(recipe: Recipe) -> netsor.Program:
             _, i, j, name = step
             u = pick(i, "G")  # and a G-vector correlated with it (independent ones factorise exactly); for every
             # third j the other part is data-free, one variable at every input (p.gaussian: a bias-like source
-            # inside an argument that reads the data)
-            other = p.gaussian(n) if j % 3 == 0 else pick(j, "G")
+            # inside an argument that reads the data), and for every sixth one a bias in both (relu(g − ½)·relu(0.6g
+            # + 0.8b), g = u + b: functions of two forms of the arguments, conditioned on a form)
+            if j % 6 == 1:
+                other = p.bias(n, 0.5)
+                u = u + other
+            else:
+                other = p.gaussian(n) if j % 3 == 0 else pick(j, "G")
             pool.append(SEPARABLE[name](u, 0.6 * u + 0.8 * other))
             factors.append(pool[-1])  # read out (below)
         elif op == "factor":  # of two distinct G-vectors where the pool has them; read out as well (below)

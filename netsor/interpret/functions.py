@@ -8,7 +8,7 @@ them from expression trees over G-vectors, with their kinks, derivatives and con
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from itertools import product
 
 import numpy as np
@@ -101,6 +101,13 @@ def _conditionals(expr: Expr, args: tuple[Vector, ...]) -> tuple[Conditional, ..
         elif all(p not in f.args for f in with_q):
             out.append(Conditional(i, activation_of(_product(with_q), q), outer))
     return tuple(out) + _form_conditionals(factors, args)
+
+
+def conditions_on(expr: Expr, candidates: Collection[Vector]) -> bool:
+    """``expr`` is separable given one argument or form (:func:`joint_function`'s conditionals) with its inner
+    argument one of ``candidates``."""
+    args = tuple(v for v in expr.args if v.kind != "scalar")
+    return any(args[1 - c.arg if c.other is None else c.other] in candidates for c in _conditionals(expr, args))
 
 
 def _form_conditionals(factors: tuple[Expr, ...], args: tuple[Vector, ...]) -> tuple[Conditional, ...]:
