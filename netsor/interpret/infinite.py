@@ -1480,7 +1480,7 @@ class Run:
             b, db = _quadratic(cr, cov, d_cov, cr)
             c, dc = _quadratic(cl, cov, d_cov, cr)
             value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
-            if np.allclose(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
+            if np.array_equal(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
                 h = product_activation(pl.act, pr.act)  # than the partials in a, b, c
                 if h.homogeneous is not None:
                     prop = propagation.point_homogeneous(value, a, da, h.homogeneous)
