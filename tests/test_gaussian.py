@@ -1207,6 +1207,23 @@ def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds
             assert e <= (1e-11 + 1e-14 / np.sqrt(1 - rho * rho)) * (1 + abs(mu)) * (1 + abs(nu))
 
 
+@pytest.mark.parametrize("residual", [0.0, 1e-9, 3e-5, 3e-3, 0.3])
+def test_smooth_inner_pairs_with_means_match_the_closed_form_of_sines(residual):
+    """``E[sin(X + μ) sin(Y + ν)] = ½(cos(μ − ν) e^{−Var(X − Y)/2} − cos(μ + ν) e^{−Var(X + Y)/2})``: the smooth rule
+    of the conditional pairs (Gauss–Hermite ladders; fewer nodes on the residual axis where the law has rank one
+    to within ``residual``) against the closed form, from colinear to well separated, large means included."""
+    a, slope = 1.7, -0.8
+    c = slope * a
+    b = c * c / a * (1.0 + residual**2)
+    pair = g.separable.InnerPair(netsor.activations.sin, netsor.activations.sin, a, b, c)
+    mu, nu = np.array([0.0, 0.9, -2.5, 4.0]), np.array([0.3, -1.1, 2.0, -3.5])
+    value, err, done = pair.expect(mu, nu, target=1e-13)
+    exact = 0.5 * (np.cos(mu - nu) * np.exp(-(a + b - 2 * c) / 2) - np.cos(mu + nu) * np.exp(-(a + b + 2 * c) / 2))
+    assert np.all(done)
+    np.testing.assert_allclose(value, exact, rtol=0, atol=1e-13)
+    assert np.all(np.abs(value - exact) <= err + 1e-15)
+
+
 def test_functions_that_are_not_piecewise_linear_get_no_closed_form():
     """A curved piece between declared kinks (x² above 0), a smooth function and a kink nobody declared are not
     taken as piecewise linear."""
