@@ -754,9 +754,10 @@ def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float
 
 def _conditioned_point(F: JointFunction, cov: Array, integrate: Callable[[Array, Array, Array], Array]
                        ) -> tuple[Array, Array] | None:
-    """``integrate(u, F(u), w)`` (columns (1, c) for one point's nodes ``u`` (1, Q, 2), weights (1, Q)) at each
-    point of ``cov`` (P, 2, 2) by the conditioned product rule of a two-argument ``F`` with curved kinks
-    (:func:`netsor.gaussian.separable.point_nodes`: breakpoints of the inner axis where the kinks cross it),
+    """``integrate(u, F(u), w)`` (columns (1, c) for one point's nodes ``u`` (1, Q, k), weights (1, Q)) at each
+    point of ``cov`` (P, k, k) by the conditioned product rule of ``F`` (two arguments, or k read through two
+    forms) with curved kinks (:func:`netsor.gaussian.separable.point_nodes`: breakpoints of the inner axis where
+    the kinks cross it),
     and its error estimate, twice the difference of two rules: ``(value, error)`` (P, c), or None where no
     :class:`~netsor.gaussian.separable.Conditional` form of ``F`` applies."""
     cov = np.asarray(cov, dtype=float)
