@@ -161,8 +161,8 @@ def _direction(expr: Expr, args: tuple[Vector, ...]) -> Array | None:
     """The coefficients (k,) of the one linear form through which alone ``expr`` depends on ``args`` (its input
     forms all parallel), else None."""
     forms = [_coefficients(form, args) for form in expr.input_forms()]
-    if not forms or not all(_parallel(forms[0], f) for f in forms[1:]):
-        return None
+    if not forms or not all(np.any(f != 0.0) and _parallel(forms[0], f) for f in forms):
+        return None  # (a form of other vectors than ``args``, e.g. a scalar, has no direction among them)
     return forms[0]
 
 
