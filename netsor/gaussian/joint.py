@@ -1107,7 +1107,7 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
     """:func:`pair_expectation` without cone moments: the Mehler series, nested quadrature, QMC
     (``leftover``: the rule of the pairs the series leaves, by index, instead of the last two)."""
     # conditioning reads the functions' own arguments (a variable shared by both points keeps its rows)
-    given = (F, G, cov_x, cov_y, C)
+    F_args, G_args, cov_x_args, cov_y_args, C_args = F, G, cov_x, cov_y, C
     F, cov_x, C = in_forms(F, cov_x, C)
     G, cov_y, Ct = in_forms(G, cov_y, np.swapaxes(C, 1, 2))
     C = np.swapaxes(Ct, 1, 2)
@@ -1124,10 +1124,10 @@ def _pair_by_rules(F: JointFunction, G: JointFunction, cov_x: Array, cov_y: Arra
     def condition(out: Array, atol: Array, series_error: Array) -> None:
         """Condition the pairs ``out`` on one argument of each side where both functions are separable given one
         (:func:`_conditioned_pairs`), keeping the results with bounds below ``series_error``."""
-        F0, G0, cx, cy, C0 = given
-        if not (out.size and F0.conditionals and G0.conditionals):
+        if not (out.size and F_args.conditionals and G_args.conditionals):
             return
-        done, v_out, e_out = _conditioned_pairs(F0, G0, _joint_covariance(cx[out], cy[out], C0[out]), seed, atol)
+        joint_cov = _joint_covariance(cov_x_args[out], cov_y_args[out], C_args[out])
+        done, v_out, e_out = _conditioned_pairs(F_args, G_args, joint_cov, seed, atol)
         done &= e_out < series_error
         value[out[done]], err[out[done]] = v_out[done], e_out[done]
         conditioned[out[done]] = True
