@@ -881,3 +881,29 @@ def test_a_where_of_a_maximum_against_one_of_its_arguments_is_exact():
     assert np.all(np.abs(value - exact) <= err + 1e-12 * exact)
     K, E = lim.nngp(with_error=True)
     assert np.allclose(np.diag(K), exact, rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mlp", "rnn"])
+def test_tile_plans_are_dependency_orders_holding_no_more_tiles_than_the_walk(name):
+    """A tile plan computes every quantity after its dependencies and before its last use, and holds
+    at most as many tiles at once as the depth-first walk's order; an NTK's tangent program, whose
+    forward and tangent chains the walk ran one after the other, holds strictly fewer."""
+    from netsor.interpret import infinite
+    from netsor.ir.tangent import tangent_program
+
+    program = netsor.zoo.mlp(10, "relu") if name == "mlp" else netsor.zoo.rnn(4)
+    X = np.random.default_rng(0).standard_normal((3, 2) if name == "mlp" else (3, 4, 2))
+    netsor.kernel(program, X)
+    an = infinite.analysis_of(program.derived("tangent_program", tangent_program).program)
+    roots, plan = next((r, p) for r, p in an.plans.items() if r and r[0] != "points")
+    position = {k: i for i, k in enumerate(plan.order)}
+    assert len(position) == len(plan.order)
+    for k in plan.order:
+        assert all(position[d] < position[k] <= plan.last_use[d] for d in plan.deps[k])
+    order, deps, _ = infinite.walk(an, list(roots), diag=False)
+    walked = infinite.Plan(order, deps, infinite.last_uses(order, deps, list(roots)))
+    assert sorted(map(repr, order)) == sorted(map(repr, plan.order))
+    if name == "mlp":
+        assert infinite.peak_live(plan) < infinite.peak_live(walked)
+    else:
+        assert infinite.peak_live(plan) <= infinite.peak_live(walked)

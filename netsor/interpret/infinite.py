@@ -1252,7 +1252,19 @@ class Plan:
 
 
 def make_plan(an: Analysis, roots: list[Key], diag: bool, keep_all: bool = False) -> Plan:
-    """The dependency walk from ``roots`` (no recursion)."""
+    """The plan of ``roots``: the walk's order (:func:`walk`) or the same quantities by levels
+    (:func:`_by_levels`), whichever holds fewer tiles at once; ``keep_all`` (per-point runs) frees
+    nothing."""
+    order, deps, side = walk(an, roots, diag)
+    if keep_all:
+        return Plan(order, deps, dict.fromkeys(order, len(order)), side)
+    plans = [Plan(o, deps, last_uses(o, deps, roots), side) for o in (_by_levels(order, deps), order)]
+    return min(plans, key=peak_live)
+
+
+def walk(an: Analysis, roots: list[Key], diag: bool) -> tuple[list[Key], dict[Key, list[Key]], set[Key]]:
+    """The depth-first dependency walk from ``roots`` (no recursion): the quantities in a dependency
+    order, each one's dependencies, and the per-point keys needed from the diagonal runs."""
     order: list[Key] = []
     deps: dict[Key, list[Key]] = {}
     side: set[Key] = set()
@@ -1271,14 +1283,38 @@ def make_plan(an: Analysis, roots: list[Key], diag: bool, keep_all: bool = False
         side.update(need)
         stack.append((key, True))
         stack.extend((d, False) for d in own if d not in deps)
-    last_use = {k: (len(order) if keep_all else i) for i, k in enumerate(order)}
-    if not keep_all:
-        for i, k in enumerate(order):
-            for d in deps[k]:
-                last_use[d] = max(last_use[d], i)
-        for r in roots:
-            last_use[r] = len(order)
-    return Plan(order, deps, last_use, side)
+    return order, deps, side
+
+
+def last_uses(order: list[Key], deps: dict[Key, list[Key]], roots: list[Key]) -> dict[Key, int]:
+    """The position in ``order`` of each quantity's last consumer (past the end for the roots)."""
+    last_use = {k: i for i, k in enumerate(order)}
+    for i, k in enumerate(order):
+        for d in deps[k]:
+            last_use[d] = max(last_use[d], i)
+    for r in roots:
+        last_use[r] = len(order)
+    return last_use
+
+
+def _by_levels(order: list[Key], deps: dict[Key, list[Key]]) -> list[Key]:
+    """``order`` (a dependency order) sorted by each quantity's height — the longest chain of
+    consumers above it — highest first, ties in ``order``'s order: a quantity is computed one
+    level before its tallest consumer chain needs it. Valid: a dependency is strictly higher than
+    each of its consumers.
+
+    The depth-first walk finishes one root's whole chain before the next: an NTK's tangent program
+    ran after the entire forward pass, every layer's angle held (and evicted from the caches) until
+    the tangent's step kernel read it. By levels, a forward layer and the tangent layer that reads it
+    are neighbours (the depth-10 ReLU MLP's NTK holds 4 tiles at once instead of 12); a recurrence
+    whose inputs are read step by step can hold more (the RNN's 100 instead of 76), so
+    :func:`make_plan` keeps the order with the smaller peak."""
+    height: dict[Key, int] = dict.fromkeys(order, 0)
+    for k in reversed(order):  # consumers come after their dependencies
+        for d in deps[k]:
+            height[d] = max(height[d], height[k] + 1)
+    position = {k: i for i, k in enumerate(order)}
+    return sorted(order, key=lambda k: (-height[k], position[k]))
 
 
 # -------------------------------------------------------------------- execution
@@ -2299,7 +2335,7 @@ class Limit:
         plan = plans.get(tuple(roots)) or plans.setdefault(tuple(roots), make_plan(self.analysis, roots, diag=False))
         left = self._side("left", plan.side)
         right = left if self.symmetric else self._side("right", plan.side)
-        peak = _peak_live(plan)
+        peak = peak_live(plan)
         n1, n2 = self.X.shape[0], self.X2.shape[0]
         kind = self._plan_kind(plan)
         # live values, four temporaries, and two arrays (an angle) per geometry used more than once
@@ -2690,7 +2726,8 @@ class Limit:
         return K, (E.array() if isinstance(E, bounds.TiledBound) else E)
 
 
-def _peak_live(plan: Plan) -> int:
+def peak_live(plan: Plan) -> int:
+    """The most tiles a run of ``plan`` holds at once."""
     live, peak = 0, 0
     ends: dict[int, int] = {}
     for i, k in enumerate(plan.order):
