@@ -7,6 +7,10 @@ so this script must never import netsor. Set the environment up with::
     /work/nt-venv/bin/pip install jax==0.4.23 jaxlib==0.4.23 "numpy<2" "scipy<1.14" \
         "ml-dtypes<0.5" frozendict opt_einsum
     /work/nt-venv/bin/pip install --no-deps neural-tangents==0.6.5
+    # NT imports its TensorFlow bridge at import time: without these, ``import neural_tangents``
+    # fails (no tensorflow, no tree; tf2jax 0.3.6+ needs a newer jax)
+    /work/nt-venv/bin/pip install "tensorflow-cpu==2.15.*" dm-tree absl-py
+    /work/nt-venv/bin/pip install --no-deps tf2jax==0.3.5
 
 and run, for example::
 
