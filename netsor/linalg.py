@@ -67,6 +67,19 @@ def mirror_upper(A: Array, tile: int = 256) -> Array:
     return A
 
 
+def mirror_tile(A: Array, rows: slice, cols: slice, tile: int = 256) -> None:
+    """Copy the tile ``A[rows, cols]`` of the upper triangle of the square array ``A`` onto its mirror
+    image ``A[cols, rows]`` (a tile on the diagonal: its upper triangle onto its lower one), in place,
+    in cache-sized transposes: :func:`mirror_upper` one tile at a time, from the thread that filled it."""
+    if rows == cols:
+        mirror_upper(A[rows, rows], tile)
+        return
+    for r in range(rows.start, rows.stop, tile):
+        for c in range(cols.start, cols.stop, tile):
+            sub_rows, sub_cols = slice(r, min(r + tile, rows.stop)), slice(c, min(c + tile, cols.stop))
+            A[sub_cols, sub_rows] = A[sub_rows, sub_cols].T
+
+
 @functools.lru_cache(maxsize=8)
 def _strictly_lower(n: int) -> Array:
     mask = np.tril(np.ones((n, n), dtype=bool), -1)

@@ -15,7 +15,7 @@ from references import abs_kernel, pairwise, relu_kernel, step_kernel
 import netsor
 from netsor.interpret.finite import run_finite
 from netsor.ir.homogeneity import input_degrees, input_parities, input_scaling
-from netsor.linalg import colinear_rows, identical_rows, mirror_upper
+from netsor.linalg import colinear_rows, identical_rows, mirror_tile, mirror_upper
 
 
 def _exactly_colinear(x, y):
@@ -78,6 +78,20 @@ def test_mirror_upper_copies_the_upper_triangle_across_tiles():
     want = np.triu(A) + np.triu(A, 1).T
     assert np.array_equal(mirror_upper(A.copy(), tile=64), want)
     assert np.array_equal(mirror_upper(A.copy()), want)
+
+
+def test_mirroring_the_tiles_of_the_upper_triangle_one_by_one_is_the_whole_mirror():
+    """Tiles of unequal sizes on and above the diagonal (as the pair grid's last row and column of
+    tiles), each mirrored on its own, in any order, leave the symmetric matrix of the upper triangle."""
+    A = np.random.default_rng(9).standard_normal((300, 300))
+    want = np.triu(A) + np.triu(A, 1).T
+    spans = [slice(0, 128), slice(128, 256), slice(256, 300)]
+    tiles = [(rows, cols) for i, rows in enumerate(spans) for cols in spans[i:]]
+    for order in (tiles, tiles[::-1]):
+        B = A.copy()
+        for rows, cols in order:
+            mirror_tile(B, rows, cols, tile=64)
+        assert np.array_equal(B, want)
 
 
 def test_colinear_rows_of_sequences_scale_the_whole_sequence():
