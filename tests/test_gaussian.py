@@ -841,6 +841,24 @@ def test_the_arc_cosine_angle_equals_arctan2_to_one_ulp_of_pi_and_is_exact_at_co
     assert angle(np.zeros(1), np.zeros(1))[0] == np.pi / 2  # ab below the smallest float: uncorrelated
 
 
+def test_arc_cosine_kernels_of_per_point_variances_whose_product_underflows_are_uncorrelated():
+    """Per-point variances (a column and a row, as on a tile) whose product underflows to 0 at one pair with
+    c = 0 there: that pair's angle is π/2 (E step·step = 1/4, E relu·relu = 0), not NaN — the kernels skip the
+    scan for 0/0 only where the smallest product of the variances is positive."""
+    from netsor.activations.kernels import arccos_kernel_0, arccos_kernel_1
+
+    a, b = np.array([[1e-200], [1.0], [3.0]]), np.array([[1e-200, 2.0, 0.5]])
+    c = np.array([[0.0, 1e-100, 0.0], [-0.5e-100, 0.5, 0.6], [0.0, -1.0, 0.3]])
+    k0, k1 = arccos_kernel_0(a, b, c), arccos_kernel_1(a, b, c)
+    assert k0[0, 0] == 0.25 and k1[0, 0] == 0.0
+    scale = np.sqrt(a * b)
+    rho = np.where(scale > 0, c / np.where(scale > 0, scale, 1.0), 0.0)
+    theta = np.arccos(np.clip(rho, -1, 1))
+    np.testing.assert_allclose(k0, (np.pi - theta) / (2 * np.pi), rtol=1e-14)
+    np.testing.assert_allclose(k1, scale * (np.sin(theta) + (np.pi - theta) * np.cos(theta)) / (2 * np.pi),
+                               rtol=1e-13, atol=1e-300)
+
+
 @pytest.mark.parametrize("name, lo, hi", [("tanh", 0.05, 20.0), ("gelu", 0.5, 3.0), ("hard_tanh", 0.2, 5.0),
                                           ("sin", 0.01, 40.0)])
 def test_interpolated_hermite_coefficients_are_within_their_reported_error(name, lo, hi):

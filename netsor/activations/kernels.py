@@ -84,14 +84,17 @@ def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     S -= np.multiply(c, c)
     np.maximum(S, 0.0, out=S)
     np.sqrt(S, out=S)
-    theta = angle(S, c)
+    # per-point variances whose smallest product is positive leave no 0/0: S = 0 then means c² ≥ ab > 0
+    # (rounding is monotone), so the angle needs no pass over the pairs looking for NaN
+    per_point = a.size + b.size < S.size
+    theta = angle(S, c, nonzero=per_point and float(np.min(a)) * float(np.min(b)) > 0.0)
     if key is not None:
         S.flags.writeable = theta.flags.writeable = False
         store[key] = (a, b, c, S, theta)
     return S, theta
 
 
-def angle(S: Array, c: Array) -> Array:
+def angle(S: Array, c: Array, nonzero: bool = False) -> Array:
     """``θ = atan2(S, c)`` in [0, π] for ``S ≥ 0`` (a fresh array of the broadcast shape), as
     ``π/2 − atan(c/S)``.
 
@@ -102,13 +105,14 @@ def angle(S: Array, c: Array) -> Array:
     an angle below ~1e-16 (``S/c`` of that order) is 0, which every kernel formula here takes
     (they use ``π − θ``, ``sin θ``, ``cos θ``, not the relative size of θ). ``S = 0`` gives θ = 0
     or π exactly (colinear pairs: ``c/0 = ±∞``); ``S = c = 0`` (``ab`` below the smallest float)
-    gives π/2, the angle of uncorrelated forms."""
+    gives π/2, the angle of uncorrelated forms. ``nonzero``: the caller knows that ``S`` and ``c`` are
+    never both 0 (no 0/0 to look for)."""
     with np.errstate(all="ignore"):  # c/S = ±inf gives 0 or π; 0/0 is handled below
         theta = np.divide(c, S)
         np.arctan(theta, out=theta)
     np.subtract(0.5 * np.pi, theta, out=theta)
-    if np.isnan(np.min(theta, initial=0.0)):  # 0/0: inputs are finite here (the engine rejects NaN before)
-        theta[np.isnan(theta)] = 0.5 * np.pi
+    if not nonzero and np.isnan(np.min(theta, initial=0.0)):  # 0/0: inputs are finite here (the engine
+        theta[np.isnan(theta)] = 0.5 * np.pi  # rejects NaN before)
     return theta
 
 
