@@ -70,7 +70,8 @@ def mirror_upper(A: Array, tile: int = 256) -> Array:
 def mirror_tile(A: Array, rows: slice, cols: slice, tile: int = 256) -> None:
     """Copy the tile ``A[rows, cols]`` of the upper triangle of the square array ``A`` onto its mirror
     image ``A[cols, rows]`` (a tile on the diagonal: its upper triangle onto its lower one), in place,
-    in cache-sized transposes: :func:`mirror_upper` one tile at a time, from the thread that filled it."""
+    in cache-sized transposes: :func:`mirror_upper` one tile at a time (so that the worker thread that
+    filled a tile of a kernel mirrors it while it is in cache)."""
     if rows == cols:
         mirror_upper(A[rows, rows], tile)
         return
