@@ -825,20 +825,21 @@ def test_shared_arc_cosine_angles_equal_fresh_ones_and_writeable_inputs_are_not_
 
 
 def test_the_arc_cosine_angle_equals_arctan2_to_one_ulp_of_pi_and_is_exact_at_colinear_pairs():
-    """``angle(S, c)`` (π/2 − atan(c/S)) against ``np.arctan2`` over 600 orders of magnitude of both
-    arguments, signed zeros included: within one ulp of π; exactly 0 and π where S = 0 (a point with
-    itself and with its negative), π/2 where c = ±0, and 0 for an angle below one ulp of π/2."""
-    from netsor.activations.kernels import angle
+    """``supplement(S, c)`` (π − θ as π/2 + atan(c/S)) against ``π − arctan2(S, c) = arctan2(S, −c)`` over 600
+    orders of magnitude of both arguments, signed zeros included: within one ulp of π; exactly π and 0 where
+    S = 0 (a point with itself and with its negative), π/2 where c = ±0, and π for an angle below one ulp of
+    π/2."""
+    from netsor.activations.kernels import supplement
 
     rng = np.random.default_rng(4)
     S = np.abs(rng.standard_normal(200_000)) * 10.0 ** rng.uniform(-300, 300, 200_000)
     c = rng.standard_normal(200_000) * 10.0 ** rng.uniform(-300, 300, 200_000)
     with np.errstate(all="raise"):  # no warning escapes (S/c overflows and divides by zero here)
-        got = angle(S, c)
-        edge = angle(np.array([0.0, 0.0, 1.0, 1.0, 5e-324]), np.array([2.0, -2.0, 0.0, -0.0, 1.0]))
-    assert np.max(np.abs(got - np.arctan2(S, c))) <= np.spacing(np.pi)
-    assert list(edge) == [0.0, np.pi, np.pi / 2, np.pi / 2, 0.0]
-    assert angle(np.zeros(1), np.zeros(1))[0] == np.pi / 2  # ab below the smallest float: uncorrelated
+        got = supplement(S, c)
+        edge = supplement(np.array([0.0, 0.0, 1.0, 1.0, 5e-324]), np.array([2.0, -2.0, 0.0, -0.0, 1.0]))
+    assert np.max(np.abs(got - np.arctan2(S, -c))) <= np.spacing(np.pi)
+    assert list(edge) == [np.pi, 0.0, np.pi / 2, np.pi / 2, np.pi]
+    assert supplement(np.zeros(1), np.zeros(1))[0] == np.pi / 2  # ab below the smallest float: uncorrelated
 
 
 def test_arc_cosine_kernels_of_per_point_variances_whose_product_underflows_are_uncorrelated():

@@ -50,7 +50,7 @@ _ANGLES = _AngleStore()
 def remembered_angles(store: dict[tuple[int, int, int], tuple[Array, Array, Array, Array, Array]]
                       ) -> Iterator[None]:
     """Within the block (on this thread), arc-cosine kernels at read-only ``(a, b, c)`` reuse
-    ``S, θ`` found in ``store`` and put new ones there.
+    ``S, π − θ`` found in ``store`` and put new ones there.
 
     An NTK evaluates ``E[relu relu]`` on the forward pass and ``E[step step]`` on the backward
     pass at the same pre-activation covariances; the engine passes the same read-only arrays
@@ -65,9 +65,10 @@ def remembered_angles(store: dict[tuple[int, int, int], tuple[Array, Array, Arra
         _ANGLES.store = outer
 
 
-def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
-    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``θ = atan2(S, c)`` (= arccos(c/√(ab)), :func:`angle`), read-only
-    when remembered (:func:`remembered_angles`), else fresh arrays the caller may overwrite.
+def _sine_and_supplement(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
+    """``S = √(ab − c²)`` (= √(ab)·sin θ) and ``ψ = π − θ`` for ``θ = atan2(S, c)`` (= arccos(c/√(ab)),
+    :func:`supplement`), read-only when remembered (:func:`remembered_angles`), else fresh arrays the
+    caller may overwrite. The kernels use ``π − θ``, never θ itself: storing it saves each a pass.
 
     This form is exact at colinear pairs (``ab = c²`` bitwise: a point with itself), where
     ``arccos`` of a correlation rounded to ``1 − ε`` would be off by √(2ε) ≈ 1.5e-8; near them
@@ -87,37 +88,37 @@ def _sine_and_angle(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
     # per-point variances whose smallest product is positive leave no 0/0: S = 0 then means c² ≥ ab > 0
     # (rounding is monotone), so the angle needs no pass over the pairs looking for NaN
     per_point = a.size + b.size < S.size
-    theta = angle(S, c, nonzero=per_point and float(np.min(a)) * float(np.min(b)) > 0.0)
+    psi = supplement(S, c, nonzero=per_point and float(np.min(a)) * float(np.min(b)) > 0.0)
     if key is not None:
-        S.flags.writeable = theta.flags.writeable = False
-        store[key] = (a, b, c, S, theta)
-    return S, theta
+        S.flags.writeable = psi.flags.writeable = False
+        store[key] = (a, b, c, S, psi)
+    return S, psi
 
 
-def angle(S: Array, c: Array, nonzero: bool = False) -> Array:
-    """``θ = atan2(S, c)`` in [0, π] for ``S ≥ 0`` (a fresh array of the broadcast shape), as
-    ``π/2 − atan(c/S)``.
+def supplement(S: Array, c: Array, nonzero: bool = False) -> Array:
+    """``π − θ`` for ``θ = atan2(S, c)`` in [0, π], ``S ≥ 0`` (a fresh array of the broadcast shape), as
+    ``π/2 + atan(c/S)``.
 
     numpy's float64 ``arctan2`` is ~1.7× the cost of ``arctan`` and was most of an arc-cosine kernel,
-    i.e. of a ReLU NNGP; ``π/2 − atan(c/S)`` needs no branch on the sign of ``c`` (the earlier
+    i.e. of a ReLU NNGP; ``π/2 + atan(c/S)`` needs no branch on the sign of ``c`` (the earlier
     ``atan(S/c) + π·[c < 0]`` spent as long on the sign as on the arctangent). It agrees with
-    ``arctan2`` to 1 ulp of π: the subtraction is exact or rounds once, and the error is absolute —
-    an angle below ~1e-16 (``S/c`` of that order) is 0, which every kernel formula here takes
-    (they use ``π − θ``, ``sin θ``, ``cos θ``, not the relative size of θ). ``S = 0`` gives θ = 0
-    or π exactly (colinear pairs: ``c/0 = ±∞``); ``S = c = 0`` (``ab`` below the smallest float)
-    gives π/2, the angle of uncorrelated forms. ``nonzero``: the caller knows that ``S`` and ``c`` are
-    never both 0 (no 0/0 to look for)."""
-    with np.errstate(all="ignore"):  # c/S = ±inf gives 0 or π; 0/0 is handled below
-        theta = np.divide(c, S)
-        np.arctan(theta, out=theta)
-    np.subtract(0.5 * np.pi, theta, out=theta)
-    if not nonzero and np.isnan(np.min(theta, initial=0.0)):  # 0/0: inputs are finite here (the engine
-        theta[np.isnan(theta)] = 0.5 * np.pi  # rejects NaN before)
-    return theta
+    ``π − arctan2`` to 1 ulp of π: the addition is exact or rounds once, and the error is absolute —
+    an angle within ~1e-16 of π (``S/c`` of that order) is π − θ = 0, which every kernel formula here
+    takes (they use ``π − θ``, ``sin θ``, ``cos θ``, not the relative size of θ). ``S = 0`` gives
+    π − θ = π or 0 exactly (colinear pairs: ``c/0 = ±∞``); ``S = c = 0`` (``ab`` below the smallest
+    float) gives π/2, the angle of uncorrelated forms. ``nonzero``: the caller knows that ``S`` and
+    ``c`` are never both 0 (no 0/0 to look for)."""
+    with np.errstate(all="ignore"):  # c/S = ±inf gives π or 0; 0/0 is handled below
+        psi = np.divide(c, S)
+        np.arctan(psi, out=psi)
+    psi += 0.5 * np.pi
+    if not nonzero and np.isnan(np.min(psi, initial=0.0)):  # 0/0: inputs are finite here (the engine
+        psi[np.isnan(psi)] = 0.5 * np.pi  # rejects NaN before)
+    return psi
 
 
-def known_angle(a: Array, b: Array, c: Array) -> Array | None:
-    """``θ = arccos(c/√(ab))`` of read-only ``(a, b, c)`` if the active store
+def known_supplement(a: Array, b: Array, c: Array) -> Array | None:
+    """``π − θ`` for ``θ = arccos(c/√(ab))`` of read-only ``(a, b, c)`` if the active store
     (:func:`remembered_angles`) holds it (read-only), else None."""
     store = _ANGLES.store
     entry = None if store is None else store.get((id(a), id(b), id(c)))
@@ -132,9 +133,8 @@ def _owned(x: Array) -> Array:
 @_scalar_safe
 def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
     """E[relu u relu v] = (√(ab − c²) + (π − θ) c) / (2π) (Cho & Saul, order 1)."""
-    S, theta = _sine_and_angle(a, b, c)
-    out = np.subtract(np.pi, theta, out=_owned(theta))
-    out *= c
+    S, psi = _sine_and_supplement(a, b, c)
+    out = np.multiply(psi, c, out=_owned(psi))
     out += S
     out *= 1.0 / _TWO_PI
     return out
@@ -143,10 +143,8 @@ def arccos_kernel_1(a: Array, b: Array, c: Array) -> Array:
 @_scalar_safe
 def arccos_kernel_0(a: Array, b: Array, c: Array) -> Array:
     """E[step u step v] = (π − θ) / (2π) (Cho & Saul, order 0)."""
-    _, theta = _sine_and_angle(a, b, c)
-    out = np.subtract(np.pi, theta, out=_owned(theta))
-    out *= 1.0 / _TWO_PI
-    return out
+    _, psi = _sine_and_supplement(a, b, c)
+    return np.multiply(psi, 1.0 / _TWO_PI, out=_owned(psi))
 
 
 def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array:
@@ -182,8 +180,8 @@ def erf_kernel(a: Array, b: Array, c: Array) -> Array:
 @_scalar_safe
 def abs_kernel(a: Array, b: Array, c: Array) -> Array:
     # |u| = relu(u) + relu(-u): 2 E[relu u relu v] + 2 E[relu u relu(-v)] = (2/π)(S + c (π/2 − θ)).
-    S, theta = _sine_and_angle(a, b, c)
-    return (2.0 * S + (np.pi - 2.0 * theta) * c) / np.pi
+    S, psi = _sine_and_supplement(a, b, c)
+    return (2.0 * S + (2.0 * psi - np.pi) * c) / np.pi
 
 
 def leaky_relu_kernel(alpha: float) -> KernelRule:

@@ -42,7 +42,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation, identity, relu, step
-from netsor.activations.kernels import known_angle, remembered_angles
+from netsor.activations.kernels import known_supplement, remembered_angles
 from netsor.allocator import reused_memory
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import conditioned, joint, piecewise
@@ -1923,7 +1923,7 @@ class Run:
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
                                               errors="relative", envelope=(env_l, env_r))
-                angle = known_angle(a, b, c)
+                supplement = known_supplement(a, b, c)
             # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
             own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
             diagonal = self.left is self.right and self.rows == self.cols
@@ -1932,7 +1932,7 @@ class Run:
                 prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
                   and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
-                                                        env_r, diagonal, angle)) <= threshold):
+                                                        env_r, diagonal, supplement)) <= threshold):
                 prop = bounds.Bound(eta, env_l, env_r)  # O(B) where no pair is near colinear
             else:
                 dc = c_bound.array()

@@ -101,7 +101,7 @@ def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, l
 
 def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Array, b: Array, da: Array,
                   db: Array, c: Array, c_bound: Bound, env_l: Array, env_r: Array, skip_diagonal: bool,
-                  angle: Array | None = None) -> float:
+                  supplement: Array | None = None) -> float:
     """A scalar bound ``eta`` on the envelope ``env_l ⊗ env_r`` of the propagated error of a closed-form
     kernel ``K(ρ)`` of positively homogeneous activations of degree 0 (``step``: a function of
     ``ρ = c/√(ab)`` alone), from per-point maxima and the largest ``|ρ|`` of the tile — one pass
@@ -112,16 +112,17 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
     (``|ρ| ≤ 1``), and ``modulus`` — a function of ``c/√(ab)`` and ``δ/√(ab)``, nondecreasing in
     ``|c|`` and ``δ`` — at ``(1, 1, max|ρ|, ε)`` bounds the change of every pair of the tile.
     ``skip_diagonal``: the tile's diagonal holds pairs of a point with itself (``ρ = 1``), which
-    take per-point values instead. ``angle``: ``θ = arccos ρ`` of the tile where it is known
-    already (two reductions then find ``max|ρ|``). Near-colinear pairs make this bound large: the
+    take per-point values instead. ``supplement``: ``π − θ`` for ``θ = arccos ρ`` of the tile where it
+    is known already (two reductions then find ``max|ρ| = max(cos min(π − θ), −cos max(π − θ))``,
+    the same expression as of θ). Near-colinear pairs make this bound large: the
     caller then keeps the dense form, which is tight away from them.
     """
     root_a, root_b = np.sqrt(a), np.sqrt(b)
     eps = c_bound.relative(root_a, root_b) + 0.5 * (largest_ratio(da, a) + largest_ratio(db, b))
     if c_bound.dense is not None:
         eps += largest_ratio(c_bound.dense, root_a * root_b)
-    if angle is not None:
-        pairs = _off_diagonal(angle) if skip_diagonal else angle
+    if supplement is not None:
+        pairs = _off_diagonal(supplement) if skip_diagonal else supplement
         smallest = float(np.min(pairs, initial=np.pi))
         largest = float(np.max(pairs, initial=0.0))
         rho_max = max(np.cos(smallest), -np.cos(largest)) + 4 * _EPS  # the rounding of θ and cos
