@@ -66,6 +66,8 @@ _BASE = {1: 8, 2: 4, 3: 3, 4: 2}
 _AXIS_CAP = {1: 2000, 2: 600, 3: 156, 4: 50}
 #: Nested rules larger than this (nodes per point) are replaced by randomised QMC.
 NESTED_BUDGET = 4_000_000
+#: Doublings of the nested rule's narrowing tried for one that changes the rule (its panel widths are capped).
+_MAX_DOUBLINGS = 4
 #: Most pairwise crossings of kink planes listed for one axis of the nested rule: beyond, every rule
 #: is over ``NESTED_BUDGET`` (that many cuts on the next axis), and listing them cost minutes (a
 #: pair of |b − clip(s)| with ten planes: 6 million crossing planes, 115 s, before repeats were dropped).
@@ -729,14 +731,23 @@ def _point_by_rules(F: JointFunction, cov: Array, seed: int, atol: Array | float
     if r <= NESTED_MAX_DIM and not (F.hidden_kinks and r > 1) and rule_size(planes, r, spread) <= NESTED_BUDGET:
         value, err = nested_expectation(F, cov)
         # narrower panels where the estimate misses atol, while the rule grows (its axes are capped)
-        refine = 2.0
+        refine, size = 1.0, rule_size(planes, r, spread)
         while atol is not None:
             todo = np.flatnonzero(~(err <= atol))
-            size = rule_size(planes, r, refine * spread)
-            if not todo.size or size > NESTED_BUDGET or size == rule_size(planes, r, refine / 2 * spread):
+            if not todo.size:
+                break
+            # the first narrowing that changes the rule: a panel's width is capped by the nodes as well as
+            # by the spread, so one doubling may leave it as it was (E clip(g + g²)² of one input: stuck at
+            # 3.3e-4 where the same point among wider ones got 2.1e-5; strict campaign seed 704)
+            previous = size
+            for _ in range(_MAX_DOUBLINGS):
+                refine *= 2.0
+                size = rule_size(planes, r, refine * spread)
+                if size != previous:
+                    break
+            if size > NESTED_BUDGET or size == previous:
                 break
             value[todo], err[todo] = nested_expectation(F, cov[todo], refine=refine)
-            refine *= 2.0
         return value, err, np.zeros_like(value)
     value, se = qmc_expectation(F, cov, seed, QMC_LOG2_POINTS)
     if atol is not None:
