@@ -513,9 +513,9 @@ def cone_pair_expectation(F: ConeFunction, G: ConeFunction, cov_x: Array, cov_y:
     nf, ng = F.normals, G.normals
     # the two functions' noises are independent: they enter the diagonal blocks only
     a, b, c = F.form_covariance(cov_x), G.form_covariance(cov_y), _forms(nf, C, ng)
-    forms = np.concatenate([np.concatenate([a, c], axis=2),
-                            np.concatenate([np.swapaxes(c, 1, 2), b], axis=2)], axis=1)
     m = nf.shape[0]
+    forms = np.empty((a.shape[0], m + ng.shape[0], m + ng.shape[0]))  # the blocks written once, no nested copies
+    forms[:, :m, :m], forms[:, :m, m:], forms[:, m:, :m], forms[:, m:, m:] = a, c, np.swapaxes(c, 1, 2), b
     terms = [(c1 * c2, p1 + tuple(q + m for q in p2), s1 + tuple(q + m for q in s2))
              for (c1, p1, s1), (c2, p2, s2) in product(F.terms, G.terms)]
     rows = np.block([[_rows(nf, F.noise), np.zeros((m, ng.shape[1] + ng.shape[0]))],
@@ -608,8 +608,10 @@ class _Moments:
                 qerr += abs(c) * q
             dev = _plus(dev, c, d)
         se = np.zeros(self.M) if dev is None else _standard_error(dev)
-        amplification = np.max([self._cond[given][1][a] for given, forms in self._used.items() for a in forms]
-                               + [np.ones(self.M)], axis=0)
+        amplification = np.ones(self.M)  # the largest over the forms used (in place: no stack of them)
+        for given, forms in self._used.items():
+            for a in forms:
+                np.maximum(amplification, self._cond[given][1][a], out=amplification)
         return value, qerr + MC_ERROR_SIGMAS * se + 64 * _EPS * size * amplification, se
 
     def conditional(self, given: frozenset[int]) -> tuple[_Cov, dict[int, Array]]:
