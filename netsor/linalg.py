@@ -61,9 +61,8 @@ def mirror_upper(A: Array, tile: int = 256) -> Array:
         # a masked copy (6× faster than fancy indexing); it reads only the upper triangle, which it
         # never writes, so the overlap of source and destination is harmless
         np.copyto(diagonal, diagonal.T, where=_strictly_lower(diagonal.shape[0]))
-        for c in range(r + tile, n, tile):
-            cols = slice(c, min(c + tile, n))
-            A[cols, rows] = A[rows, cols].T
+        if r + tile < n:
+            mirror_tile(A, rows, slice(r + tile, n), tile)
     return A
 
 

@@ -1313,8 +1313,7 @@ def _by_levels(order: list[Key], deps: dict[Key, list[Key]]) -> list[Key]:
     for k in reversed(order):  # consumers come after their dependencies
         for d in deps[k]:
             height[d] = max(height[d], height[k] + 1)
-    position = {k: i for i, k in enumerate(order)}
-    return sorted(order, key=lambda k: (-height[k], position[k]))
+    return sorted(order, key=lambda k: -height[k])  # a stable sort: ties keep the walk's order
 
 
 # -------------------------------------------------------------------- execution
