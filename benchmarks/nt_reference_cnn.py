@@ -13,7 +13,7 @@ float64, for::
     stax.serial(*[Conv(512, (F,), padding=P, W_std=σw, b_std=σb, parameterization="ntk"), act] * depth,
                 Flatten() | GlobalAvgPool(), Dense(1, W_std=σw, b_std=σb, parameterization="ntk"))
 
-— ``netsor.zoo.cnn(depth, L, act, σw, σb, F, padding, pool)``. Keys:
+— ``netsor.zoo.cnn(depth, act, σw, σb, F, padding, pool, length=L)``. Keys:
 ``cnn_{act}_d{depth}_w{σw}_b{σb}_f{F}_{padding}_{pool}``.
 """
 

@@ -78,7 +78,7 @@ def build_architecture(arch: str, depth: int, *, activation: str | None, sigma_w
                              "sigma_u": check_sigma(sigma_u, "--sigma-u"), "sigma_v": check_sigma(sigma_v, "--sigma-v"),
                              "batch": check_count(batch, "--batch", minimum=2, maximum=MAX_DEPTH)}
     takes = inspect.signature(builder).parameters
-    if length is None and "length" in takes and takes["length"].default is inspect.Parameter.empty:
+    if length is None and "length" in takes and takes["length"].default is None:  # required by the builder
         length = DEFAULT_LENGTH
     if length is not None:  # the cnn's positions, the transformer's tokens
         given["length"] = given["tokens"] = check_count(length, "--length", maximum=MAX_DEPTH)
@@ -160,8 +160,9 @@ def architecture_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="rnn and transformer: input (key) weight std."),
         click.option("--sigma-v", default=1.0, show_default=True, type=float, help="rnn: readout std."),
         click.option("--length", default=None, type=int,
-                     help=f"cnn: positions L of the input sequences (inputs (B, L, d)), default {DEFAULT_LENGTH}; "
-                          "transformer: tokens T per sequence (inputs (B, T, d)), default 4."),
+                     help=f"cnn: positions L of the input sequences (inputs (B, L, d)), default: those of --inputs, "
+                          f"else {DEFAULT_LENGTH}; "
+                          "transformer: tokens T per sequence (inputs (B, T, d)), default: those of --inputs, else 4."),
         click.option("--batch", default=4, show_default=True, type=int,
                      help="batchnorm_mlp: examples per batch (inputs (B, batch, d): B batches); its NTK needs "
                           "at least 4 (and inputs of dimension at least 3)."),
@@ -206,9 +207,26 @@ def choose_rtol(rtol: float | None, program: Program, method: str, *, ntk: bool 
 
 
 def _program(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_b: float,
-             sigma_u: float, sigma_v: float, length: int | None, batch: int) -> Program:
+             sigma_u: float, sigma_v: float, length: int | None, batch: int, inputs: str | None) -> Program:
+    takes = inspect.signature(ARCHITECTURES[arch]).parameters if arch in ARCHITECTURES else {}
+    if length is None and inputs is not None and ("length" in takes or "tokens" in takes):
+        length = _positions(inputs)
     return build_architecture(arch, depth, activation=activation, sigma_w=sigma_w, sigma_b=sigma_b,
                               sigma_u=sigma_u, sigma_v=sigma_v, length=length, batch=batch)
+
+
+def _positions(inputs: str) -> int | None:
+    """The positions L of ``--inputs`` of shape (B, L, C), read from the file's header: a cnn or a
+    transformer built for another L would read only part of each input (or refuse it). None where
+    the file is not such an array (:func:`load_inputs` then says what is wrong with it)."""
+    try:
+        X = np.load(inputs, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    shape = getattr(X, "shape", ())
+    if isinstance(X, np.lib.npyio.NpzFile):
+        X.close()
+    return int(shape[1]) if len(shape) == 3 and shape[1] > 0 else None
 
 
 def _seed(seed: int) -> int:
@@ -253,7 +271,7 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     seed = _seed(seed)
     gib = check_real(memory_budget, "--memory-budget (GiB)", minimum=2**-10)
     budget = check_memory_budget(int(gib * 2**30), "--memory-budget")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch, inputs)
     out_path = output_path(out, "--out") if out is not None else None
     if random is not None and inputs is None:  # refuse a kernel too large before drawing its inputs
         _check_kernel_size(random_shape(random, program)[0], program)
@@ -344,7 +362,7 @@ def sample(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     seed = _seed(seed)
     width = check_count(width, "--width")
     samples = check_count(samples, "--samples")
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch, inputs)
     X = load_inputs(inputs, random, program, seed=seed)
     out_path = output_path(out, "--out") if out is not None else None
     _check_network_size(width, X, f"--width {width}")
@@ -403,7 +421,7 @@ def converge(arch: str, depth: int, activation: str | None, sigma_w: float, sigm
     replicates = check_count(replicates, "--replicates", minimum=2)
     directions = check_count(directions, "--directions")
     width_list = parse_widths(widths)
-    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch)
+    program = _program(arch, depth, activation, sigma_w, sigma_b, sigma_u, sigma_v, length, batch, inputs)
     X = load_inputs(inputs, random or ("4,8" if inputs is None else None), program, seed=seed)
     out = output_path(json_out, "--json")
     _check_network_size(width_list[-1], X, f"--widths {width_list[-1]}")

@@ -242,9 +242,24 @@ def test_cnn_kernel_on_the_command_line(tmp_path, capsys):
     out = run_ok(["kernel", "cnn", "--depth", "2", "--length", "5", "--sigma-b", "0.1",
                   "--inputs", str(tmp_path / "x.npy"), "--out", str(tmp_path / "k.npy")], capsys)
     assert "cnn(depth=2, length=5" in out
-    K = netsor.nngp(netsor.zoo.cnn(2, 5, "relu", 1.0, 0.1), X)
+    K = netsor.nngp(netsor.zoo.cnn(2, "relu", 1.0, 0.1, length=5), X)
     assert np.array_equal(np.load(tmp_path / "k.npy"), K)
     assert "--length" in run_error(["kernel", "cnn", "--length", "0", "--random", "3,2"], capsys)
+
+
+def test_a_cnn_on_the_command_line_takes_the_positions_of_its_input_file(tmp_path, capsys):
+    """Without ``--length`` a cnn reads every position of ``--inputs`` (a cnn of the default 8
+    positions read 8 of these 11 and wrapped its circular padding there: another network); with
+    ``--random`` it gets the default 8."""
+    X = np.random.default_rng(3).standard_normal((2, 11, 2))
+    np.save(tmp_path / "x.npy", X)
+    out = run_ok(["kernel", "cnn", "--depth", "1", "--inputs", str(tmp_path / "x.npy"),
+                  "--out", str(tmp_path / "k.npy")], capsys)
+    assert "cnn(depth=1, length=11" in out
+    assert np.array_equal(np.load(tmp_path / "k.npy"), netsor.nngp(netsor.zoo.cnn(1, length=11), X))
+    assert "length=8" in run_ok(["kernel", "cnn", "--depth", "1", "--random", "2,2"], capsys)
+    np.save(tmp_path / "flat.npy", X[:, 0])  # no positions: refused by the input check, not the peek
+    assert "(B, T, d)" in run_error(["kernel", "cnn", "--inputs", str(tmp_path / "flat.npy")], capsys)
 
 
 def test_transformer_tokens_on_the_command_line(tmp_path, capsys):
@@ -257,6 +272,9 @@ def test_transformer_tokens_on_the_command_line(tmp_path, capsys):
     K = netsor.nngp(netsor.zoo.transformer(1, tokens=3), X)
     assert np.array_equal(np.load(tmp_path / "k.npy"), K)
     assert "tokens=4" in run_ok(["kernel", "transformer", "--depth", "1", "--random", "2,3"], capsys)
+    np.save(tmp_path / "x.npy", X)  # without --length, the tokens of the file (not the default 4)
+    assert "tokens=3" in run_ok(["kernel", "transformer", "--depth", "1", "--inputs", str(tmp_path / "x.npy")],
+                                capsys)
 
 
 def test_default_rtol_is_what_the_limit_is_built_to_meet(tmp_path, capsys) -> None:

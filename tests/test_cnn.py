@@ -21,7 +21,7 @@ EPS = np.finfo(float).eps
 
 def program_of(key):
     _, act, depth, sw, sb, f, padding, pool = key.split("_")
-    return netsor.zoo.cnn(int(depth[1:]), LENGTH, act, float(sw[1:]), float(sb[1:]), int(f[1:]), padding, pool)
+    return netsor.zoo.cnn(int(depth[1:]), act, float(sw[1:]), float(sb[1:]), int(f[1:]), padding, pool, length=LENGTH)
 
 
 def colinear(X, X2):
@@ -86,7 +86,7 @@ def test_relu_ntk_diagonal_equals_the_closed_form(padding):
             j = i + t - 1
             if padding == "circular" or 0 <= j < L:
                 S[:, i] += np.sum(X[:, j % L] ** 2, axis=1) / (F * C)
-    k = netsor.kernel(netsor.zoo.cnn(1, L, "relu", sw, 0.0, F, padding, "flatten"), X, rtol=1e-4)
+    k = netsor.kernel(netsor.zoo.cnn(1, "relu", sw, 0.0, F, padding, "flatten", length=L), X, rtol=1e-4)
     theta = sw**4 * S.mean(axis=1)
     assert np.max(np.abs(np.diag(k.nngp) - theta / 2) / theta) < 1e-14
     assert np.max(np.abs(np.diag(k.ntk) - theta) / theta) < 1e-14
@@ -143,7 +143,7 @@ def test_finite_width_agrees_with_the_limit(pool):
     below 4 SE ≈ 7 % here) and (b) the mean of the conditional kernels K̂ (exactly unbiased: the
     outputs are N(0, K̂) given the hidden layers)."""
     X = np.random.default_rng(8).standard_normal((3, 4, 2))
-    p = netsor.zoo.cnn(2, 4, "relu", 1.2, 0.1, 3, "same", pool)
+    p = netsor.zoo.cnn(2, "relu", 1.2, 0.1, 3, "same", pool, length=4)
     K = netsor.nngp(p, X)
     run = run_finite(p, X, width=256, samples=3000, seed=9, return_kernels=True)
     Y = run.outputs
@@ -159,7 +159,7 @@ def test_coupled_run_of_the_cnn_matches_the_sampler():
     """The finite side of the coupled execution is the matrix-free sampler draw for draw; the
     limit side is driven by the limit kernel (its outputs are exact GP draws)."""
     X = np.random.default_rng(10).standard_normal((2, 4, 2))
-    p = netsor.zoo.cnn(2, 4, "erf", 1.0, 0.2, 3, "circular", "flatten")
+    p = netsor.zoo.cnn(2, "erf", 1.0, 0.2, 3, "circular", "flatten", length=4)
     run = netsor.coupled(p, X, width=64, samples=40, seed=3)
     fin = netsor.sample(p, X, width=64, samples=40, seed=3, method="matrix-free")
     assert np.array_equal(run.outputs_finite, fin)
@@ -168,8 +168,8 @@ def test_coupled_run_of_the_cnn_matches_the_sampler():
 
 def test_cnn_program_shape():
     """One output per input; one matrix per tap and layer; 'same' padding drops border taps."""
-    circ = netsor.zoo.cnn(2, 5, "relu", 1.0, 0.0, 3, "circular", "flatten")
-    same = netsor.zoo.cnn(2, 5, "relu", 1.0, 0.0, 3, "same", "gap")
+    circ = netsor.zoo.cnn(2, "relu", 1.0, 0.0, 3, "circular", "flatten", length=5)
+    same = netsor.zoo.cnn(2, "relu", 1.0, 0.0, 3, "same", "gap", length=5)
     assert circ.num_outputs == same.num_outputs == 1 and circ.steps == 5
     assert len(circ.matrices) == len(same.matrices) == 6
     assert all(m.sigma == pytest.approx(1 / np.sqrt(3)) for m in circ.matrices)
@@ -205,7 +205,7 @@ def other_vector():
 @pytest.mark.parametrize("kwargs, match", [
     ({"padding": "valid"}, "padding"), ({"pool": "max"}, "pool"), ({"filter_size": 0}, "filter_size"),
     ({"length": 0}, "length"), ({"depth": 0}, "depth"), ({"sigma_w": -1.0}, "sigma_w"),
-    ({"activation": "nope"}, "activation"),
+    ({"activation": "nope"}, "activation"), ({"length": None}, "length=L"),
 ])
 def test_bad_cnn_hyper_parameters(kwargs, match):
     args = {"depth": 2, "length": 4} | kwargs
@@ -213,8 +213,20 @@ def test_bad_cnn_hyper_parameters(kwargs, match):
         netsor.zoo.cnn(**args)
 
 
+def test_the_cnn_takes_its_hyper_parameters_in_the_issued_order():
+    """``cnn(depth, activation, sigma_w, sigma_b, filter_size, padding, pool, length=L)``: the positional
+    order of the other zoo builders (``mlp(depth, activation, sigma_w, sigma_b)``), the positions a keyword."""
+    by_position = netsor.zoo.cnn(2, "erf", 1.3, 0.2, 3, "same", "gap", length=4)
+    by_name = netsor.zoo.cnn(depth=2, activation="erf", sigma_w=1.3, sigma_b=0.2, filter_size=3, padding="same",
+                             pool="gap", length=4)
+    assert by_position.name == by_name.name
+    assert "erf" in by_position.name and "sigma_w=1.3" in by_position.name and "pool=gap" in by_position.name
+    X = np.random.default_rng(0).standard_normal((2, 4, 2))
+    assert np.array_equal(netsor.nngp(by_position, X), netsor.nngp(by_name, X))
+
+
 def test_cnn_needs_inputs_with_positions():
-    p = netsor.zoo.cnn(1, 4)
+    p = netsor.zoo.cnn(1, length=4)
     with pytest.raises(InputError, match="steps"):
         netsor.nngp(p, np.ones((3, 2)))
     with pytest.raises(InputError, match="steps"):

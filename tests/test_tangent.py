@@ -16,7 +16,7 @@ ZOO = {
     "mlp-gelu": (lambda: netsor.zoo.mlp(2, "gelu", 1.0, 0.2), (4, 3)),
     "resnet": (lambda: netsor.zoo.resnet(2, "relu"), (4, 3)),
     "rnn": (lambda: netsor.zoo.rnn(5), (3, 5, 2)),
-    "cnn": (lambda: netsor.zoo.cnn(2, 4, "relu", filter_size=3), (2, 4, 2)),
+    "cnn": (lambda: netsor.zoo.cnn(2, "relu", filter_size=3, length=4), (2, 4, 2)),
     "layernorm": (lambda: netsor.zoo.layernorm_mlp(2, "relu"), (4, 3)),
     "transformer": (lambda: netsor.zoo.transformer(1, tokens=3), (2, 3, 2)),
     "gru": (lambda: netsor.zoo.gru(2), (2, 2, 2)),

@@ -7,6 +7,7 @@ from operator import add
 
 from netsor.activations import Activation
 from netsor.activations import activation as get_activation
+from netsor.errors import HyperParameterError
 from netsor.ir.program import Program
 from netsor.ir.variables import Vector
 from netsor.validate import check_choice, check_count, check_sigma
@@ -35,15 +36,18 @@ def conv_taps(position: int, length: int, filter_size: int, padding: str) -> lis
     return taps
 
 
-def cnn(depth: int, length: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
-        sigma_b: float = 0.0, filter_size: int = 3, padding: str = "circular", pool: str = "flatten") -> Program:
+def cnn(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0, sigma_b: float = 0.0,
+        filter_size: int = 3, padding: str = "circular", pool: str = "flatten", *, length: int | None = None
+        ) -> Program:
     """``depth`` convolutional layers (stride 1, ``filter_size`` taps, ``n`` channels) on sequences
     of ``length`` positions, then a pooling and a Dense readout with one output per input.
 
     Inputs ``X`` have shape ``(B, length, C)`` (position ``i`` is the data step ``i``; the data
-    dim is the ``C`` input channels; as for any program with steps, inputs with more positions
-    are accepted and only their first ``length`` are read). Every position ``i`` has its own vectors; layer ``l`` has
-    one matrix ``W_t`` per tap, shared by all positions, and one bias shared by all positions::
+    dim is the ``C`` input channels). ``length`` (keyword, required) is fixed when the program is
+    built, because the program has vectors per position; as for any program with steps, inputs
+    with more positions are accepted and only their first ``length`` are read. Every position ``i``
+    has its own vectors; layer ``l`` has one matrix ``W_t`` per tap, shared by all positions, and one
+    bias shared by all positions::
 
         g¹_i = Σ_t U_t x_{i+t−c} + b¹,    gˡ⁺¹_i = Σ_t Wˡ_t φ(gˡ_{i+t−c}) + bˡ⁺¹,   c = (filter_size − 1) // 2,
 
@@ -60,6 +64,9 @@ def cnn(depth: int, length: int, activation: str | Activation = "relu", sigma_w:
     or ``"SAME"`` and ``parameterization="ntk"`` (NNGP and NTK).
     """
     depth = check_count(depth, "depth")
+    if length is None:
+        raise HyperParameterError("cnn needs length=L, the number of positions of its inputs X (shape (B, L, C)): "
+                                  "the program has one vector per position, and circular padding wraps at L")
     length = check_count(length, "length (positions of the input sequences)")
     filter_size = check_count(filter_size, "filter_size")
     padding = check_choice(padding, "padding", PADDINGS)
