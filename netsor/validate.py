@@ -150,6 +150,10 @@ def real_array(x: Any, what: str, *, ndim: int | None = None, min_ndim: int = 0)
 
 #: Largest input entry: products of two stay finite in float64 (√1.8e308 ≈ 1.3e154).
 MAX_INPUT = 1e154
+#: Smallest largest entry of a nonzero input: the products of two of its kernels' variances (~x⁴) stay in
+#: float64's normal range (1e-60⁴ = 1e-240 > 2.2e-308; at 1e-80 the kernels of smooth networks at exactly
+#: proportional inputs came out 100 % off).
+MIN_INPUT = 1e-60
 
 
 def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
@@ -179,6 +183,14 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
             f"{what} has entries of size {largest:.1e}: their products (the inputs' inner products) overflow "
             f"float64 beyond {MAX_INPUT:.0e}; rescale the inputs (kernels of positively homogeneous networks "
             "such as ReLU scale exactly with the input norm)")
+    sizes = np.max(np.abs(arr.reshape(arr.shape[0], -1)), axis=1)
+    tiny = np.flatnonzero((sizes > 0.0) & (sizes < MIN_INPUT))
+    if tiny.size:
+        raise InputError(
+            f"{what}[{int(tiny[0])}] has no entry larger than {float(sizes[tiny[0]]):.1e} ({tiny.size} such inputs): "
+            f"below {MIN_INPUT:.0e}, products of kernel entries (~|x|⁴) underflow float64; rescale the inputs "
+            "(kernels of positively homogeneous networks such as ReLU scale exactly with the input norm), or pass "
+            "exact zeros")
     return arr
 
 

@@ -119,6 +119,56 @@ def test_overflowing_inputs_are_reported_not_zero():
         netsor.nngp(netsor.zoo.mlp(3, "exp", 3.0), X * 30)
 
 
+@pytest.mark.parametrize("act, degree", [("step", 0), ("relu", 2), ("abs", 2), ("tanh", None)])
+def test_tiny_inputs_are_refused_and_small_ones_scale_exactly(act, degree):
+    """Inputs whose entries are all below 1e-60 are refused naming their size (at 1e-80 the products of
+    kernel entries underflow: a step network gave 0.5 instead of 0.379 at 1e-100, relu networks exact
+    zeros, smooth ones 100 % off at exactly proportional inputs — all under bounds of 1e-15); exact zeros
+    are inputs like any other. At 1e-55 the kernels are those of the scaled inputs to rounding:
+    positively homogeneous networks scale exactly (step unchanged, relu and abs by scale²); tanh is linear
+    at that size (its kernel is the identity network's)."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    X[3] = 2 * X[1]  # an exactly proportional pair
+    with pytest.raises(InputError, match=r"X\[0\] has no entry larger than [0-9.]+e-81 \(4 such.*rescale"):
+        netsor.nngp(netsor.zoo.mlp(2, act), X * 1e-80)
+    scale = 1e-55
+    K, E = netsor.limit(netsor.zoo.mlp(2, act), X * scale).nngp(with_error=True)
+    linear = degree is None
+    ref = netsor.nngp(netsor.zoo.mlp(2, "identity" if linear else act), X) * scale ** (2 if linear else degree)
+    root = np.sqrt(np.diag(ref))  # √ first: the product of two diagonals underflows
+    assert np.max(np.abs(K - ref) / root[:, None] / root[None, :]) < 1e-14
+    assert np.all(np.abs(K - ref) <= E + 1e-15 * root[:, None] * root[None, :])
+    X[0] = 0.0  # an exact zero is accepted: relu, abs and tanh networks map it to 0
+    K = netsor.nngp(netsor.zoo.mlp(2, act), X)
+    assert np.all(np.isfinite(K)) and (act == "step" or np.all(K[0, 1:] == 0.0))
+
+
+@pytest.mark.parametrize("act", ["relu", "abs"])
+@pytest.mark.parametrize("depth", [80, 120])
+def test_deep_networks_whose_variances_fall_below_1e_154_keep_their_kernel(act, depth):
+    """Weights of σ_w = 0.1 shrink a bias-free relu/abs network's variances by 100 per layer: past ~1e-154
+    the product of two of them underflows, and the arc-cosine kernels' ``ab − c²`` went wrong (2.4e-3 off at
+    depth 80, 4.5e-3 at 120, under bounds of 1e-10); they now scale both variances by powers of four first.
+    Reference: the same network at σ_w = 1 times 0.01^(depth + 1) (positive homogeneity, exact)."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    X[3] = 2 * X[1]
+    K, E = netsor.limit(netsor.zoo.mlp(depth, act, 0.1), X).nngp(with_error=True)
+    ref = netsor.nngp(netsor.zoo.mlp(depth, act, 1.0), X) * 0.01 ** (depth + 1)
+    root = np.sqrt(np.diag(ref))
+    assert np.max(np.abs(K - ref) / root[:, None] / root[None, :]) < 1e-13
+    assert np.all(np.abs(K - ref) <= E)
+
+
+def test_a_kernel_whose_variances_underflow_is_refused():
+    """A tanh network at σ_w = 0.3 without bias shrinks its variances ~10× per layer: at depth 300 they are
+    subnormal (2e-316) and the correlations came out 0 under a bound of 4e-8 relative; now refused, naming
+    the size reached (depth 200, variances 1e-211, is still computed)."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    with pytest.raises(NumericalError, match=r"diagonal reaches [0-9.]+e-31[0-9].*underflow"):
+        netsor.nngp(netsor.zoo.mlp(300, "tanh", 0.3), X)
+    assert np.all(np.isfinite(netsor.nngp(netsor.zoo.mlp(200, "tanh", 0.3), X)))
+
+
 @pytest.mark.parametrize("act", ["tanh", "gelu", "erf", "relu", "step"])
 def test_inputs_of_extreme_or_mixed_scales_give_a_kernel_or_a_clear_error(act):
     """Norms from 1e-8 to 1e8 in one batch, and norms of 1e150: a kernel whose bound meets rtol, or

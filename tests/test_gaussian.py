@@ -844,15 +844,15 @@ def test_the_arc_cosine_angle_equals_arctan2_to_one_ulp_of_pi_and_is_exact_at_co
 
 def test_arc_cosine_kernels_of_per_point_variances_whose_product_underflows_are_uncorrelated():
     """Per-point variances (a column and a row, as on a tile) whose product underflows to 0 at one pair with
-    c = 0 there: that pair's angle is π/2 (E step·step = 1/4, E relu·relu = 0), not NaN — the kernels skip the
-    scan for 0/0 only where the smallest product of the variances is positive."""
+    c = 0 there: that pair's angle is π/2 (E step·step = 1/4, E relu·relu = √(ab)/2π = 1e-200/2π — it was
+    0, and the angle NaN before the scan for 0/0), and the other pairs as for any variances."""
     from netsor.activations.kernels import arccos_kernel_0, arccos_kernel_1
 
     a, b = np.array([[1e-200], [1.0], [3.0]]), np.array([[1e-200, 2.0, 0.5]])
     c = np.array([[0.0, 1e-100, 0.0], [-0.5e-100, 0.5, 0.6], [0.0, -1.0, 0.3]])
     k0, k1 = arccos_kernel_0(a, b, c), arccos_kernel_1(a, b, c)
-    assert k0[0, 0] == 0.25 and k1[0, 0] == 0.0
-    scale = np.sqrt(a * b)
+    assert k0[0, 0] == 0.25 and k1[0, 0] == pytest.approx(1e-200 / (2 * np.pi), rel=1e-15)
+    scale = np.sqrt(a) * np.sqrt(b)
     rho = np.where(scale > 0, c / np.where(scale > 0, scale, 1.0), 0.0)
     theta = np.arccos(np.clip(rho, -1, 1))
     np.testing.assert_allclose(k0, (np.pi - theta) / (2 * np.pi), rtol=1e-14)
