@@ -37,11 +37,21 @@ def layernorm(g: Vector) -> Vector:
     return (g - mean) * variance ** -0.5
 
 
+def _as_list(items: Any, what: str, of: str) -> list[Any]:
+    """``items`` as a list; a single vector where a list is expected is refused with the fix."""
+    if isinstance(items, Vector):
+        raise ProgramError(f"{what} takes a list of {of}, got one vector: pass [v] (or the list of all of them)")
+    try:
+        return list(items)
+    except TypeError:
+        raise ProgramError(f"{what} takes a list of {of}, got {type(items).__name__}") from None
+
+
 def softmax(scores: Sequence[Vector]) -> list[Vector]:
     """``exp(sⱼ − m) / Σₖ exp(sₖ − m)`` of scalars, with ``m = maxₖ sₖ`` (``max(a, b) = a + relu(b − a)``)
     so that no exponential exceeds 1, whatever the scale of the scores (unshifted, scores above ~709 —
     inputs of norm ~30 in a transformer, or a small temperature — overflowed and were refused)."""
-    scores = list(scores)
+    scores = _as_list(scores, "softmax", "scalars")
     if not scores or not all(isinstance(s, Vector) and s.kind == "scalar" for s in scores):
         raise ProgramError("softmax takes a non-empty list of scalars of one program")
     top = scores[0]
@@ -73,7 +83,8 @@ def attention(queries: Sequence[Vector], keys: Sequence[Vector], values: Sequenc
     -------
     list of T_q vectors.
     """
-    queries, keys, values = list(queries), list(keys), list(values)
+    queries, keys, values = (_as_list(x, f"attention's {name}", "token vectors")
+                             for x, name in ((queries, "queries"), (keys, "keys"), (values, "values")))
     if not queries or not keys or len(keys) != len(values):
         raise ProgramError("attention needs queries and as many keys as values (non-empty lists)")
     for v in (*queries, *keys, *values):
@@ -100,7 +111,7 @@ def batchnorm(gs: Sequence[Vector]) -> list[Vector]:
     In the limit, ``φ(u_b)`` of G-vectors with a positively homogeneous φ (relu, step, identity,
     abs, leaky_relu) has exact second moments at one input (:mod:`netsor.gaussian.batchnorm`).
     """
-    gs = list(gs)
+    gs = _as_list(gs, "batchnorm", "vectors (the batch)")
     if len(gs) < 2:
         raise ProgramError("batchnorm normalises across a batch: pass at least two vectors")
     for g in gs:

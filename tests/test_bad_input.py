@@ -429,3 +429,27 @@ def test_a_bound_as_large_as_the_kernel_does_not_advise_a_larger_rtol():
     """At rtol = 1 (its largest value) the advice "pass a larger rtol" could not be followed."""
     with pytest.raises(NumericalError, match="no rtol accepts"):
         netsor.nngp(netsor.zoo.mlp(200, "tanh", 1.5, 0.1), X, rtol=1.0)
+
+
+@pytest.mark.parametrize("then", [1.0, 0.0])
+def test_constants_whose_product_overflows_are_refused_naming_the_vector(then):
+    """``g·1e300·1e300`` has finite constants line by line and an infinite coefficient over its source;
+    times 0 that was NaN and numpy's "SVD did not converge" (a raw LinAlgError) reached the user."""
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    y = g * 1e300 * 1e300 * then
+    p.readout(netsor.relu(y) + g)
+    with pytest.raises(NumericalError, match=r"inf times g1: the product of its lines' constants overflows"):
+        netsor.nngp(p, np.eye(3))
+
+
+@pytest.mark.parametrize("call", ["softmax", "attention", "batchnorm"])
+def test_one_vector_where_a_list_is_expected_is_refused_with_the_fix(call):
+    """softmax, attention and batchnorm take lists; one vector raised Python's "'Vector' object is not
+    iterable" from inside netsor.layers."""
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    s = netsor.inner(g, g)
+    with pytest.raises(ProgramError, match=r"got one vector: pass \[v\]"):
+        {"softmax": lambda: netsor.softmax(s), "attention": lambda: netsor.attention(g, [g], [g]),
+         "batchnorm": lambda: netsor.batchnorm(g)}[call]()

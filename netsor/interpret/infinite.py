@@ -367,6 +367,11 @@ class Analysis:
                     "netsor.limit(p, X, method='qmc', rtol=1e-3)")
             for s, c in self.sources[arg].items():
                 acc[s] = pointcoef.add(acc.get(s, 0.0), pointcoef.scale(coef, c))
+        for s, c in acc.items():
+            if isinstance(c, float) and not math.isfinite(c):  # 1e300·1e300 (then ·0: NaN, a raw LinAlgError)
+                raise NumericalError(
+                    f"{out.name} is {c} times {s.name}: the product of its lines' constants overflows float64; "
+                    "use smaller constants (or fold them into the matrices' sigma)")
         return {s: c for s, c in acc.items() if not pointcoef.is_zero(c)}
 
     def _register_gaussian(self, g: Vector) -> None:
