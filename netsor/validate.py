@@ -172,9 +172,15 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
         if arr.ndim != 3:
             raise InputError(
                 f"this program reads time steps, so {what} must have shape (B, T, d) with "
-                f"T >= {steps}; got shape {arr.shape}")
-        if arr.shape[1] < steps:
-            raise InputError(f"{what} has {arr.shape[1]} steps but the program reads step {steps - 1}")
+                f"T = {steps}; got shape {arr.shape}")
+        if arr.shape[1] != steps:
+            # more steps than the program reads were dropped silently: a cnn of 8 positions on sequences of
+            # 10 is another network (its circular padding wraps at 8), an rnn of 3 steps ignores the 4th
+            raise InputError(
+                f"{what} has {arr.shape[1]} steps but the program reads {steps} (steps 0–{steps - 1}): build the "
+                f"program for {arr.shape[1]} steps (positions, tokens), or pass {what}[:, :{steps}]"
+                if arr.shape[1] > steps else
+                f"{what} has {arr.shape[1]} steps but the program reads step {steps - 1}")
     if arr.shape[0] == 0 or arr.shape[-1] == 0:
         raise InputError(f"{what} is empty (shape {arr.shape}); pass at least one input of dimension >= 1")
     largest = float(np.max(np.abs(arr)))

@@ -453,3 +453,20 @@ def test_one_vector_where_a_list_is_expected_is_refused_with_the_fix(call):
     with pytest.raises(ProgramError, match=r"got one vector: pass \[v\]"):
         {"softmax": lambda: netsor.softmax(s), "attention": lambda: netsor.attention(g, [g], [g]),
          "batchnorm": lambda: netsor.batchnorm(g)}[call]()
+
+
+@pytest.mark.parametrize("build", ["cnn", "rnn", "transformer"])
+def test_sequences_longer_than_the_program_are_refused(build):
+    """Inputs with more steps than the program reads were cut silently: a cnn of 8 positions on
+    sequences of 10 is another network (its circular padding wraps at 8), an rnn of 3 steps ignored
+    the 4th, a transformer of 4 tokens dropped the 5th and 6th. Now refused, with both fixes named."""
+    program = {"cnn": lambda: netsor.zoo.cnn(1, length=8), "rnn": lambda: netsor.zoo.rnn(3),
+               "transformer": lambda: netsor.zoo.transformer(1, tokens=4)}[build]()
+    T = program.steps
+    X = np.random.default_rng(0).standard_normal((2, T + 2, 3))
+    with pytest.raises(InputError, match=rf"has {T + 2} steps but the program reads {T} .*X\[:, :{T}\]"):
+        netsor.nngp(program, X)
+    with pytest.raises(InputError, match=rf"has {T + 2} steps"):
+        netsor.sample(program, X, width=8, samples=2)
+    R = program.num_outputs
+    assert netsor.nngp(program, X[:, :T]).shape == (2 * R, 2 * R)

@@ -126,7 +126,7 @@ def test_ntk_memory_is_the_kernels_not_every_second_moment():
 def test_ntk_minus_nngp_is_psd_and_the_nngp_agrees_with_nngp(program):
     """Θ − K is a sum of Gram matrices of gradients (PSD); the NNGP part agrees with netsor.nngp."""
     rng = np.random.default_rng(4)
-    X = rng.standard_normal((5, 4, 3)) if program.steps else rng.standard_normal((6, 3))
+    X = rng.standard_normal((5, program.steps, 3)) if program.steps else rng.standard_normal((6, 3))
     k = netsor.kernel(program, X, rtol=1e-6)
     K, E = netsor.limit(program, X, rtol=1e-6).nngp(with_error=True)
     assert np.all(np.abs(k.nngp - K) <= k.nngp_error + E)  # two programs, each within its bounds
@@ -144,7 +144,7 @@ def test_kernels_of_one_input_set_equal_the_cross_kernels_tile_by_tile(program):
     kernel of X with a copy of itself, whose every tile is computed (and whose identical pairs take
     per-point values)."""
     rng = np.random.default_rng(8)
-    X = rng.standard_normal((80, 3, 2)) if program.steps else rng.standard_normal((80, 3))
+    X = rng.standard_normal((80, program.steps, 2)) if program.steps else rng.standard_normal((80, 3))
     options = {"rtol": 1e-6, "memory_budget": 2**20, "threads": 2}
     k = netsor.kernel(program, X, **options)
     k2 = netsor.kernel(program, X, X.copy(), **options)

@@ -44,8 +44,8 @@ def cnn(depth: int, activation: str | Activation = "relu", sigma_w: float = 1.0,
 
     Inputs ``X`` have shape ``(B, length, C)`` (position ``i`` is the data step ``i``; the data
     dim is the ``C`` input channels). ``length`` (keyword, required) is fixed when the program is
-    built, because the program has vectors per position; as for any program with steps, inputs
-    with more positions are accepted and only their first ``length`` are read. Every position ``i``
+    built, because the program has vectors per position; inputs with another number of positions
+    are refused (as for any program with steps). Every position ``i``
     has its own vectors; layer ``l`` has one matrix ``W_t`` per tap, shared by all positions, and one
     bias shared by all positions::
 

@@ -24,7 +24,7 @@ def gru(steps: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float =
     ``ĥ_t = U_h x_t + W_h (h_{t−1} ⊙ r_t) + b_h``, ``h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ erf(ĥ_t)``,
     ``h_0 = 0``; ``U`` entries ``N(0, sigma_u²/d)``, ``W`` entries ``N(0, sigma_w²/n)``, biases
     ``N(0, sigma_b²)``, all shared over time and sequences; readouts ``y_t = v·h_t/√n``
-    (``v ~ N(0, sigma_v²)``), no bias. Inputs ``X`` of shape ``(B, T, d)`` with ``T ≥ steps``;
+    (``v ~ N(0, sigma_v²)``), no bias. Inputs ``X`` of shape ``(B, T, d)`` with ``T = steps``;
     outputs indexed ``b·steps + t``.
 
     Finite widths run at the usual speed. In the limit ``h_t`` is a product of gates of correlated

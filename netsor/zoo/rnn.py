@@ -16,7 +16,7 @@ def rnn(steps: int, activation: str | Activation = "tanh", sigma_w: float = 1.0,
     One ``W`` (``N(0, sigma_w²/n)``), one ``U`` (``N(0, sigma_u²/d)``), one
     ``b`` (``N(0, sigma_b²)``) and one readout ``v`` (``N(0, sigma_v²)``) shared
     by all steps; no readout bias. Inputs ``X`` have shape ``(B, T, d)`` with
-    ``T >= steps``; outputs are indexed ``b·steps + t``.
+    ``T = steps``; outputs are indexed ``b·steps + t``.
     """
     steps = check_count(steps, "steps")
     act = get_activation(activation)

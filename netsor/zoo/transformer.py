@@ -12,7 +12,7 @@ from netsor.zoo.naming import number
 def transformer(layers: int, sigma_u: float = 1.0, sigma_w: float = 1.0, sigma_b: float = 0.0,
                 temperature: float = 1.0, tokens: int = 4) -> Program:
     """A causal transformer over sequences of ``tokens`` tokens; inputs ``X`` of shape ``(B, T, d)``
-    with ``T ≥ tokens``, outputs indexed ``b·tokens + t``.
+    with ``T = tokens``, outputs indexed ``b·tokens + t``.
 
     With ``x⁰_t`` the input tokens, each layer l computes ``k_t = Uˡ x^{l−1}_t`` (``U¹`` maps the
     data dim, later ``Uˡ`` are ``n×n``; entries ``N(0, sigma_u²/fan_in)``); scores
