@@ -55,6 +55,19 @@ def test_moments_within_three_standard_errors(case):
     assert np.all(np.abs(mean - law.moments(4)) <= 3 * se)
 
 
+@pytest.mark.parametrize("q0", [None, 0.0])
+def test_relu_networks_at_zero_input_variance_follow_the_predicted_law(q0):
+    """σ_w = 1, σ_b = 0: q* = 0 (or q0 = 0 given), every pre-activation at relu's kink. The prediction is the
+    law of q → 0+ (χ = 1/2 per layer; relu's Jacobian law is the same at every q > 0); the finite networks
+    drew zero inputs, whose Jacobians are exactly 0 (relu'(0) = 0): m1 = 0 against 0.125, a NaN density in
+    the command line's plot. They now draw inputs of second moment 1 there."""
+    case = ("relu", 3, 1.0, 0.0, "gaussian")
+    law = jacobian_spectrum(*case[:4], weights=case[4], q0=q0)
+    assert law.chi == pytest.approx(0.5, rel=1e-15)
+    mean, se = extrapolated_moments(case, 128, 12, 5, q0=q0)
+    assert np.all(se > 0) and np.all(np.abs(mean - law.moments(4)) <= 3 * se)
+
+
 def test_hard_tanh_finite_networks():
     """hard-tanh, σ_w = 1, σ_b = 0, orthogonal (Pennington et al.): from q0 = 1 the first two moments of
     finite networks match the law within 3 SE; at q* = 0 the input is 0, every unit sits at h = 0

@@ -22,7 +22,7 @@ from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation
 from netsor.errors import HyperParameterError, InputError
-from netsor.matrixlaws.jacobian import check_network, layer_variances, width_profile
+from netsor.matrixlaws.jacobian import check_network, is_homogeneous, layer_variances, width_profile
 from netsor.matrixlaws.laws import check_memory
 from netsor.validate import Seed, check_count, generator, real_array, seed_sequence
 
@@ -82,7 +82,12 @@ def empirical_jacobian_spectrum(activation: str | Activation, depth: int, sigma_
     n = np.maximum(1, np.round(width * ratios).astype(int))
     check_memory(5 * int(n.max()) ** 2, f"a network of width {int(n.max())} (its weights, Jacobian and "
                  "their products)", "use a smaller width")
-    _, _, m0 = layer_variances(act, depth, sigma_w, sigma_b, q0)
+    q, _, m0 = layer_variances(act, depth, sigma_w, sigma_b, q0)
+    if q[0] == 0.0 and is_homogeneous(act):
+        # q = 0 puts every pre-activation at the kink of a positively homogeneous φ (relu: φ'(0) is a convention,
+        # 0 here, which made every Jacobian 0 while jacobian_spectrum predicted χ = σ_w²/2 per layer); its Jacobian
+        # law is the same at every q > 0, and the predicted law at q = 0 is that limit: inputs of second moment 1
+        m0 = 1.0
     streams = seed_sequence(seed).spawn(samples)
     out = np.empty((samples, n[-1]))
     with _BLAS.limit(limits=1, user_api="blas"):
