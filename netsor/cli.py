@@ -293,8 +293,12 @@ def kernel(arch: str, depth: int, activation: str | None, sigma_w: float, sigma_
     click.echo(f"inputs {X.shape} -> {'NTK' if neural_tangent else 'NNGP kernel'} {K.shape} in {elapsed:.3f} s")
     d = np.diag(K)
     click.echo(f"diagonal: min {d.min():.6g}  mean {d.mean():.6g}  max {d.max():.6g}")
-    click.echo(f"largest error bound: {kernels.error:.3g} (rtol {rtol:g} relative to √(K_ii K_jj); "
-               f"{_method_name(kernels.method)})")
+    E = kernels.ntk_error if neural_tangent else kernels.nngp_error
+    root = np.sqrt(np.abs(d))
+    scale = root[:, None] * root[None, :]
+    relative = float(np.max(E / scale, where=scale > 0, initial=0.0))
+    click.echo(f"largest error bound: {float(np.max(E)):.3g} absolute, {relative:.3g} relative to √(K_ii K_jj) "
+               f"(rtol {rtol:g}; {_method_name(kernels.method)})")
     if eig is not None:
         click.echo(f"eigenvalues: min {eig[0]:.6g}  max {eig[-1]:.6g}")
     with np.printoptions(precision=6, suppress=False, linewidth=120):

@@ -314,3 +314,18 @@ def test_batchnorm_batch_size_on_the_command_line(capsys) -> None:
 def test_an_empty_output_name_and_an_overflowing_sigma_are_errors(args, capsys):
     """``--out ""`` exited 0 and wrote nothing; ``--sigma-w 1e300`` printed an OverflowError traceback."""
     assert "error:" in run_error(args, capsys)
+
+
+def test_the_kernel_summary_gives_the_bound_in_both_units(tmp_path, capsys):
+    """The largest bound printed absolute and relative to √(K_ii K_jj), the unit rtol is in (one absolute
+    number beside "rtol … relative" read as a broken promise when the kernel's scale was above 1)."""
+    out = run_ok(["kernel", "mlp", "--depth", "2", "--sigma-w", "3", "--random", "4,3", "--rtol", "1e-6",
+                  "--seed", "1", "--out", str(tmp_path / "k.npy")], capsys)
+    line = next(t for t in out.splitlines() if t.startswith("largest error bound"))
+    absolute, relative = (float(line.split()[k]) for k in (3, 5))
+    X = np.random.default_rng(1).standard_normal((4, 3))
+    K, E = netsor.limit(netsor.zoo.mlp(2, "relu", 3.0), X, rtol=1e-6).nngp(with_error=True)
+    root = np.sqrt(np.diag(K))
+    assert absolute == pytest.approx(np.max(E), rel=1e-2)
+    assert relative == pytest.approx(np.max(E / np.outer(root, root)), rel=1e-2)
+    assert "relative to √(K_ii K_jj) (rtol 1e-06" in line
