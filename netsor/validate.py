@@ -165,7 +165,9 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
     steps = program.steps
     if steps is None:
         if arr.ndim == 1:
-            raise InputError(f"{what} must have shape (B, d); for one input use {what}[None, :]")
+            fix = "save one input as shape (1, d): numpy.save(path, x[None, :])" if what.startswith("--") else \
+                f"for one input use {what}[None, :]"
+            raise InputError(f"{what} must have shape (B, d); {fix}")
         if arr.ndim != 2:
             raise InputError(f"{what} must have shape (B, d), got shape {arr.shape}")
     else:

@@ -470,3 +470,16 @@ def test_sequences_longer_than_the_program_are_refused(build):
         netsor.sample(program, X, width=8, samples=2)
     R = program.num_outputs
     assert netsor.nngp(program, X[:, :T]).shape == (2 * R, 2 * R)
+
+
+def test_messages_name_the_call_that_was_misused():
+    """``p.input(3)`` said "out_dim must be a Dim" (the matrix it builds), ``p.gaussian(n, sigma=-1)`` "bias
+    sigma"; they name the call now."""
+    p = netsor.Program()
+    n = p.dim("n")
+    with pytest.raises(ProgramError, match=r"the dim of p\.input must be a Dim made by program\.dim"):
+        p.input(3)
+    with pytest.raises(HyperParameterError, match="^gaussian sigma must be"):
+        p.gaussian(n, sigma=-1.0)
+    with pytest.raises(ProgramError, match=r"the dim of p\.gaussian"):
+        p.gaussian(3)

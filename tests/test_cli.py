@@ -316,6 +316,13 @@ def test_an_empty_output_name_and_an_overflowing_sigma_are_errors(args, capsys):
     assert "error:" in run_error(args, capsys)
 
 
+def test_a_one_dimensional_input_file_gets_advice_for_the_command_line(tmp_path, capsys):
+    """Not the Python spelling "--inputs[None, :]"."""
+    np.save(tmp_path / "one.npy", np.ones(3))
+    text = run_error(["kernel", "mlp", "--inputs", str(tmp_path / "one.npy")], capsys)
+    assert "save one input as shape (1, d)" in text and "--inputs[" not in text
+
+
 def test_the_kernel_summary_gives_the_bound_in_both_units(tmp_path, capsys):
     """The largest bound printed absolute and relative to √(K_ii K_jj), the unit rtol is in (one absolute
     number beside "rtol … relative" read as a broken promise when the kernel's scale was above 1)."""

@@ -198,19 +198,20 @@ class Program:
         name = "x" if step is None else f"x{step}"
         return self.add_line(DataLine(self.new_vector(self._data_dim, "data", name), step))
 
-    def bias(self, dim: Dim, sigma: float) -> Vector:
-        """An initial G-vector ``b ~ N(0, sigma² I)``, the same for every input."""
-        self.check_dim(dim, "dim")
+    def bias(self, dim: Dim, sigma: float, *, what: str = "bias") -> Vector:
+        """An initial G-vector ``b ~ N(0, sigma² I)``, the same for every input (``what``: the name of
+        the call in error messages)."""
+        self.check_dim(dim, f"the dim of p.{what}")
         if dim.is_data or dim.is_scalar:
-            raise DimensionError("a bias lives in a hidden dimension, not the data or scalar dimension")
-        sigma = check_sigma(sigma, "bias sigma")
+            raise DimensionError(f"a {what} vector lives in a hidden dimension, not the data or scalar dimension")
+        sigma = check_sigma(sigma, f"{what} sigma")
         return self.add_line(BiasLine(self.new_vector(dim, "G", f"b{len(self._lines)}"), sigma))
 
     def gaussian(self, dim: Dim, sigma: float = 1.0) -> Vector:
         """An initial G-vector with iid ``N(0, sigma²)`` coordinates, independent of everything else
         and the same for every input (a :class:`BiasLine`): the starting vector of a program
         that reads no data, such as the matrix-law programs of :mod:`netsor.zoo`."""
-        return self.bias(dim, sigma)
+        return self.bias(dim, sigma, what="gaussian")
 
     def mark_odd(self, *sources: Matrix | Vector) -> None:
         """Declare matrices and bias (Gaussian) vectors *odd*: flipped together by a sign symmetry.
@@ -243,6 +244,7 @@ class Program:
 
         Each call uses a fresh ``U`` and ``b``.
         """
+        self.check_dim(dim, "the dim of p.input")
         U = self.matrix(dim, self._data_dim, sigma, name=f"U{len(self._matrices)}")
         g = U @ self.data(step)
         if check_sigma(bias, "input bias") > 0:
