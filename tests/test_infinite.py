@@ -912,3 +912,36 @@ def test_tile_plans_are_dependency_orders_holding_no_more_tiles_than_the_walk(na
         assert infinite.peak_live(plan) < infinite.peak_live(walked)
     else:
         assert infinite.peak_live(plan) <= infinite.peak_live(walked)
+
+
+def _erf_mlp_in_mpmath(X, depth, sigma_w, sigma_b, digits=40):
+    """The zoo's erf MLP kernel by its arcsine recursion (Williams) in ``digits``-digit arithmetic."""
+    import mpmath
+
+    mpmath.mp.dps = digits
+    n, d = X.shape
+    sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
+    x = [[mpmath.mpf(float(v)) for v in row] for row in X]
+    K = [[sw2 * mpmath.fsum(a * b for a, b in zip(x[i], x[j], strict=True)) / d + sb2 for j in range(n)]
+         for i in range(n)]
+    for _ in range(depth):  # depth hidden layers, then the readout Dense(σ_w, σ_b)
+        K = [[sw2 * 2 / mpmath.pi * mpmath.asin(2 * K[i][j] / mpmath.sqrt((1 + 2 * K[i][i]) * (1 + 2 * K[j][j])))
+              + sb2 for j in range(n)] for i in range(n)]
+    return np.array([[float(v) for v in row] for row in K])
+
+
+@pytest.mark.parametrize("depth, sigma_w, sigma_b", [(20, 3.0, 0.1), (100, 3.0, 0.1), (30, 2.0, 0.0), (10, 1.0, 0.1)])
+def test_deep_erf_networks_in_the_chaotic_phase_meet_the_default_rtol(depth, sigma_w, sigma_b):
+    """σ_w = 3: the per-point (Cauchy–Schwarz) slope of the erf kernel, its slope at correlation 1, is 2.1, and
+    the off-diagonal bounds grew by it layer after layer — depth 20 refused at 7.8e-8, depth 100 at every rtol —
+    while the true error stays at rounding (correlations near the stable fixed point contract). Pairs now take
+    erf's own slope E[erf' erf'] where the per-point bound has grown. Reference: the arcsine recursion in
+    40-digit arithmetic; the bound must cover the true error at every entry."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    K, E = netsor.limit(netsor.zoo.mlp(depth, "erf", sigma_w, sigma_b), X).nngp(with_error=True)
+    ref = _erf_mlp_in_mpmath(X, depth, sigma_w, sigma_b)
+    root = np.sqrt(np.diag(ref))
+    scale = root[:, None] * root[None, :]
+    assert np.max(np.abs(K - ref) / scale) < 1e-15
+    assert np.all(np.abs(K - ref) <= E)
+    assert np.max(E / scale) < 1e-11

@@ -26,6 +26,7 @@ from netsor.activations.kernels import (
     cos_kernel,
     erf_deriv_kernel,
     erf_kernel,
+    erf_kernel_modulus,
     exp_kernel,
     gaussian_kernel,
     identity_kernel,
@@ -122,8 +123,9 @@ class Activation:
         Closed form of ``E[φ(u)]`` for ``u ~ N(0, a)``, if one exists.
     kernel_modulus : callable or None
         ``(a, b, c, delta) ↦`` a bound of ``|K(a, b, c') − K(a, b, c)|`` over ``|c' − c| ≤ delta``
-        for a discontinuous φ with a kernel (error propagation through jumps); without it the
-        engine evaluates ``kernel`` at ``c ± delta`` (exact for kernels monotone in c).
+        for φ with a kernel: error propagation through jumps (without it the engine evaluates
+        ``kernel`` at ``c ± delta``, exact for kernels monotone in c), and for a continuous φ the
+        pair-by-pair slope where the per-point Cauchy–Schwarz slope would compound (erf).
     smooth : bool
         True when φ is analytic (quadrature and Hermite series converge fast).
     odd : bool
@@ -313,7 +315,7 @@ _FIXED: dict[str, Activation] = {
                    homogeneous=0.0),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
-                   kernel=erf_kernel, mean=np.zeros_like, odd=True),
+                   kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
                    image=(0.0, 2.0 / np.sqrt(np.pi), False, True),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,

@@ -1863,6 +1863,26 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.broadcast_to(value, self.shape), bounds.from_dense(np.broadcast_to(err, self.shape), env_l, env_r)
 
+    def _pair_by_modulus(self, phi: Activation, a: Array, b: Array, da: Array, db: Array, c: Array,
+                         c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array], env_l: Array,
+                         env_r: Array, threshold: float, diagonal: bool) -> bounds.Bound:
+        """The propagated error of a continuous φ's kernel with the covariance's part taken pair by pair
+        from φ's ``kernel_modulus`` (the correlation map's own slope) and the variances' part per point as
+        in :meth:`_pair_1d_relative`. Where the per-point slope ``√(E φ'² E φ'²)`` — the slope at ρ = 1 —
+        exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a layer), it compounded over depth while the
+        pairs' own slopes, at correlations near the stable fixed point, contract (a dense pass a layer,
+        only where the per-point bound has grown past the compact threshold)."""
+        variances = self._pair_1d_relative(phi, phi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
+                                           s_left, s_right, env_l, env_r)
+        assert phi.kernel_modulus is not None
+        dense = phi.kernel_modulus(a, b, c, c_bound.array())
+        if diagonal:  # its diagonal entries take per-point values (Limit._pairs)
+            np.fill_diagonal(dense, 0.0)
+        if variances.dense is not None:
+            dense += variances.dense
+        change = bounds.compact(dense, env_l, env_r, threshold=threshold)
+        return bounds.Bound(variances.eta + change.eta, env_l, env_r, change.dense)
+
     def _pair_1d_relative(self, phi: Activation, psi: Activation, a: Array, b: Array, da: Array, db: Array,
                           c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array], env_l: Array,
                           env_r: Array) -> bounds.Bound:
@@ -1934,6 +1954,11 @@ class Run:
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
                 prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
+                if prop.eta > threshold and phi.kernel_modulus is not None and phi.key == psi.key:
+                    sharper = self._pair_by_modulus(phi, a, b, da, db, c, c_bound, s_left, s_right, env_l, env_r,
+                                                    threshold, diagonal)
+                    if sharper.dense is None and sharper.eta < prop.eta:  # never looser, never NaN
+                        prop = sharper
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
                   and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
                                                         env_r, diagonal, supplement)) <= threshold):
