@@ -483,3 +483,25 @@ def test_messages_name_the_call_that_was_misused():
         p.gaussian(n, sigma=-1.0)
     with pytest.raises(ProgramError, match=r"the dim of p\.gaussian"):
         p.gaussian(3)
+
+
+def test_an_activation_given_a_parameter_at_the_call_says_where_parameters_go():
+    """``netsor.leaky_relu(g, 0.1)`` raised Python's "takes 2 positional arguments"; parameters belong to
+    the activation (``netsor.activation("leaky_relu", alpha=0.1)``), which is then applied to ``g``."""
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    for call in (lambda: netsor.leaky_relu(g, 0.1), lambda: netsor.leaky_relu(g, alpha=0.1)):
+        with pytest.raises(HyperParameterError, match=r"leaky_relu takes one vector.*netsor\.activation\('leaky_relu'"):
+            call()
+    p.readout(netsor.activation("leaky_relu", alpha=0.1)(g))
+    X = np.random.default_rng(0).standard_normal((3, 2))
+    K = netsor.nngp(p, X)
+    # leaky(u) = relu(u) − α relu(−u): E = (1 + α²) k1(c) − 2α k1(−c), k1 the arc-cosine kernel of order 1
+    G = X @ X.T / 2
+    d = np.sqrt(np.diag(G))
+    rho = np.clip(G / np.outer(d, d), -1, 1)
+
+    def k1(r):
+        return np.outer(d, d) * (np.sqrt(1 - r**2) + (np.pi - np.arccos(r)) * r) / (2 * np.pi)
+
+    np.testing.assert_allclose(K, 1.01 * k1(rho) - 0.2 * k1(-rho), rtol=1e-12)

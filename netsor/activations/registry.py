@@ -213,7 +213,13 @@ class Activation:
             return self.cache_key
         return ("~custom", self.name, FunctionIdentity(self.fn, owner=self))
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: Any, *extra: Any, **options: Any) -> Any:
+        if extra or options:  # leaky_relu(g, 0.1) raised Python's "takes 2 positional arguments"
+            given = ", ".join([*(repr(e) for e in extra), *(f"{k}={v!r}" for k, v in options.items())])
+            raise HyperParameterError(
+                f"{self.name} takes one vector, got also {given}; parameters belong to the activation: "
+                f"netsor.activation({self.name!r}, alpha=...)(g) for leaky_relu and elu, netsor.nonlin(fn, a, b, ...) "
+                "for a function of several vectors")
         # A symbolic vector applies the activation itself (adds a NonLin line to its program).
         apply = getattr(x, "__netsor_apply__", None)
         if apply is not None:
