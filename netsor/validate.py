@@ -185,13 +185,13 @@ def check_inputs(program: Program, X: Any, what: str = "X") -> np.ndarray:
                 f"{what} has {arr.shape[1]} steps but the program reads step {steps - 1}")
     if arr.shape[0] == 0 or arr.shape[-1] == 0:
         raise InputError(f"{what} is empty (shape {arr.shape}); pass at least one input of dimension >= 1")
-    largest = float(np.max(np.abs(arr)))
+    sizes = np.max(np.abs(arr.reshape(arr.shape[0], -1)), axis=1)  # each input's largest entry
+    largest = float(np.max(sizes))
     if largest > MAX_INPUT:
         raise InputError(
             f"{what} has entries of size {largest:.1e}: their products (the inputs' inner products) overflow "
             f"float64 beyond {MAX_INPUT:.0e}; rescale the inputs (kernels of positively homogeneous networks "
             "such as ReLU scale exactly with the input norm)")
-    sizes = np.max(np.abs(arr.reshape(arr.shape[0], -1)), axis=1)
     tiny = np.flatnonzero((sizes > 0.0) & (sizes < MIN_INPUT))
     if tiny.size:
         raise InputError(

@@ -82,17 +82,21 @@ def _sine_and_supplement(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
         if key in store:
             return store[key][3], store[key][4]
     a_min, b_min = float(np.min(a, initial=np.inf)), float(np.min(b, initial=np.inf))
+    powers = None
     if a_min > 0.0 and b_min > 0.0 and a_min * b_min < TINY_PRODUCT:
-        S, psi = _normalised_sine_and_supplement(a, b, c)
+        (a_, b_, c_), powers = _scaled_by_powers_of_four(a, b, c)
     else:
-        S = _full(np.multiply(a, b), a, b, c)
-        S -= np.multiply(c, c)
-        np.maximum(S, 0.0, out=S)
-        np.sqrt(S, out=S)
-        # per-point variances whose smallest product is positive leave no 0/0: S = 0 then means c² ≥ ab > 0
-        # (rounding is monotone), so the angle needs no pass over the pairs looking for NaN
-        per_point = a.size + b.size < S.size
-        psi = supplement(S, c, nonzero=per_point and a_min * b_min > 0.0)
+        a_, b_, c_ = a, b, c
+    S = _full(np.multiply(a_, b_), a_, b_, c_)
+    S -= np.multiply(c_, c_)
+    np.maximum(S, 0.0, out=S)
+    np.sqrt(S, out=S)
+    # per-point variances whose smallest product is positive leave no 0/0: S = 0 then means c² ≥ ab > 0
+    # (rounding is monotone), so the angle needs no pass over the pairs looking for NaN
+    per_point = a.size + b.size < S.size
+    psi = supplement(S, c_, nonzero=per_point and a_min * b_min > 0.0)
+    if powers is not None:
+        S = np.ldexp(S, powers)
     if key is not None:
         S.flags.writeable = psi.flags.writeable = False
         store[key] = (a, b, c, S, psi)
@@ -100,28 +104,21 @@ def _sine_and_supplement(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
 
 
 #: Below this product of two variances, ``ab − c²`` may lose digits to underflow (floats below
-#: 2.2e-308 are subnormal, and 0 below 4.9e-324): such pairs take the normalised form.
+#: 2.2e-308 are subnormal, and 0 below 4.9e-324): such variances are scaled by powers of four first.
 TINY_PRODUCT = 1e-250
 
 
-def _normalised_sine_and_supplement(a: Array, b: Array, c: Array) -> tuple[Array, Array]:
-    """``S`` and ``π − θ`` with every variance first scaled by a power of four into [0.5, 2) and ``c`` by
-    the product of the two square roots of those powers: exact scalings (colinear pairs stay bitwise
-    colinear), and no product of two variances, which underflows where both are below ~1e-154 (inputs
-    of norm ~1e-77, or the variances of a deep network that shrinks them: ``ab`` rounded to a subnormal
-    or to 0 made ``S`` and the angle wrong, e.g. a step network's kernel 0.5 instead of 0.379 at inputs
-    scaled by 1e-100). Slower by a few passes; taken only where needed."""
+def _scaled_by_powers_of_four(a: Array, b: Array, c: Array) -> tuple[tuple[Array, Array, Array], Array]:
+    """``(a', b', c')`` with every variance scaled by a power of four into [0.5, 2) and ``c`` by the
+    product of the square roots of those powers, and the exponents ``q`` with ``S = 2^q S'``: exact
+    scalings (colinear pairs stay bitwise colinear), for variances whose product underflows where both
+    are below ~1e-154 (inputs of norm ~1e-77, or the variances of a deep network that shrinks them:
+    ``ab`` rounded to a subnormal or to 0 made ``S`` and the angle wrong, e.g. a step network's kernel
+    0.5 instead of 0.379 at inputs scaled by 1e-100). A few passes more; taken only where needed."""
     (_, ea), (_, eb) = np.frexp(a), np.frexp(b)
     qa, qb = ea // 2, eb // 2  # a = a' 4^qa with a' in [0.5, 2)
-    a, b = np.ldexp(a, -2 * qa), np.ldexp(b, -2 * qb)
     q = _full(np.add(qa, qb), a, b, c)
-    c = np.ldexp(c, -q)
-    S = _full(np.multiply(a, b), a, b, c)
-    S -= np.multiply(c, c)
-    np.maximum(S, 0.0, out=S)
-    np.sqrt(S, out=S)
-    psi = supplement(S, c)
-    return np.ldexp(S, q), psi
+    return (np.ldexp(a, -2 * qa), np.ldexp(b, -2 * qb), np.ldexp(c, -q)), q
 
 
 def supplement(S: Array, c: Array, nonzero: bool = False) -> Array:
