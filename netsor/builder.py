@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from netsor.activations import Activation, identity
+from netsor.activations import Activation, exp, identity
 from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
-from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, Vector
+from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, TransposedMatrix, Vector
 from netsor.ir.expr import Const, Expr, Opaque, Var, apply, constant, linear, product
 from netsor.ir.trace import trace
 
@@ -75,6 +75,9 @@ def _new_lincomb(v: Vector, terms: list[tuple[float | Vector, Vector]], offset: 
 def matmul(W: Matrix, h: Any, transposed: bool) -> Vector:
     """``W @ h`` (``Wᵀ @ h`` when ``transposed``): a MatMul line."""
     program = W.program
+    if isinstance(h, (Matrix, TransposedMatrix)):
+        raise ProgramError(f"{W.name} @ {getattr(h, 'name', None) or h.matrix.name}...: a product of matrices is not a "
+                           "line; multiply vectors one matrix at a time, as in W @ (V @ h)")
     if not isinstance(h, Vector):
         raise ProgramError(f"{W.name} @ ... needs a vector of the program, got {type(h).__name__}")
     program.check_own(h)
@@ -191,6 +194,10 @@ def _scalar_lincomb(g: Vector, s: Vector, op: str, reflected: bool) -> Vector | 
 
 
 def _power(base: Expr, exponent: Expr) -> Expr:
+    if isinstance(base, Const) and not isinstance(exponent, Const):  # c ** v = exp(v ln c)
+        if not base.value > 0.0:
+            raise ProgramError(f"c ** v needs a positive base c, got {base.value!r}")
+        return apply(exp, linear(0.0, [(float(np.log(base.value)), exponent)]))
     if not isinstance(exponent, Const):
         raise ProgramError("a power needs a constant exponent; for v ** w write netsor.nonlin(fn, v, w)")
     p = exponent.value

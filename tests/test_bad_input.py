@@ -505,3 +505,48 @@ def test_an_activation_given_a_parameter_at_the_call_says_where_parameters_go():
         return np.outer(d, d) * (np.sqrt(1 - r**2) + (np.pi - np.arccos(r)) * r) / (2 * np.pi)
 
     np.testing.assert_allclose(K, 1.01 * k1(rho) - 0.2 * k1(-rho), rtol=1e-12)
+
+
+def test_numpy_functions_and_constant_powers_of_vectors_build_lines():
+    """``np.sin(g)``, ``np.multiply(2, g)`` and ``2 ** g`` raised Python's TypeError; they are lines,
+    with closed-form kernels: E sin u sin v = e^{−(a+b)/2} sinh c, E 2^u 2^v = e^{ln²2 (a+b+2c)/2}."""
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    doubled = np.multiply(2.0, g)
+    assert doubled.kind == "G"
+    p.readout(np.sin(g), doubled, 2 ** g)
+    G = X @ X.T / 3
+    a = np.diag(G)
+    K = netsor.nngp(p, X).reshape(5, 3, 5, 3)
+    np.testing.assert_allclose(K[:, 0, :, 0], np.exp(-(a[:, None] + a[None, :]) / 2) * np.sinh(G), rtol=1e-12)
+    np.testing.assert_allclose(K[:, 1, :, 1], 4 * G, rtol=1e-14)
+    ln2 = np.log(2.0)
+    np.testing.assert_allclose(K[:, 2, :, 2], np.exp(ln2**2 * (a[:, None] + a[None, :] + 2 * G) / 2), rtol=1e-12)
+    with pytest.raises(ProgramError, match="positive base"):
+        _ = (-2.0) ** g
+
+
+@pytest.mark.parametrize("misuse, match", [
+    (lambda g, W: g > 0, r"netsor\.step\(g1 - c\)"),
+    (lambda g, W: g <= 1.0, "comparison"),
+    (lambda g, W: g[0], "no coordinates"),
+    (lambda g, W: len(g), "no coordinates"),
+    (lambda g, W: list(g), "no coordinates"),
+    (lambda g, W: float(g), "no coordinates"),
+    (lambda g, W: np.maximum(g, 0.0), r"netsor\.nonlin\(lambda x1, x2: np\.maximum"),
+    (lambda g, W: np.add.reduce(g), "does not act on symbolic vectors"),
+    (lambda g, W: g @ g, r"netsor\.inner"),
+    (lambda g, W: W + W, r"W @ h \+ V @ h"),
+    (lambda g, W: 2.0 * W, "not added, scaled"),
+    (lambda g, W: -W, "not added, scaled"),
+    (lambda g, W: W @ W, "product of matrices"),
+    (lambda g, W: W @ W.T, "product of matrices"),
+])
+def test_operations_a_symbolic_vector_or_matrix_does_not_have_say_what_to_write(misuse, match):
+    """These raised Python's TypeError (or returned a meaningless bool)."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    W = p.matrix(n, n)
+    with pytest.raises(ProgramError, match=match):
+        misuse(g, W)

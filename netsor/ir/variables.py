@@ -69,6 +69,16 @@ class Matrix:
     def __repr__(self) -> str:
         return f"{self.name}: {self.out_dim.name}×{self.in_dim.name}, σ={self.sigma:g}"
 
+    def _no_arithmetic(self, *_: Any) -> Any:
+        raise ProgramError(
+            f"matrix {self.name} is a random variable that MatMul lines use; matrices are not added, "
+            f"scaled or indexed. For (W + V) @ h write W @ h + V @ h; for c·W write c * (W @ h) or make the "
+            f"matrix with p.matrix(out_dim, in_dim, sigma=c·σ)"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arithmetic
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __getitem__ = _no_arithmetic
+
 
 @dataclass(frozen=True, eq=False)
 class TransposedMatrix:
@@ -144,6 +154,9 @@ class Vector:
     def __pow__(self, other: Any) -> Vector:
         return self._binary(other, "**")
 
+    def __rpow__(self, other: Any) -> Vector:
+        return self._binary(other, "**", reflected=True)
+
     def __abs__(self) -> Vector:
         from netsor.activations import abs_
 
@@ -156,6 +169,8 @@ class Vector:
         return self
 
     def __matmul__(self, other: Any) -> Any:
+        if isinstance(other, Vector):
+            raise ProgramError(f"{self.name} @ {other.name}: for the scalar xᵀy/n write netsor.inner(x, y)")
         raise ProgramError("write W @ h (matrix on the left); a vector cannot multiply a matrix")
 
     def __bool__(self) -> bool:
@@ -164,4 +179,48 @@ class Vector:
             "operations such as np.where, and pass it with netsor.nonlin(fn, *vectors)"
         )
 
+    def _no_comparison(self, _: Any) -> Any:
+        raise ProgramError(
+            f"a comparison of symbolic vectors is not a line; for the indicator of {self.name} > c write "
+            f"netsor.step({self.name} - c), or compare inside a nonlinearity: "
+            f"netsor.nonlin(lambda x: (x > c) * 1.0, {self.name})"
+        )
+
+    __lt__ = __le__ = __gt__ = __ge__ = _no_comparison
+
+    def _no_coordinates(self, *_: Any) -> Any:
+        raise ProgramError(
+            f"{self.name} is a symbolic vector: it has no coordinates (and no length) until the program is run; "
+            "draw finite-width networks with netsor.sample(...) or read the limit's covariances with "
+            "netsor.limit(p, X).cov(a, b)"
+        )
+
+    __getitem__ = __len__ = __iter__ = __float__ = _no_coordinates
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Vector:
+        """numpy functions of symbolic vectors build lines as the operators do: ``np.tanh(g)`` is
+        ``netsor.tanh(g)`` and ``np.multiply(2.0, g)`` is ``2.0 * g``; other ufuncs are refused
+        with the nonlinearity to write instead."""
+        from netsor.activations.registry import from_ufunc
+        from netsor.builder import apply_nonlin, binary_op
+
+        name = getattr(ufunc, "__name__", str(ufunc))
+        if method == "__call__" and not kwargs:
+            act = from_ufunc(ufunc) if len(inputs) == 1 else None
+            if act is not None:
+                return apply_nonlin(act, self)
+            op = _BINARY_UFUNCS.get(name) if len(inputs) == 2 else None
+            if op is not None:
+                reflected = inputs[0] is not self
+                return binary_op(self, inputs[0] if reflected else inputs[1], op, reflected)
+        names = ", ".join(f"x{k}" for k in range(1, len(inputs) + 1))
+        raise ProgramError(
+            f"np.{name}{'' if method == '__call__' else '.' + method} does not act on symbolic vectors; apply it "
+            f"coordinatewise as a nonlinearity: netsor.nonlin(lambda {names}: np.{name}({names}), ...)"
+        )
+
     __hash__ = object.__hash__
+
+
+# numpy's binary ufuncs that are vector operators (Vector.__array_ufunc__).
+_BINARY_UFUNCS = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "power": "**"}
