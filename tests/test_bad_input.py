@@ -428,7 +428,7 @@ def test_matrices_vectors_lists_and_kernels_too_large_for_memory_get_clear_error
 def test_a_bound_as_large_as_the_kernel_does_not_advise_a_larger_rtol():
     """At rtol = 1 (its largest value) the advice "pass a larger rtol" could not be followed."""
     with pytest.raises(NumericalError, match="no rtol accepts"):
-        netsor.nngp(netsor.zoo.mlp(200, "tanh", 1.5, 0.1), X, rtol=1.0)
+        netsor.nngp(netsor.zoo.mlp(100, "hard_tanh", 3.0, 0.1), X, rtol=1.0)  # chaotic, slope not positive definite
 
 
 @pytest.mark.parametrize("then", [1.0, 0.0])
@@ -550,3 +550,36 @@ def test_operations_a_symbolic_vector_or_matrix_does_not_have_say_what_to_write(
     W = p.matrix(n, n)
     with pytest.raises(ProgramError, match=match):
         misuse(g, W)
+
+
+def test_limit_error_is_none_until_a_result_is_computed():
+    """``Limit.error`` read 0.0 — an exact result — before anything was computed."""
+    lim = netsor.limit(netsor.zoo.mlp(2, "tanh"), X)
+    assert lim.error is None and lim.relative_error is None
+    K, E = lim.nngp(with_error=True)
+    assert lim.error == np.max(E) > 0.0
+
+
+def test_a_custom_nonlinearity_in_single_precision_is_refused_at_the_call():
+    """float32 output made the kink finder report a 'flickering traced expression' much later."""
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    with pytest.raises(ProgramError, match="returned float32 values.*return float64"):
+        netsor.nonlin(lambda x: np.tanh(x).astype(np.float32), g)
+
+
+def test_a_ratio_no_width_can_serve_is_named_without_a_300_digit_width():
+    p = netsor.Program()
+    n, m = p.dim("n"), p.dim("m", ratio=1e-300)
+    p.readout(p.matrix(m, n) @ p.gaussian(n))
+    with pytest.raises(HyperParameterError, match=r"needs a width above 5e\+299.*width=\{'m': k"):
+        netsor.sample(p, width=100, samples=2)
+
+
+def test_the_exact_backward_program_refused_by_the_engine_points_to_the_default():
+    """``ntk(mlp(2, "erf"), backward="exact")``: the real transposes make a non-Gaussian correction the
+    engine does not take; the default (tangent) program gives the same, exact, NTK."""
+    p = netsor.zoo.mlp(2, "erf")
+    with pytest.raises(netsor.errors.UnsupportedError, match="keep backward='auto'"):
+        netsor.ntk(p, X, backward="exact")
+    assert np.all(np.isfinite(netsor.ntk(p, X)))

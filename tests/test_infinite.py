@@ -945,3 +945,45 @@ def test_deep_erf_networks_in_the_chaotic_phase_meet_the_default_rtol(depth, sig
     assert np.max(np.abs(K - ref) / scale) < 1e-15
     assert np.all(np.abs(K - ref) <= E)
     assert np.max(E / scale) < 1e-11
+
+
+def _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, step):
+    """The zoo's MLP kernel for an analytic φ by the trapezoid rule on a uniform grid of step ``step``
+    over ``[−12, 12]²`` in whitened coordinates — exponentially accurate for functions analytic in a
+    strip (tanh: poles at ±iπ/2), and independent of the engine's quadratures."""
+    z = np.arange(-12.0, 12.0 + step / 2, step)
+    w = step * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
+    z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
+    n, d = X.shape
+    K = sigma_w**2 * X @ X.T / d + sigma_b**2
+    for _ in range(depth):  # depth hidden layers, then the readout Dense(σ_w, σ_b)
+        new = np.empty_like(K)
+        for i, j in zip(*np.triu_indices(n), strict=True):
+            a, b = K[i, i], K[j, j]
+            rho = np.clip(K[i, j] / np.sqrt(a * b), -1.0, 1.0)
+            v = np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
+            new[i, j] = new[j, i] = sigma_w**2 * np.sum(weights * act(np.sqrt(a) * z1) * act(v)) + sigma_b**2
+        K = new
+    return K
+
+
+@pytest.mark.parametrize("name, depth, sigma_w, sigma_b", [
+    ("tanh", 20, 3.0, 0.0), ("tanh", 100, 3.0, 0.1), ("tanh", 60, 2.0, 0.5), ("sigmoid", 20, 4.0, 0.5)])
+def test_deep_networks_whose_slope_is_positive_definite_meet_the_default_rtol_in_the_chaotic_phase(
+        name, depth, sigma_w, sigma_b):
+    """tanh at σ_w = 3: the per-point slope (at correlation 1) is 1.86 and the off-diagonal bounds grew by it
+    layer after layer — depth 20 refused at 3.2e-8, depth 100 at every rtol — while the true error stays at
+    rounding. tanh' = sech² is a positive-definite function, so E[φ'φ'] is convex in c² and pairs take the
+    chord of their own slope (0.81 at the fixed point ρ* = 0); sigmoid (ordered phase) is a control. Reference:
+    the trapezoid rule at two steps (their difference bounds its own error); the bound must cover the true
+    error at every entry."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    act = {"tanh": np.tanh, "sigmoid": special.expit}[name]
+    K, E = netsor.limit(netsor.zoo.mlp(depth, name, sigma_w, sigma_b), X).nngp(with_error=True)
+    ref = _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, 0.05)
+    ref_error = 10 * np.abs(ref - _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, 0.04)) + 1e-15 * np.abs(ref)
+    root = np.sqrt(np.diag(ref))
+    scale = root[:, None] * root[None, :]
+    assert np.max(ref_error / scale) < 1e-11  # the reference resolves errors far below the default rtol
+    assert np.all(np.abs(K - ref) <= E + ref_error)
+    assert np.max(E / scale) < 1e-8

@@ -92,6 +92,12 @@ def call_user_function(fn: Callable[..., Any], values: tuple[Array, ...], name: 
     shape = np.broadcast_shapes(*(np.shape(v) for v in values))
     try:
         raw = fn(*values)
+        dtype = getattr(raw, "dtype", None)
+        if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
+            raise ProgramError(f"the custom nonlinearity {name!r} returned {dtype} values, whose rounding "
+                               f"({np.finfo(dtype).eps:.1e}) is far above the kernels' tolerances (1e-8 by "
+                               "default): return float64 (numpy's default; drop the .astype or the low-precision "
+                               "constants)")
         if np.iscomplexobj(raw):
             raise ProgramError(f"the custom nonlinearity {name!r} returned complex values; a nonlinearity "
                                "must be real (take the real part or the modulus inside it)")
@@ -169,6 +175,11 @@ class Activation:
     cache_key : tuple, optional
         Identity of an unregistered φ for caches (a composite function built from an expression
         uses the expression's content key); default: the object itself.
+    slope_positive_definite : bool
+        True when φ' is a positive-definite function, ``φ'(x) = ∫ cos(ωx) μ(dω)`` with ``μ ≥ 0``
+        (its Fourier transform is nonnegative: tanh' = sech², erf', sigmoid', arctan', arcsinh', sin'
+        = cos). Then ``E[φ'(u) φ'(v)]`` is a power series in ``c²`` with nonnegative coefficients at
+        any variances, which bounds a kernel's change pair by pair (chaotic-phase depth).
     pieces : tuple of (coef, power, rate, threshold, above), optional
         φ as a sum of ``coef · x^power · e^(rate·x) · 1{x > threshold}`` (``above``; else ``x < threshold``)
         with power 0 or 1, when it is one: elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``. Pairs of such
@@ -197,6 +208,7 @@ class Activation:
     homogeneous: float | None = None
     cache_key: tuple[Any, ...] | None = None
     pieces: tuple[tuple[float, int, float, float, bool], ...] | None = None
+    slope_positive_definite: bool = False
 
     @property
     def at_zero(self) -> float:
@@ -321,17 +333,19 @@ _FIXED: dict[str, Activation] = {
                    homogeneous=0.0),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
-                   kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True),
+                   kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True,
+                   slope_positive_definite=True),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
                    image=(0.0, 2.0 / np.sqrt(np.pi), False, True),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
                    mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True),
         Activation("tanh", fn=np.tanh, zeros=(0.0,), **_SIGN_OF_X, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True,
-                   image=_OPEN_UNIT),
+                   image=_OPEN_UNIT, slope_positive_definite=True),
         Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,), **_SIGN_OF_X, image=_CLOSED_UNIT,
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
                    kinks=(-1.0, 1.0)),
-        Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv, image=(0.0, 1.0, False, False)),
+        Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv, image=(0.0, 1.0, False, False),
+                   slope_positive_definite=True),
         Activation("gelu", fn=_gelu, zeros=(0.0,), **_SIGN_OF_X, deriv=_gelu_deriv,
                    image=(-0.17, np.inf, False, False)),  # min −0.16997 at x = −0.7518
         Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), **_SIGN_OF_X, deriv=_silu_deriv,
@@ -341,7 +355,8 @@ _FIXED: dict[str, Activation] = {
         Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel, image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
                    even=True),
-        Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True, image=_CLOSED_UNIT),
+        Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True, image=_CLOSED_UNIT,
+                   slope_positive_definite=True),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel, image=_CLOSED_UNIT,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a)), even=True),
         Activation("exp", fn=np.exp, zeros=(), deriv=np.exp, kernel=exp_kernel, image=(0.0, np.inf, False, False),
@@ -395,7 +410,8 @@ _UFUNCS: dict[Any, Activation] = {
     np.log1p: Activation("log1p", fn=np.log1p, zeros=(0.0,), deriv=lambda x: 1.0 / (1.0 + x), smooth=False,
                          kinks=(-1.0,), continuous=False),
     np.arctan: Activation("arctan", fn=np.arctan, zeros=(0.0,), **_SIGN_OF_X,
-                          image=(-np.pi / 2, np.pi / 2, False, False), deriv=lambda x: 1.0 / (1.0 + x * x), odd=True),
+                          image=(-np.pi / 2, np.pi / 2, False, False), deriv=lambda x: 1.0 / (1.0 + x * x), odd=True,
+                          slope_positive_definite=True),
     np.arcsinh: Activation("arcsinh", fn=np.arcsinh, zeros=(0.0,), **_SIGN_OF_X,
                            deriv=lambda x: 1.0 / np.sqrt(1.0 + x * x),
                            odd=True),

@@ -47,6 +47,10 @@ class Bound:
             return 0.0
         return self.eta * largest_ratio(self.left, left) * largest_ratio(self.right, right)
 
+    def largest(self) -> float:
+        """The largest bound of an entry relative to its envelope (inf where not finite)."""
+        return self.eta + (0.0 if self.dense is None else largest_ratio(self.dense, self.left * self.right))
+
     def to(self, left: Array, right: Array) -> Bound:
         """The same bound on the envelope ``left ⊗ right``."""
         return Bound(self.relative(left, right), left, right, self.dense)

@@ -83,9 +83,12 @@ def resolve_widths(program: Program, width: int | Mapping[Any, int], d: int) -> 
         else:
             value = round(dim.ratio * check_count(width, "width"))
             if value < 1:
-                raise HyperParameterError(
-                    f"dim {dim.name!r} has ratio {dim.ratio:g}, so width {width} gives it {value} coordinates; "
-                    f"use a width of at least {int(0.5 / dim.ratio) + 1} or a larger ratio")
+                needed = 0.5 / dim.ratio
+                advice = (f"use a width of at least {int(needed) + 1} or a larger ratio" if needed < 1e9 else
+                          f"it needs a width above {needed:.2g}, more than fits in memory: give it a larger ratio, "
+                          f"or each dim its size (width={{{dim.name!r}: k, ...}})")
+                raise HyperParameterError(f"dim {dim.name!r} has ratio {dim.ratio:g}, so width {width} gives it "
+                                          f"{value} coordinates; {advice}")
         sizes[dim] = check_count(value, f"width of dim {dim.name!r}")
     return sizes
 

@@ -1874,8 +1874,10 @@ class Run:
         only where the per-point bound has grown past the compact threshold)."""
         variances = self._pair_1d_relative(phi, phi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
                                            s_left, s_right, env_l, env_r)
-        assert phi.kernel_modulus is not None
-        dense = phi.kernel_modulus(a, b, c, c_bound.array())
+        if phi.kernel_modulus is not None:
+            dense = phi.kernel_modulus(a, b, c, c_bound.array())
+        else:
+            dense = propagation.chord_modulus(a, b, c, c_bound.array(), s_left, s_right)
         if diagonal:  # its diagonal entries take per-point values (Limit._pairs)
             np.fill_diagonal(dense, 0.0)
         if variances.dense is not None:
@@ -1954,10 +1956,11 @@ class Run:
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
                 prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
-                if prop.eta > threshold and phi.kernel_modulus is not None and phi.key == psi.key:
+                if (prop.largest() > threshold and (phi.kernel_modulus is not None or phi.slope_positive_definite)
+                        and phi.key == psi.key):
                     sharper = self._pair_by_modulus(phi, a, b, da, db, c, c_bound, s_left, s_right, env_l, env_r,
                                                     threshold, diagonal)
-                    if sharper.dense is None and sharper.eta < prop.eta:  # never looser, never NaN
+                    if sharper.largest() < prop.largest():  # never looser, never NaN
                         prop = sharper
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key
                   and (eta := propagation.jump_relative(phi.kernel_modulus, a, b, da, db, c, c_bound, env_l,
@@ -2262,11 +2265,13 @@ class Limit:
 
     Attributes
     ----------
-    error : float
-        The largest absolute error bound over the entries of the last result (kernel units).
-    relative_error : float
+    error : float or None
+        The largest absolute error bound over the entries of the last result (kernel units; when the
+        per-entry bounds were not asked for, an upper bound of it from per-point factors); None before
+        the first result.
+    relative_error : float or None
         The largest ratio of that result's bounds to the scale its tolerance applies to
-        (``√(K_ii K_jj)`` for kernels).
+        (``√(K_ii K_jj)`` for kernels); None before the first result.
     stderr : float
         The largest standard error of Monte-Carlo parts in the last result (0 when every
         expectation was deterministic); those parts enter ``error`` as ``MC_ERROR_SIGMAS`` (5.24) standard errors.
@@ -2296,7 +2301,8 @@ class Limit:
         self.memory_budget = check_memory_budget(memory_budget)
         self.threads = check_threads(threads) or min(os.cpu_count() or 1, 8)
         self.term_share = TERM_SHARE
-        self.error = self.relative_error = 0.0
+        self.error: float | None = None  # no result yet
+        self.relative_error: float | None = None
         self.stderr = 0.0
         self._diag: dict[str, Side] = {}
         self._ties_checked: set[str] = set()  # sides whose jumps on ties were checked (netsor.interpret.ties)
@@ -2752,7 +2758,10 @@ class Limit:
         K, E = self.psd_policy(K, E, relative, psd, "nngp")
         if not with_error:
             return K
-        return K, (E.array() if isinstance(E, bounds.TiledBound) else E)
+        if isinstance(E, bounds.TiledBound):
+            E = E.array()
+            self.error = float(np.max(E, initial=0.0))  # the per-point one was an upper bound of it
+        return K, E
 
 
 def peak_live(plan: Plan) -> int:

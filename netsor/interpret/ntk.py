@@ -54,6 +54,7 @@ from netsor.interpret.infinite import (
     DEFAULT_RTOL,
     PSD_POLICIES,
     Limit,
+    analysis_of,
     default_rtol,
     limit,
     limit_method,
@@ -455,7 +456,13 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
         return Kernels(K, None, E, None, lim.error, chosen)
     if chosen == "qmc":
         return _simulated(grads, X, X2, wanted, rtol=rtol, memory_budget=memory_budget, psd=psd, seed=seed)
-    lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
+    try:
+        lim = Limit(grads.program, X, X2, rtol=rtol, memory_budget=memory_budget, threads=threads)
+    except UnsupportedError as refusal:
+        if backward == "auto" or analysis_of(_gradients(program, "auto").program).refusal is not None:
+            raise
+        raise UnsupportedError(f"{refusal}; or keep backward='auto' (the default), whose program gives this "
+                               "network's exact NTK by the expectation engine") from None
 
     def exact() -> Kernels:
         """The kernels by the expectation engine (run again by ``lim.retried`` at tighter shares)."""

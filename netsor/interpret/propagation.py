@@ -99,6 +99,28 @@ def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, l
     return Bound(2.0 if not eta <= 2.0 else eta, env_l, env_r, dense)  # NaN: no better than the cap
 
 
+def chord_modulus(a: Array, b: Array, c: Array, delta: Array, left: dict[str, Array],
+                  right: dict[str, Array]) -> Array:
+    """A bound of ``|K(c') − K(c)|`` over ``|c' − c| ≤ delta`` for ``K = E[φ(u) φ(v)]`` and φ whose slope
+    φ' is a positive-definite function (``Activation.slope_positive_definite``: tanh, sigmoid, …).
+
+    Then ``φ'(x) = ∫ cos(ωx) μ(dω)`` with ``μ ≥ 0``, and ``f(c) = E[φ'(u) φ'(v)] = ∂K/∂c`` is a power
+    series in ``c²`` with nonnegative coefficients ``∫ω²ᵏe^{−aω²/2}μ · ∫ν²ᵏe^{−bν²/2}μ / (2k)!``:
+    nondecreasing in ``|c|`` and convex in ``c²``. So over ``|c'| ≤ r = min(|c| + δ, √(ab))`` it stays
+    below its chord ``f(0) + (r²/ab)(f(√ab) − f(0))``, with ``f(0) = E φ'(u) E φ'(v)`` and
+    ``f(√ab) ≤ √(E φ'(u)² E φ'(v)²)`` (Cauchy–Schwarz): per-point moments only. Near the chaotic
+    phase's fixed point of the correlations (tanh at σ_w = 3: ρ* = 0) this is the correlation map's
+    own slope (0.81), where the per-point bound uses its value at ρ = 1 (1.86, compounding a layer).
+    ``left``/``right``: :func:`moments_1d` of φ at ``a`` (a column) and ``b`` (a row)."""
+    at_zero = np.maximum(left["grad1"] * right["grad1"], 0.0)  # ≥ 0 exactly; rounding aside
+    at_one = np.sqrt(left["grad2"] * right["grad2"])
+    ab = np.multiply(a, b)
+    reach = np.minimum(np.abs(c) + delta, np.sqrt(np.maximum(ab, 0.0)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a constant form (ab = 0): the slope at ρ = 1
+        share = np.where(ab > 0, reach * reach / np.where(ab > 0, ab, 1.0), 1.0)
+    return delta * (at_zero + share * np.maximum(at_one - at_zero, 0.0))
+
+
 def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Array, b: Array, da: Array,
                   db: Array, c: Array, c_bound: Bound, env_l: Array, env_r: Array, skip_diagonal: bool,
                   supplement: Array | None = None) -> float:

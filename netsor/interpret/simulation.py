@@ -152,8 +152,8 @@ class SimulatedLimit:
 
     Attributes
     ----------
-    error : float
-        Largest error bound (kernel units) of the last result.
+    error : float or None
+        Largest error bound (kernel units) of the last result; None before the first result.
     stderr : float
         Largest standard error of the last result.
     points : int
@@ -171,7 +171,7 @@ class SimulatedLimit:
         self.memory_budget = check_memory_budget(memory_budget)
         self.replicates = check_count(replicates, "replicates", minimum=REPLICATES)
         self.seed = seed_sequence(seed)
-        self.error = 0.0
+        self.error: float | None = None  # no result yet
         self.stderr = 0.0
         self.points = 0
 
