@@ -642,8 +642,8 @@ def _rank_two(S):
 
 def test_point_square_bound_covers_the_change_of_the_second_moment():
     """``|E φ(u')² − E φ(u)²|`` for ``Var u' = a ± δa`` (scipy quadrature, independent of the engine)
-    is within ``point_square`` — first order, so δa/a = 1e-3 — and is tight within a factor 3 at
-    small variance (a 0.3× bound fails there)."""
+    is within ``point_square`` for δa/a = 1e-3 and 1e-2 (first order with a second-order allowance), and
+    tight: a bound 0.9× as large fails."""
     from scipy import integrate, stats
 
     from netsor.activations.registry import activation
@@ -658,13 +658,14 @@ def test_point_square_bound_covers_the_change_of_the_second_moment():
     for name in ("tanh", "erf", "gelu", "sin", "softplus"):
         act = activation(name)
         a = np.array([0.01, 1.0, 25.0])
-        da = 1e-3 * a
-        bound = point_square(a, da, moments_1d(act, a))
-        for i in range(a.size):
-            change = max(abs(second(act, a[i] + s * da[i]) - second(act, a[i])) for s in (-1, 1))
-            assert change <= bound[i], (name, a[i], change, bound[i])
-            ratios.append(change / bound[i])
-    assert max(ratios) > 0.3
+        for step in (1e-3, 1e-2):
+            da = step * a
+            bound = point_square(a, da, moments_1d(act, a))
+            for i in range(a.size):
+                change = max(abs(second(act, a[i] + s * da[i]) - second(act, a[i])) for s in (-1, 1))
+                assert change <= bound[i], (name, a[i], step, change, bound[i])
+                ratios.append(change / bound[i])
+    assert max(ratios) > 0.9  # first order: tight where the variance map is not flat
 
 
 def test_one_dimensional_moments_meet_closed_forms_at_every_scale():

@@ -1172,8 +1172,8 @@ def _unit_moments(act: Activation) -> dict[str, float]:
 
 def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
     """Per-variance moments used to propagate errors: ``m2 = E φ²``, ``m4 = E φ⁴``, ``grad1 = E φ'``,
-    ``grad2 = E φ'²`` and ``euler = E φ'² u²`` (``u ~ N(0, variance)``; the last three inf when φ is
-    not absolutely continuous)."""
+    ``grad2 = E φ'²``, ``euler = E φ'² u²`` and ``cross = E φ φ' u`` (``u ~ N(0, variance)``; the last
+    four inf when φ is not absolutely continuous)."""
     var = np.maximum(np.asarray(variance, dtype=float).reshape(-1), 0.0)
     if act.homogeneous is not None:  # φ(√a z) = a^{p/2} φ(z): the moments at variance 1, scaled
         unit = _unit_moments(act)
@@ -1184,6 +1184,7 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         out = {"m2": np.where(var > 0, unit["m2"] * scale, square0),
                "m4": np.where(var > 0, unit["m4"] * scale**2, square0**2),
                "grad1": unit["grad1"] * np.where(var > 0, var, 1.0) ** ((p - 1) / 2),
+               "cross": unit["cross"] * var**p,
                "grad2": unit["grad2"] * np.where(var > 0, var, 1.0) ** (p - 1), "euler": unit["euler"] * var**p}
         return {k: np.broadcast_to(v, var.shape).reshape(np.shape(variance)) for k, v in out.items()}
     sd_max = float(np.sqrt(np.max(var, initial=0.0)))
@@ -1211,7 +1212,8 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         check_finite(d2, f"E {act.name}'(u)²")
         out["grad1"] = np.sum(w * d1, axis=1)
         out["grad2"] = np.sum(w * d2, axis=1)
+        out["cross"] = np.sum(w * f * d1 * x, axis=1)
         out["euler"] = np.sum(w * d2 * x * x, axis=1)
     else:
-        out["grad1"] = out["grad2"] = out["euler"] = np.full(var.size, np.inf)
+        out["grad1"] = out["grad2"] = out["euler"] = out["cross"] = np.full(var.size, np.inf)
     return {k: v.reshape(np.shape(variance)) for k, v in out.items()}

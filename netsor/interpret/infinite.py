@@ -1874,11 +1874,12 @@ class Run:
                          c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array], env_l: Array,
                          env_r: Array, threshold: float, diagonal: bool) -> bounds.Bound:
         """The propagated error of a continuous φ's kernel with the covariance's part taken pair by pair
-        from φ's ``kernel_modulus`` (the correlation map's own slope) and the variances' part per point as
-        in :meth:`_pair_1d_relative`. Where the per-point slope ``√(E φ'² E φ'²)`` — the slope at ρ = 1 —
-        exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a layer), it compounded over depth while the
-        pairs' own slopes, at correlations near the stable fixed point, contract (a dense pass a layer,
-        only where the per-point bound has grown past the compact threshold)."""
+        from φ's ``kernel_modulus`` (the correlation map's own slope; erf) or, for φ whose slope is positive
+        definite, the chord of that slope (:func:`propagation.chord_modulus`; tanh), and the variances'
+        part per point as in :meth:`_pair_1d_relative`. Where the per-point slope ``√(E φ'² E φ'²)`` — the
+        slope at ρ = 1 — exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a layer), it compounded over
+        depth while the pairs' own slopes, at correlations near the stable fixed point, contract (a dense
+        pass a layer, only where the per-point bound has grown: see :meth:`pair`)."""
         variances = self._pair_1d_relative(phi, phi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
                                            s_left, s_right, env_l, env_r)
         if phi.kernel_modulus is not None:
