@@ -1023,3 +1023,44 @@ def test_deep_sin_networks_whose_variance_map_is_flat_meet_the_default_rtol(dept
     scale = root[:, None] * root[None, :]
     assert np.all(np.abs(K - ref) <= E)
     assert np.max(E / scale) < 1e-8
+
+
+def test_deep_sin_ntk_in_the_chaotic_phase_is_exact_to_its_bound():
+    """A tile's entry of a point with itself is replaced by per-point values, but it is computed with the
+    tile: for sin at σ_w = 2 its recursion c ↦ σ_w² e^{−a} sinh c is unstable at c = a (slope 2.04), so it
+    drifted from a = 1.96 to c = 1078 by depth 52, where sinh overflowed and the inf made the whole tile's
+    bound infinite ("no finite error bound" for the NTK's entry (0, 1)). The exponential kernels now keep c
+    within ±√(ab). Reference: the NNGP and NTK recursions (Neural Tangents' convention) by the closed forms
+    E sin sin = e^{−(a+b)/2} sinh c, E cos cos = e^{−(a+b)/2} cosh c in 40 digits."""
+    import mpmath
+
+    mpmath.mp.dps = 40
+    # a random case that hit it (the drift is rounding amplified 2× a layer: whether a case hits it is chance)
+    X = np.array([[-0.16889094355575812, -0.6784965730273719, 0.7652839366063164],
+                  [-0.023984748067003472, 0.045230462041397516, 0.05630866490084984]])
+    depth, sigma_w = 53, 1.9997931785730234
+    k = netsor.kernel(netsor.zoo.mlp(depth, "sin", sigma_w), X)
+    sw2 = mpmath.mpf(sigma_w) ** 2
+    x = [[mpmath.mpf(float(v)) for v in row] for row in X]
+    K = [[sw2 * mpmath.fsum(p * q for p, q in zip(x[i], x[j], strict=True)) / 3 for j in range(2)] for i in range(2)]
+    T = [row[:] for row in K]
+    for _ in range(depth):
+        e = [[mpmath.exp(-(K[i][i] + K[j][j]) / 2) for j in range(2)] for i in range(2)]
+        T = [[sw2 * e[i][j] * mpmath.sinh(K[i][j]) + sw2 * e[i][j] * mpmath.cosh(K[i][j]) * T[i][j] for j in range(2)]
+             for i in range(2)]
+        K = [[sw2 * e[i][j] * mpmath.sinh(K[i][j]) for j in range(2)] for i in range(2)]
+    ref = np.array([[float(v) for v in row] for row in T])
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    assert np.all(np.abs(k.ntk - ref) <= k.ntk_error)
+    assert np.max(k.ntk_error / scale) < 1e-8
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "exp"])
+def test_exponential_kernels_take_covariances_past_cauchy_schwarz_at_the_bound(name):
+    """A covariance past ±√(ab) (rounding, or a drifted entry of a point with itself) is evaluated at the bound:
+    finite and continuous there, never sinh(1078) = inf."""
+    kernel = netsor.activation(name).kernel
+    a, b = np.array([1.96, 0.5]), np.array([1.96, 2.0])
+    reach = np.sqrt(a * b)
+    np.testing.assert_array_equal(kernel(a, b, np.array([1078.0, -5.0])), kernel(a, b, np.array([reach[0], -reach[1]])))
+    assert np.all(np.isfinite(kernel(a, b, np.array([1e300, -1e300]))))
