@@ -914,8 +914,9 @@ def test_tile_plans_are_dependency_orders_holding_no_more_tiles_than_the_walk(na
         assert infinite.peak_live(plan) <= infinite.peak_live(walked)
 
 
-def _erf_mlp_in_mpmath(X, depth, sigma_w, sigma_b, digits=40):
-    """The zoo's erf MLP kernel by its arcsine recursion (Williams) in ``digits``-digit arithmetic."""
+def _mlp_in_mpmath(X, depth, sigma_w, sigma_b, kernel, digits=40):
+    """The zoo's MLP kernel by the recursion ``K ← σ_w² kernel(K_ii, K_jj, K_ij) + σ_b²`` of a closed form
+    ``kernel(a, b, c) = E[φ(u) φ(v)]`` in mpmath, in ``digits``-digit arithmetic."""
     import mpmath
 
     mpmath.mp.dps = digits
@@ -925,9 +926,16 @@ def _erf_mlp_in_mpmath(X, depth, sigma_w, sigma_b, digits=40):
     K = [[sw2 * mpmath.fsum(a * b for a, b in zip(x[i], x[j], strict=True)) / d + sb2 for j in range(n)]
          for i in range(n)]
     for _ in range(depth):  # depth hidden layers, then the readout Dense(σ_w, σ_b)
-        K = [[sw2 * 2 / mpmath.pi * mpmath.asin(2 * K[i][j] / mpmath.sqrt((1 + 2 * K[i][i]) * (1 + 2 * K[j][j])))
-              + sb2 for j in range(n)] for i in range(n)]
+        K = [[sw2 * kernel(K[i][i], K[j][j], K[i][j]) + sb2 for j in range(n)] for i in range(n)]
     return np.array([[float(v) for v in row] for row in K])
+
+
+def _erf_mlp_in_mpmath(X, depth, sigma_w, sigma_b):
+    """The erf MLP by its arcsine recursion (Williams) in 40 digits."""
+    import mpmath
+
+    return _mlp_in_mpmath(X, depth, sigma_w, sigma_b,
+                          lambda a, b, c: 2 / mpmath.pi * mpmath.asin(2 * c / mpmath.sqrt((1 + 2 * a) * (1 + 2 * b))))
 
 
 @pytest.mark.parametrize("depth, sigma_w, sigma_b", [(20, 3.0, 0.1), (100, 3.0, 0.1), (30, 2.0, 0.0), (10, 1.0, 0.1)])
@@ -993,20 +1001,11 @@ def test_deep_networks_whose_slope_is_positive_definite_meet_rtol_in_the_chaotic
     assert np.max(E / scale) < rtol
 
 
-def _sin_mlp_in_mpmath(X, depth, sigma_w, sigma_b, digits=40):
-    """The zoo's sin MLP kernel by its closed form ``E sin u sin v = e^{−(a+b)/2} sinh c`` in ``digits`` digits."""
+def _sin_mlp_in_mpmath(X, depth, sigma_w, sigma_b):
+    """The sin MLP by its closed form ``E sin u sin v = e^{−(a+b)/2} sinh c`` in 40 digits."""
     import mpmath
 
-    mpmath.mp.dps = digits
-    n, d = X.shape
-    sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
-    x = [[mpmath.mpf(float(v)) for v in row] for row in X]
-    K = [[sw2 * mpmath.fsum(a * b for a, b in zip(x[i], x[j], strict=True)) / d + sb2 for j in range(n)]
-         for i in range(n)]
-    for _ in range(depth):  # depth hidden layers, then the readout Dense(σ_w, σ_b)
-        K = [[sw2 * mpmath.exp(-(K[i][i] + K[j][j]) / 2) * mpmath.sinh(K[i][j]) + sb2 for j in range(n)]
-             for i in range(n)]
-    return np.array([[float(v) for v in row] for row in K])
+    return _mlp_in_mpmath(X, depth, sigma_w, sigma_b, lambda a, b, c: mpmath.exp(-(a + b) / 2) * mpmath.sinh(c))
 
 
 @pytest.mark.parametrize("depth, sigma_w, sigma_b", [(40, 2.5, 0.0), (100, 2.5, 0.5), (60, 2.1, 0.0)])
