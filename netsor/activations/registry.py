@@ -177,7 +177,7 @@ class Activation:
         uses the expression's content key); default: the object itself.
     slope_positive_definite : bool
         True when φ' is a positive-definite function, ``φ'(x) = ∫ cos(ωx) μ(dω)`` with ``μ ≥ 0``
-        (its Fourier transform is nonnegative: tanh' = sech², erf', sigmoid', arctan', arcsinh', sin'
+        (its Fourier transform is nonnegative; set for tanh' = sech², erf', sigmoid', arctan' and sin'
         = cos). Then ``E[φ'(u) φ'(v)]`` is a power series in ``c²`` with nonnegative coefficients at
         any variances, which bounds a kernel's change pair by pair (chaotic-phase depth).
     pieces : tuple of (coef, power, rate, threshold, above), optional
