@@ -428,7 +428,8 @@ def test_matrices_vectors_lists_and_kernels_too_large_for_memory_get_clear_error
 def test_a_bound_as_large_as_the_kernel_does_not_advise_a_larger_rtol():
     """At rtol = 1 (its largest value) the advice "pass a larger rtol" could not be followed."""
     with pytest.raises(NumericalError, match="no rtol accepts"):
-        netsor.nngp(netsor.zoo.mlp(100, "hard_tanh", 3.0, 0.1), X, rtol=1.0)  # chaotic, slope not positive definite
+        # chaotic with the correlations' fixed point near 1 (σ_b = 1), where the pairs' slope bounds exceed 1
+        netsor.nngp(netsor.zoo.mlp(200, "hard_tanh", 3.0, 1.0), X, rtol=1.0)
 
 
 @pytest.mark.parametrize("then", [1.0, 0.0])

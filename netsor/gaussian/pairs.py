@@ -409,10 +409,18 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     F, G = piecewise.of(phi), piecewise.of(psi)
     if F is not None and G is not None:  # kinks anywhere, jumps too: closed forms by Owen's T
         value, err, done = piecewise.pair_expectation(F, G, a, b, c)
-        if not done.all():  # nearly colinear pairs
-            a, b, c = np.broadcast_arrays(a, b, c)
-            rest = ~done
-            value[rest], err[rest] = _series_pair(phi, psi, a[rest], b[rest], c[rest], memo, rtol)
+        rest = ~done  # nearly colinear pairs
+        if any(piece[2] != 0.0 for piece in F + G):  # (coef, power, rate, threshold, above)
+            # an exponential piece tilts the law: at large variances its weight (up to e^MAX_TILT) multiplies the
+            # special functions' error on far-tail orthants (elu at variance 34: 4e-7 of the kernel's scale)
+            scale = np.sqrt(moments_1d(phi, a)["m2"] * moments_1d(psi, b)["m2"])
+            rest = rest | (err > rtol * scale)
+        if rest.any():
+            a, b, c, rest = np.broadcast_arrays(a, b, c, rest)
+            series, series_err = _series_pair(phi, psi, a[rest], b[rest], c[rest], memo, rtol)
+            better = ~done[rest] | (series_err < err[rest])
+            value[rest] = np.where(better, series, value[rest])
+            err[rest] = np.where(better, series_err, err[rest])
         return value, err
     return _series_pair(phi, psi, a, b, c, memo, rtol)
 
@@ -969,10 +977,12 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
 
 def _resolved(act: Activation, scales: Array) -> float:
     """The spread of ``act(scale · z)`` that :func:`_uniform_grid` must resolve: the largest scale, or 0
-    for a positively homogeneous ``act`` (relu, step, abs, leaky_relu): it has no length scale of its
-    own — between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every
-    variance — so the Gaussian's panels suffice (relu pairs at variance 100 took 10⁶ nodes each)."""
-    return 0.0 if act.homogeneous is not None else float(np.max(np.abs(scales), initial=0.0))
+    for a positively homogeneous ``act`` (relu, step, abs, leaky_relu) or one that varies only near its
+    features (``Activation.local``: tanh, gelu, softplus): the first has no length scale of its own —
+    between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every variance —
+    and the second's is where :func:`panel_edges` grades, so the Gaussian's panels suffice (relu pairs at
+    variance 100 took 10⁶ nodes each; gelu at variance 10¹² 4·10⁸)."""
+    return 0.0 if act.homogeneous is not None or act.local else float(np.max(np.abs(scales), initial=0.0))
 
 
 def _uniform_grid(spread: float, widest: float = 2.0) -> Array:
@@ -1145,6 +1155,10 @@ _UNIT_MOMENTS: dict[Any, dict[str, float]] = {}
 #: 24 % at sd 4 (tanh's poles at ±iπ/2 come within π/(2·sd) of the real line); above it the graded rule of
 #: the kinked case (~6× the time per point; no change on the NNGP benchmarks, whose variances stay below).
 _MOMENT_GH_SD = 1.5
+#: Relative accuracy of :func:`moments_1d` at any variance (tested against a fine trapezoid rule at sd
+#: 0.25–6); bounds that subtract moments from one another add it back (:func:`~netsor.interpret.
+#: propagation.hermite_modulus`).
+MOMENT_RTOL = 2e-3
 _MOMENT_GH_Z, _MOMENT_GH_W = hermite_rule(64)
 
 
@@ -1175,8 +1189,8 @@ def _unit_moments(act: Activation) -> dict[str, float]:
 
 def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
     """Per-variance moments used to propagate errors: ``m2 = E φ²``, ``m4 = E φ⁴``, ``grad1 = E φ'``,
-    ``grad2 = E φ'²``, ``euler = E φ'² u²`` and ``cross = E φ φ' u`` (``u ~ N(0, variance)``; the last
-    four inf when φ is not absolutely continuous)."""
+    ``grad1u = E φ' u``, ``grad2 = E φ'²``, ``euler = E φ'² u²`` and ``cross = E φ φ' u``
+    (``u ~ N(0, variance)``; all but the first two inf when φ is not absolutely continuous)."""
     var = np.maximum(np.asarray(variance, dtype=float).reshape(-1), 0.0)
     if act.homogeneous is not None:  # φ(√a z) = a^{p/2} φ(z): the moments at variance 1, scaled
         unit = _unit_moments(act)
@@ -1187,7 +1201,7 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         out = {"m2": np.where(var > 0, unit["m2"] * scale, square0),
                "m4": np.where(var > 0, unit["m4"] * scale**2, square0**2),
                "grad1": unit["grad1"] * np.where(var > 0, var, 1.0) ** ((p - 1) / 2),
-               "cross": unit["cross"] * var**p,
+               "cross": unit["cross"] * var**p, "grad1u": unit["grad1u"] * var ** (p / 2),
                "grad2": unit["grad2"] * np.where(var > 0, var, 1.0) ** (p - 1), "euler": unit["euler"] * var**p}
         return {k: np.broadcast_to(v, var.shape).reshape(np.shape(variance)) for k, v in out.items()}
     sd_max = float(np.sqrt(np.max(var, initial=0.0)))
@@ -1216,7 +1230,8 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         out["grad1"] = np.sum(w * d1, axis=1)
         out["grad2"] = np.sum(w * d2, axis=1)
         out["cross"] = np.sum(w * f * d1 * x, axis=1)
+        out["grad1u"] = np.sum(w * d1 * x, axis=1)
         out["euler"] = np.sum(w * d2 * x * x, axis=1)
     else:
-        out["grad1"] = out["grad2"] = out["euler"] = out["cross"] = np.full(var.size, np.inf)
+        out["grad1"] = out["grad1u"] = out["grad2"] = out["euler"] = out["cross"] = np.full(var.size, np.inf)
     return {k: v.reshape(np.shape(variance)) for k, v in out.items()}

@@ -131,12 +131,12 @@ RETRY_REACH = 1e4
 #: the term's budget, and later steps combine in O(B) per tile (the NTK's step kernels: −15 %).
 COMPACT_SHARE = 1e-1
 #: Where a propagated bound (its dense part included) exceeds this share of the tolerance given to all
-#: layers' expectations (``term_share · rtol``, a tenth of rtol), pairs of an activation whose slope is
-#: positive definite take the chord of their own slope (:func:`~netsor.interpret.propagation.chord_modulus`,
-#: a dense pass a tile): where depth has made the per-point slope's bound grow towards rtol (tanh at
-#: σ_w = 3 from depth ~10), not in shallow networks (tanh at σ_w = 1.5, depth 5, N = 1000: +18 % time for a
-#: 10 % tighter bound when tried from the compact threshold on, +7 % from half this share).
-CHORD_SHARE = 1.0
+#: layers' expectations (``term_share · rtol``, a tenth of rtol), pairs of continuous activations take a
+#: bound of their own slope from per-point Hermite coefficients (:func:`~netsor.interpret.propagation.
+#: hermite_modulus`, a dense pass a tile): where depth has made the per-point slope's bound grow towards
+#: rtol (tanh at σ_w = 3 from depth ~10), not in shallow networks (tanh at σ_w = 1.5, depth 5, N = 1000:
+#: +18 % time for a 10 % tighter bound when tried from the compact threshold on, +7 % from half this share).
+PAIR_SLOPE_SHARE = 1.0
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (tiles spread over
@@ -1870,22 +1870,23 @@ class Run:
         env_r = np.sqrt(self.point(("pm", comp.right.key), "right")[0]["m2"])
         return np.broadcast_to(value, self.shape), bounds.from_dense(np.broadcast_to(err, self.shape), env_l, env_r)
 
-    def _pair_by_modulus(self, phi: Activation, a: Array, b: Array, da: Array, db: Array, c: Array,
-                         c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array], env_l: Array,
-                         env_r: Array, threshold: float, diagonal: bool) -> bounds.Bound:
-        """The propagated error of a continuous φ's kernel with the covariance's part taken pair by pair
-        from φ's ``kernel_modulus`` (the correlation map's own slope; erf) or, for φ whose slope is positive
-        definite, the chord of that slope (:func:`propagation.chord_modulus`; tanh), and the variances'
-        part per point as in :meth:`_pair_1d_relative`. Where the per-point slope ``√(E φ'² E φ'²)`` — the
+    def _pair_by_modulus(self, phi: Activation, psi: Activation, a: Array, b: Array, da: Array, db: Array,
+                         c: Array, c_bound: bounds.Bound, s_left: dict[str, Array], s_right: dict[str, Array],
+                         env_l: Array, env_r: Array, threshold: float, diagonal: bool) -> bounds.Bound:
+        """The propagated error of a continuous pair ``E[φ(u) ψ(v)]`` with the covariance's part taken pair
+        by pair — from φ's ``kernel_modulus`` where ψ = φ has one (the correlation map's own slope; erf),
+        else a bound of the pair's own slope from Hermite coefficients (:func:`propagation.hermite_modulus`;
+        tanh, gelu, …) — and the variances' part per point as in :meth:`_pair_1d_relative`. Where the
+        per-point slope ``√(E φ'² E ψ'²)`` — the
         slope at ρ = 1 — exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a layer), it compounded over
         depth while the pairs' own slopes, at correlations near the stable fixed point, contract (a dense
         pass a layer, only where the per-point bound has grown: see :meth:`pair`)."""
-        variances = self._pair_1d_relative(phi, phi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
+        variances = self._pair_1d_relative(phi, psi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
                                            s_left, s_right, env_l, env_r)
-        if phi.kernel_modulus is not None:
+        if phi.kernel_modulus is not None and phi.key == psi.key:
             dense = phi.kernel_modulus(a, b, c, c_bound.array())
         else:
-            dense = propagation.chord_modulus(a, b, c, c_bound.array(), s_left, s_right)
+            dense = propagation.hermite_modulus(a, b, c, c_bound.array(), s_left, s_right)
         if diagonal:  # its diagonal entries take per-point values (Limit._pairs)
             np.fill_diagonal(dense, 0.0)
         if variances.dense is not None:
@@ -1964,12 +1965,12 @@ class Run:
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
                 prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
-                exact_modulus = phi.kernel_modulus is not None and prop.eta > threshold  # erf: its own slope
-                chord = (phi.slope_positive_definite
-                         and prop.largest() > CHORD_SHARE * self.term_rtol * max(1, an.nesting))
-                if phi.key == psi.key and (exact_modulus or chord):
-                    sharper = self._pair_by_modulus(phi, a, b, da, db, c, c_bound, s_left, s_right, env_l, env_r,
-                                                    threshold, diagonal)
+                # erf: its own slope where the bound is worth compacting; any pair: a bound of its own slope
+                # where the bound has grown towards rtol (a dense pass)
+                exact_modulus = phi.kernel_modulus is not None and phi.key == psi.key and prop.eta > threshold
+                if exact_modulus or prop.largest() > PAIR_SLOPE_SHARE * self.term_rtol * max(1, an.nesting):
+                    sharper = self._pair_by_modulus(phi, psi, a, b, da, db, c, c_bound, s_left, s_right, env_l,
+                                                    env_r, threshold, diagonal)
                     if sharper.largest() < prop.largest():  # never looser, never NaN
                         prop = sharper
             elif (phi.kernel_modulus is not None and phi.homogeneous == 0 and phi.key == psi.key

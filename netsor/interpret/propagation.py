@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from netsor.gaussian.pairs import MOMENT_RTOL
 from netsor.interpret.bounds import Bound
 from netsor.linalg import largest_ratio
 
@@ -99,26 +100,44 @@ def pair_1d_relative(a: Array, b: Array, da: Array, db: Array, c_bound: Bound, l
     return Bound(2.0 if not eta <= 2.0 else eta, env_l, env_r, dense)  # NaN: no better than the cap
 
 
-def chord_modulus(a: Array, b: Array, c: Array, delta: Array, left: dict[str, Array],
-                  right: dict[str, Array]) -> Array:
-    """A bound of ``|K(c') − K(c)|`` over ``|c' − c| ≤ delta`` for ``K = E[φ(u) φ(v)]`` and φ whose slope
-    φ' is a positive-definite function (``Activation.slope_positive_definite``: tanh, sigmoid, …).
+def hermite_modulus(a: Array, b: Array, c: Array, delta: Array, left: dict[str, Array],
+                    right: dict[str, Array]) -> Array:
+    """A bound of ``|K(c') − K(c)|`` over ``|c' − c| ≤ delta`` for ``K = E[φ(u) ψ(v)]``, φ and ψ absolutely
+    continuous: ``delta`` times a bound of the slope ``∂K/∂c = E[φ'(u) ψ'(v)]`` there, pair by pair.
 
-    Then ``φ'(x) = ∫ cos(ωx) μ(dω)`` with ``μ ≥ 0``, and ``f(c) = E[φ'(u) φ'(v)] = ∂K/∂c`` is a power
-    series in ``c²`` with nonnegative coefficients ``∫ω²ᵏe^{−aω²/2}μ · ∫ν²ᵏe^{−bν²/2}μ / (2k)!``:
-    nondecreasing in ``|c|`` and convex in ``c²``. So over ``|c'| ≤ r = min(|c| + δ, √(ab))`` it stays
-    below its chord ``f(0) + (r²/ab)(f(√ab) − f(0))``, with ``f(0) = E φ'(u) E φ'(v)`` and
-    ``f(√ab) ≤ √(E φ'(u)² E φ'(v)²)`` (Cauchy–Schwarz): per-point moments only. Near the chaotic
-    phase's fixed point of the correlations (tanh at σ_w = 3: ρ* = 0) this is the correlation map's
-    own slope (0.81), where the per-point bound uses its value at ρ = 1 (1.86, compounding a layer).
-    ``left``/``right``: :func:`moments_1d` of φ at ``a`` (a column) and ``b`` (a row)."""
-    at_zero = np.maximum(left["grad1"] * right["grad1"], 0.0)  # ≥ 0 exactly; rounding aside
-    at_one = np.sqrt(left["grad2"] * right["grad2"])
-    ab = np.multiply(a, b)
-    reach = np.minimum(np.abs(c) + delta, np.sqrt(np.maximum(ab, 0.0)))
+    With ``αₖ``, ``βₖ`` the normalised Hermite coefficients of ``φ'(√a z)`` and ``ψ'(√b z)`` (Mehler),
+    ``E[φ'(u) ψ'(v)] = Σₖ αₖ βₖ ρᵏ`` at ``ρ = c/√(ab)``, where ``α₀ = E φ'``, ``α₁ = E[φ' u]/√a`` and
+    ``Σₖ αₖ² = E φ'²``. So for ``|ρ| ≤ r = min((|c| + δ)/√(ab), 1)`` (Cauchy–Schwarz on the rest)::
+
+        |E φ'ψ'| ≤ |α₀β₀| + r |α₁β₁| + r² √((E φ'² − α₀² − α₁²)(E ψ'² − β₀² − β₁²))
+
+    — per-point moments only. The per-point bound is its value at ``r = 1`` (``√(E φ'² E ψ'²)`` at most):
+    in the chaotic phase that exceeds 1 and compounded over depth while correlations near the stable
+    fixed point contract (tanh at σ_w = 3, ρ* = 0: 0.81 against 1.86; for even φ' — tanh, sigmoid — α₁ = 0
+    and this is at most the chord of the slope, convex in c²). ``left``/``right``: :func:`moments_1d` of φ
+    at ``a`` (a column) and of ψ at ``b`` (a row)."""
+    root = np.sqrt(np.maximum(np.multiply(a, b), 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):  # a constant form (ab = 0): the slope at ρ = 1
-        share = np.where(ab > 0, reach * reach / np.where(ab > 0, ab, 1.0), 1.0)
-    return delta * (at_zero + share * np.maximum(at_one - at_zero, 0.0))
+        reach = np.where(root > 0, np.minimum((np.abs(c) + delta) / np.where(root > 0, root, 1.0), 1.0), 1.0)
+    zeroth_l, first_l, rest_l = _coefficients(a, left)
+    zeroth_r, first_r, rest_r = _coefficients(b, right)
+    slope = reach * np.sqrt(rest_l * rest_r)
+    slope += first_l * first_r
+    slope *= reach
+    slope += zeroth_l * zeroth_r
+    return delta * slope
+
+
+def _coefficients(var: Array, stats: dict[str, Array]) -> tuple[Array, Array, Array]:
+    """``|α₀|``, ``|α₁|`` and ``Σ_{k≥2} αₖ² = E φ'² − α₀² − α₁²`` of ``φ'(√var z)`` (``α₁ = E[φ'u]/√var``, 0
+    at var = 0), each widened by the moments' quadrature error (:data:`MOMENT_RTOL` of ``√E φ'²`` on a
+    coefficient, so ≤ 5 · MOMENT_RTOL · E φ'² on the remainder, a difference that cancels for nearly linear
+    φ, where that error would otherwise decide it)."""
+    scale = MOMENT_RTOL * np.sqrt(stats["grad2"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.where(var > 0, stats["grad1u"] / np.sqrt(np.where(var > 0, var, 1.0)), 0.0)
+    rest = np.maximum(stats["grad2"] - stats["grad1"] ** 2 - first**2, 0.0) + 5.0 * scale * np.sqrt(stats["grad2"])
+    return np.abs(stats["grad1"]) + scale, np.abs(first) + scale, rest
 
 
 def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Array, b: Array, da: Array,
