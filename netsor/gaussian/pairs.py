@@ -885,10 +885,12 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         sa, sb, sg = np.sqrt(a[sl]), np.sqrt(b[sl]), sign[sl]
         # Uniform panels of width ≲ 4/√max(a, b) also resolve oscillating φ (sin, cos).
         grid = _uniform_grid(max(_resolved(phi, sa), _resolved(psi, sb)))
-        extra = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
-        extra = np.concatenate([np.stack(extra, axis=1) if extra else np.empty((sa.size, 0)),
-                                np.broadcast_to(grid, (sa.size, grid.size))], axis=1)
-        edges = panel_edges(np.zeros(sa.size), np.maximum(sa, sb), (0.0,), extra_z=extra)
+        kinks = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
+        extra = [np.stack(kinks, axis=1) if kinks else np.empty((sa.size, 0)),
+                 np.broadcast_to(grid, (sa.size, grid.size))]
+        extra += [_local_grading([sg * k / sb for k in features(psi)], 1.0 / sb, 0)] if psi.local else []
+        extra += [_local_grading([k / sa for k in features(phi)], 1.0 / sa, 0)] if phi.local else []
+        edges = panel_edges(np.zeros(sa.size), np.maximum(sa, sb), (0.0,), extra_z=np.concatenate(extra, axis=1))
         vals = []
         for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
             z, w = rule_on_panels(edges, nodes, weights)
@@ -942,6 +944,11 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     turn = sb * s / np.abs(safe)
     graded = [x[:, None] + sign * turn[:, None] * _TURN_STEPS for x in crossings for sign in (-1.0, 1.0)]
     extra = np.concatenate([np.stack(crossings + [k / sa for k in phi.kinks], axis=1), *graded], axis=1)
+    # a local φ (tanh, gelu) varies within a few units of x around its features: panels graded in those units
+    if phi.local:
+        extra = np.concatenate([extra, _local_grading([k / sa for k in features(phi)], 1.0 / sa, fineness)], axis=1)
+    if psi.local:
+        extra = np.concatenate([extra, _local_grading(crossings, 1.0 / np.abs(safe), fineness)], axis=1)
     # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes,
     # 2^fineness times narrower where that was not enough
     finer, widest = 2.0**fineness, 2.0 / 2.0**fineness
@@ -965,8 +972,12 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         inner = np.empty(loc.size)
         for lo in range(0, loc.size, step):
             rows = slice(lo, lo + step)
-            inner_edges = panel_edges(loc[rows], scale[rows], features(psi),
-                                      extra_z=np.broadcast_to(inner_grid, (loc[rows].size, inner_grid.size)))
+            inner_extra = np.broadcast_to(inner_grid, (loc[rows].size, inner_grid.size))
+            if psi.local:
+                unit = 1.0 / np.where(scale[rows] > 0, scale[rows], 1.0)
+                at = [(k - loc[rows]) * unit for k in features(psi)]
+                inner_extra = np.concatenate([inner_extra, _local_grading(at, unit, fineness)], axis=1)
+            inner_edges = panel_edges(loc[rows], scale[rows], features(psi), extra_z=inner_extra)
             z2, w2 = rule_on_panels(inner_edges, nodes, weights)
             inner[rows] = np.sum(w2 * psi.fn(loc[rows, None] + scale[rows, None] * z2), axis=1)
         f = phi.fn(sa[:, None] * z1) * inner.reshape(P, Q1)
@@ -975,13 +986,28 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     return vals[0], np.abs(vals[0] - vals[1])
 
 
+#: Panel edges around a local activation's features in units of its argument (``Activation.local``):
+#: ±2^-3 … ±2^6, 2^fineness steps an octave.
+_LOCAL_OCTAVES = (-3.0, 7.0)
+
+
+def _local_grading(centres: list[Array], unit: Array, fineness: int) -> Array:
+    """Edges (P, k) at ``centre ± unit·2^j`` for each centre (P,) — a local φ (tanh, gelu, softplus') varies
+    within a few units of x of its features, which are ``unit`` (P,) apart in z: without a uniform grid at its
+    scale (:func:`_resolved`), these panels resolve it in one pass (gelu' pairs at sd 10–1000 had refined
+    four times, at 4× the nodes each, to 1e-13; now 1e-15 at once)."""
+    steps = 2.0 ** np.arange(*_LOCAL_OCTAVES, 1.0 / 2.0**fineness)
+    return np.concatenate([x[:, None] + sign * unit[:, None] * steps for x in centres for sign in (-1.0, 1.0)],
+                          axis=1)
+
+
 def _resolved(act: Activation, scales: Array) -> float:
-    """The spread of ``act(scale · z)`` that :func:`_uniform_grid` must resolve: the largest scale, or 0
-    for a positively homogeneous ``act`` (relu, step, abs, leaky_relu) or one that varies only near its
-    features (``Activation.local``: tanh, gelu, softplus): the first has no length scale of its own —
-    between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every variance —
-    and the second's is where :func:`panel_edges` grades, so the Gaussian's panels suffice (relu pairs at
-    variance 100 took 10⁶ nodes each; gelu at variance 10¹² 4·10⁸)."""
+    """The spread of ``act(scale · z)`` that :func:`_uniform_grid` must resolve: the largest scale; 0 for a
+    positively homogeneous ``act`` (relu, step, abs, leaky_relu) — it has no length scale of its own:
+    between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every variance, so
+    the Gaussian's panels suffice (relu pairs at variance 100 took 10⁶ nodes each); and 0 for one that varies
+    only near its features (``Activation.local``: tanh, gelu, softplus), which :func:`_local_grading`
+    resolves — the uniform grid cost ~4·10⁸ evaluations a pair at variance 10¹² (gelu at depth 20, σ_w = 3)."""
     return 0.0 if act.homogeneous is not None or act.local else float(np.max(np.abs(scales), initial=0.0))
 
 

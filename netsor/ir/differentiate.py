@@ -122,6 +122,7 @@ def _derived_activation(act: Activation) -> Activation:
         found = _DERIVED[key] = Activation(
             name, fn=fn, deriv=second, smooth=act.smooth, odd=False, kinks=act.kinks,
             kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
+            local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
             pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
         )
     return found
