@@ -1174,7 +1174,7 @@ _PIECEWISE = {
     "elu": (netsor.activation("elu", alpha=1.0), lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))), (0.0,)),
     "elu(α = 0.4)": (netsor.activation("elu", alpha=0.4),
                      lambda x: np.where(x > 0, x, 0.4 * np.expm1(np.minimum(x, 0.0))), (0.0,)),
-    "elu′": (netsor.ir.differentiate._derived_activation(netsor.activation("elu", alpha=0.4)),
+    "elu′": (netsor.ir.differentiate.derived_activation(netsor.activation("elu", alpha=0.4)),
              lambda x: np.where(x > 0, 1.0, 0.4 * np.exp(np.minimum(x, 0.0))), (0.0,)),
     "|x + 0.5| + 2·1{x > 1} − 0.3x": (
         netsor.activation(lambda x: np.abs(x + 0.5) + 2.0 * (x > 1.0) - 0.3 * x, kinks=(-0.5, 1.0), smooth=False),

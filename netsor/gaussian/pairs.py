@@ -888,8 +888,8 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         kinks = [k / sa for k in phi.kinks] + [sg * k / sb for k in psi.kinks]
         extra = [np.stack(kinks, axis=1) if kinks else np.empty((sa.size, 0)),
                  np.broadcast_to(grid, (sa.size, grid.size))]
-        extra += [_local_grading([sg * k / sb for k in features(psi)], 1.0 / sb, 0)] if psi.local else []
-        extra += [_local_grading([k / sa for k in features(phi)], 1.0 / sa, 0)] if phi.local else []
+        extra += [_local_grading([sg * k / sb for k in features(psi)], 1.0 / sb, 0)] if _graded_locally(psi, sb) else []
+        extra += [_local_grading([k / sa for k in features(phi)], 1.0 / sa, 0)] if _graded_locally(phi, sa) else []
         edges = panel_edges(np.zeros(sa.size), np.maximum(sa, sb), (0.0,), extra_z=np.concatenate(extra, axis=1))
         vals = []
         for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
@@ -945,9 +945,9 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     graded = [x[:, None] + sign * turn[:, None] * _TURN_STEPS for x in crossings for sign in (-1.0, 1.0)]
     extra = np.concatenate([np.stack(crossings + [k / sa for k in phi.kinks], axis=1), *graded], axis=1)
     # a local φ (tanh, gelu) varies within a few units of x around its features: panels graded in those units
-    if phi.local:
+    if _graded_locally(phi, sa):
         extra = np.concatenate([extra, _local_grading([k / sa for k in features(phi)], 1.0 / sa, fineness)], axis=1)
-    if psi.local:
+    if _graded_locally(psi, slope):
         extra = np.concatenate([extra, _local_grading(crossings, 1.0 / np.abs(safe), fineness)], axis=1)
     # uniform panels narrow enough for oscillating φ, ψ (sin, cos at large variance) under 10 nodes,
     # 2^fineness times narrower where that was not enough
@@ -973,7 +973,7 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         for lo in range(0, loc.size, step):
             rows = slice(lo, lo + step)
             inner_extra = np.broadcast_to(inner_grid, (loc[rows].size, inner_grid.size))
-            if psi.local:
+            if _graded_locally(psi, sb * s):
                 unit = 1.0 / np.where(scale[rows] > 0, scale[rows], 1.0)
                 at = [(k - loc[rows]) * unit for k in features(psi)]
                 inner_extra = np.concatenate([inner_extra, _local_grading(at, unit, fineness)], axis=1)
@@ -989,6 +989,16 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
 #: Panel edges around a local activation's features in units of its argument (``Activation.local``):
 #: ±2^-3 … ±2^6, 2^fineness steps an octave.
 _LOCAL_OCTAVES = (-3.0, 7.0)
+#: Scales (standard deviations of the argument) above which a local activation is graded around its features
+#: instead of resolved by a uniform grid (below, the grid is a few dozen panels and cheaper: sigmoid pairs at
+#: sd 4.5 took 2.4× longer graded).
+LOCAL_SPREAD = 16.0
+
+
+def _graded_locally(act: Activation, scales: Array) -> bool:
+    """``act`` varies only near its features (``Activation.local``) and ``scales`` reach beyond
+    :data:`LOCAL_SPREAD`: :func:`_local_grading` instead of :func:`_uniform_grid`."""
+    return act.local and float(np.max(np.abs(scales), initial=0.0)) > LOCAL_SPREAD
 
 
 def _local_grading(centres: list[Array], unit: Array, fineness: int) -> Array:
@@ -1005,10 +1015,12 @@ def _resolved(act: Activation, scales: Array) -> float:
     """The spread of ``act(scale · z)`` that :func:`_uniform_grid` must resolve: the largest scale; 0 for a
     positively homogeneous ``act`` (relu, step, abs, leaky_relu) — it has no length scale of its own:
     between its kinks (where :func:`panel_edges` splits and grades) it is a power of x at every variance, so
-    the Gaussian's panels suffice (relu pairs at variance 100 took 10⁶ nodes each); and 0 for one that varies
-    only near its features (``Activation.local``: tanh, gelu, softplus), which :func:`_local_grading`
-    resolves — the uniform grid cost ~4·10⁸ evaluations a pair at variance 10¹² (gelu at depth 20, σ_w = 3)."""
-    return 0.0 if act.homogeneous is not None or act.local else float(np.max(np.abs(scales), initial=0.0))
+    the Gaussian's panels suffice (relu pairs at variance 100 took 10⁶ nodes each); and 0 for one graded
+    around its features instead (:func:`_graded_locally`) — the uniform grid cost ~4·10⁸ evaluations a pair
+    at variance 10¹² (gelu at depth 20, σ_w = 3)."""
+    if act.homogeneous is not None or _graded_locally(act, scales):
+        return 0.0
+    return float(np.max(np.abs(scales), initial=0.0))
 
 
 def _uniform_grid(spread: float, widest: float = 2.0) -> Array:

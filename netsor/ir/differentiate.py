@@ -80,7 +80,7 @@ def derivative_of(act: Activation, x: Expr) -> Expr:
     rule = _RULES.get(act.name) if act.registered else None
     if rule is not None:
         return rule(act, x)
-    return apply(_derived_activation(act), x)
+    return apply(derived_activation(act), x)
 
 
 def _step(x: Expr, shift: float = 0.0) -> Expr:
@@ -105,7 +105,7 @@ _RULES: dict[str, Any] = {
 _DERIVED: dict[Any, Activation] = {}
 
 
-def _derived_activation(act: Activation) -> Activation:
+def derived_activation(act: Activation) -> Activation:
     """φ' as an activation of its own (cached per φ, so its cache key is stable)."""
     key = ("derivative", act.key)
     found = _DERIVED.get(key)
