@@ -1880,11 +1880,11 @@ class Run:
         """The propagated error of a continuous pair ``E[φ(u) ψ(v)]`` with the covariance's part taken pair
         by pair — from φ's ``kernel_modulus`` where ψ = φ has one (the correlation map's own slope; erf),
         else a bound of the pair's own slope from Hermite coefficients (:func:`propagation.hermite_modulus`;
-        tanh, gelu, …) — and the variances' part per point as in :meth:`_pair_1d_relative`. Where the
-        per-point slope ``√(E φ'² E ψ'²)`` — the
-        slope at ρ = 1 — exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a layer), it compounded over
-        depth while the pairs' own slopes, at correlations near the stable fixed point, contract (a dense
-        pass a layer, only where the per-point bound has grown: see :meth:`pair`)."""
+        tanh, gelu, …), tightened where it stays large by that slope itself (:meth:`_slope_modulus`) — and
+        the variances' part per point as in :meth:`_pair_1d_relative`. Where the per-point slope
+        ``√(E φ'² E ψ'²)`` — the slope at ρ = 1 — exceeds 1 (the chaotic phase: erf at σ_w = 3, 2.1× a
+        layer), it compounded over depth while the pairs' own slopes, at correlations near the stable fixed
+        point, contract (a dense pass a layer, only where the per-point bound has grown: see :meth:`pair`)."""
         variances = self._pair_1d_relative(phi, psi, a, b, da, db, bounds.zero(c_bound.left, c_bound.right),
                                            s_left, s_right, env_l, env_r)
         delta = c_bound.array()
@@ -1909,7 +1909,7 @@ class Run:
         Cauchy–Schwarz at every correlation). A pair integral, taken for the entries whose bound exceeds the
         layers' share of rtol on ``envelope`` and whose correlation is below :data:`SLOPE_CORRELATION` (near ±1
         the slope is the per-point one, and the pair costs a nested rule): chaotic networks whose
-        correlations' fixed point is high (tanh at σ_w = 4, σ_b = 2, depth 200: 1e57 → 6.9e-10), where the
+        correlations' fixed point is high (tanh at σ_w = 4, σ_b = 2, depth 200: 1e57 → 6.5e-10), where the
         Cauchy–Schwarz remainder of the Hermite bound exceeds 1 while the slope there is below it."""
         a, b, c = np.broadcast_arrays(a, b, c)
         with np.errstate(divide="ignore", invalid="ignore"):
