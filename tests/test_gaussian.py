@@ -1378,3 +1378,16 @@ def test_relu_like_pairs_at_huge_variances_are_cheap_and_tend_to_the_arc_cosine_
     assert np.all(np.abs(value - arc_cosine) <= err + 3.0 * np.minimum(a, b) ** -0.75 * scale)
     assert np.all(err <= 1e-10 * scale)
     assert count[0] < 2e7  # 1.0e7 for the six pairs
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "erf", "gelu", "silu", "softplus"])
+def test_closed_form_second_derivatives_are_the_derivative_of_the_slope(name):
+    """``Activation.second`` (φ'' in closed form: the slope of φ' as an activation, used to bound how pairs of φ'
+    change in an NTK) against central differences of ``deriv`` (step 1e-5: error ~1e-10)."""
+    from netsor.activations.registry import activation
+
+    act = activation(name)
+    x, h = np.linspace(-8.0, 8.0, 2001), 1e-5
+    finite_difference = (act.deriv(x + h) - act.deriv(x - h)) / (2 * h)
+    assert np.max(np.abs(act.second(x) - finite_difference)) < 1e-9
+    assert netsor.ir.differentiate.derived_activation(act).exact_slope

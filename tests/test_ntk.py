@@ -291,3 +291,14 @@ def test_block_ratio_bound_is_at_least_every_entrys_ratio():
     dense = _Block(0.0, np.empty((n, n)))
     dense.add(1.0, moment(0.0, dense=np.full((n, n), 1e-3)), moment(1e-8))
     assert dense.ratio_bound() == np.inf
+
+
+def test_the_ntk_of_gelu_at_exploding_variance_meets_the_default_rtol():
+    """gelu at σ_w = 3 (variances ×4.5 a layer, ~10⁸ by depth 12): the bound of the NTK's E[gelu'(u) gelu'(v)]
+    pairs grew ~2.7× a layer through the per-point slope √(E gelu''² E gelu''²) ~ a^{−1/2}, while the pairs' own
+    slope E[gelu'' gelu''] ~ 1/(2π√(ab − c²)) is a^{−1/2} smaller: refused at 1.17e-8. With gelu'' in closed form
+    (``Activation.second``) the pairs of gelu' bound their change by that slope (``Run._slope_modulus``)."""
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    k = netsor.kernel(netsor.zoo.mlp(12, "gelu", 3.0, 0.1), X)
+    root = np.sqrt(np.diag(k.ntk))
+    assert np.max(k.ntk_error / np.outer(root, root)) < 1e-8

@@ -175,6 +175,13 @@ class Activation:
     cache_key : tuple, optional
         Identity of an unregistered φ for caches (a composite function built from an expression
         uses the expression's content key); default: the object itself.
+    second : callable, optional
+        φ'' in closed form (tanh, sigmoid, erf, gelu, silu, softplus): the derivative of φ' as an activation
+        (:func:`netsor.ir.differentiate.derived_activation`) is then exact, not a finite difference, and
+        pairs of φ' can bound their change by their own slope (chaotic and exploding NTKs).
+    exact_slope : bool
+        False when ``deriv`` is a finite difference (a custom φ without ``deriv``; the derivative of a φ
+        without ``second``).
     local : bool
         True when φ varies on the scale of x only near its features (its kinks, or 0 where it has none)
         and is, away from them, a saturating, linear or vanishing tail (tanh, gelu, softplus, elu): panels
@@ -210,6 +217,8 @@ class Activation:
     cache_key: tuple[Any, ...] | None = None
     pieces: tuple[tuple[float, int, float, float, bool], ...] | None = None
     local: bool = False
+    second: Callable[[Array], Array] | None = None
+    exact_slope: bool = True
 
     @property
     def at_zero(self) -> float:
@@ -263,6 +272,21 @@ def _gelu_deriv(x: Array) -> Array:
 def _silu_deriv(x: Array) -> Array:
     s = special.expit(x)
     return s * (1.0 + x * (1.0 - s))
+
+
+def _sigmoid_second(x: Array) -> Array:
+    s = special.expit(x)
+    return s * (1.0 - s) * (1.0 - 2.0 * s)
+
+
+def _silu_second(x: Array) -> Array:  # (σ + xσ(1 − σ))' = σ(1 − σ)(2 + x(1 − 2σ))
+    s = special.expit(x)
+    return s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))
+
+
+def _tanh_second(x: Array) -> Array:
+    t = np.tanh(x)
+    return -2.0 * t * (1.0 - t * t)
 
 
 def _relu(x: Array) -> Array:
@@ -335,24 +359,27 @@ _FIXED: dict[str, Activation] = {
                    homogeneous=0.0),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
-                   kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True, local=True),
+                   kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True, local=True,
+                   second=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x)),
         Activation("erf_deriv", fn=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), zeros=(),
                    image=(0.0, 2.0 / np.sqrt(np.pi), False, True),
                    deriv=lambda x: -4.0 / np.sqrt(np.pi) * x * np.exp(-x * x), kernel=erf_deriv_kernel,
                    mean=lambda a: 2.0 / np.sqrt(np.pi * (1.0 + 2.0 * np.asarray(a))), even=True, local=True),
         Activation("tanh", fn=np.tanh, zeros=(0.0,), **_SIGN_OF_X, deriv=lambda x: 1.0 - np.tanh(x) ** 2, odd=True,
-                   image=_OPEN_UNIT, local=True),
+                   image=_OPEN_UNIT, local=True, second=_tanh_second),
         Activation("hard_tanh", fn=lambda x: np.clip(x, -1.0, 1.0), zeros=(0.0,), **_SIGN_OF_X, image=_CLOSED_UNIT,
                    deriv=lambda x: (np.abs(x) < 1.0).astype(float), smooth=False, odd=True,
                    kinks=(-1.0, 1.0), local=True),
         Activation("sigmoid", fn=special.expit, zeros=(), deriv=_sigmoid_deriv, image=(0.0, 1.0, False, False),
-                   local=True),
+                   local=True, second=_sigmoid_second),
         Activation("gelu", fn=_gelu, zeros=(0.0,), **_SIGN_OF_X, deriv=_gelu_deriv,
-                   image=(-0.17, np.inf, False, False), local=True),  # min −0.16997 at x = −0.7518
+                   image=(-0.17, np.inf, False, False), local=True,  # min −0.16997 at x = −0.7518
+                   second=lambda x: (2.0 - x * x) * np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI)),
         Activation("silu", fn=lambda x: x * special.expit(x), zeros=(0.0,), **_SIGN_OF_X, deriv=_silu_deriv,
-                   image=(-0.279, np.inf, False, False), local=True),  # min −0.27846 at x = −1.2785
+                   image=(-0.279, np.inf, False, False), local=True,  # min −0.27846 at x = −1.2785
+                   second=_silu_second),
         Activation("softplus", fn=lambda x: np.logaddexp(0.0, x), zeros=(), deriv=special.expit,
-                   image=(0.0, np.inf, False, False), local=True),
+                   image=(0.0, np.inf, False, False), local=True, second=_sigmoid_deriv),
         Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel, image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
                    even=True),
@@ -523,4 +550,5 @@ def custom(
         kinks_known=bool(smooth) or bool(kinks),
         continuous=(deriv is not None) if continuous is None else bool(continuous),
         registered=False,
+        exact_slope=deriv is not None,
     )

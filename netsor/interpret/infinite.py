@@ -1892,7 +1892,7 @@ class Run:
             dense = phi.kernel_modulus(a, b, c, delta)
         else:
             dense = propagation.hermite_modulus(a, b, c, delta, s_left, s_right)
-            if phi.smooth and psi.smooth and phi.registered and psi.registered:  # φ' in closed form
+            if phi.smooth and psi.smooth and phi.exact_slope and psi.exact_slope:  # φ', ψ' in closed form
                 self._slope_modulus(phi, psi, a, b, c, delta, dense, env_l * env_r)
         if diagonal:  # its diagonal entries take per-point values (Limit._pairs)
             np.fill_diagonal(dense, 0.0)

@@ -120,7 +120,8 @@ def derived_activation(act: Activation) -> Activation:
             return (fn(x + h) - fn(x - h)) / (2.0 * h)
 
         found = _DERIVED[key] = Activation(
-            name, fn=fn, deriv=second, smooth=act.smooth, odd=False, kinks=act.kinks,
+            name, fn=fn, deriv=second if act.second is None else act.second, exact_slope=act.second is not None,
+            smooth=act.smooth, odd=False, kinks=act.kinks,
             kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
             local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
             pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
