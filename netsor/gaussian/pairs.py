@@ -1182,7 +1182,7 @@ def product_activation(phi: Activation, psi: Activation) -> Activation:
         deriv=lambda x: phi.deriv(x) * psi.fn(x) + phi.fn(x) * psi.deriv(x),
         smooth=phi.smooth and psi.smooth, kinks=tuple(sorted(set(phi.kinks) | set(psi.kinks))),
         kinks_known=phi.kinks_known and psi.kinks_known, continuous=phi.continuous and psi.continuous,
-        registered=False, cache_key=("product", phi.key, psi.key),
+        registered=False, cache_key=("product", phi.key, psi.key), exact_slope=phi.exact_slope and psi.exact_slope,
         homogeneous=(phi.homogeneous + psi.homogeneous
                      if phi.homogeneous is not None and psi.homogeneous is not None else None))
 

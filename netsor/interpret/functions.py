@@ -44,7 +44,8 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
 
     return Activation(name=expr.describe(), fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
-                      continuous=expr.continuous, registered=False, cache_key=("expr", expr.key))
+                      continuous=expr.continuous, registered=False, cache_key=("expr", expr.key),
+                      exact_slope=False)  # an opaque part's derivative is a finite difference
 
 
 def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
@@ -212,7 +213,7 @@ def _along(expr: Expr, args: tuple[Vector, ...], direction: Array) -> Activation
 
     return Activation(name=f"{expr.describe()} along {tuple(direction)}", fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
-                      continuous=expr.continuous, registered=False,
+                      continuous=expr.continuous, registered=False, exact_slope=False,
                       cache_key=("along", expr.key, tuple(v.index for v in args), w.tobytes()))
 
 
@@ -365,4 +366,5 @@ def shifted(act: Activation, offset: float) -> Activation:
     return Activation(name=f"{act.name}(·{offset:+g})", fn=lambda x: act.fn(x + offset),
                       deriv=lambda x: act.deriv(x + offset), smooth=act.smooth,
                       kinks=tuple(k - offset for k in act.kinks), kinks_known=act.kinks_known,
-                      continuous=act.continuous, registered=False, cache_key=("shift", act.key, offset))
+                      continuous=act.continuous, registered=False, cache_key=("shift", act.key, offset),
+                      exact_slope=act.exact_slope)
