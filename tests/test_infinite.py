@@ -955,6 +955,21 @@ def test_deep_erf_networks_in_the_chaotic_phase_meet_the_default_rtol(depth, sig
     assert np.max(E / scale) < 1e-11
 
 
+def _mlp_recursion(X, depth, sigma_w, sigma_b, expectation):
+    """The zoo's MLP kernel by the layer recursion ``K ← σ_w² E[φ(u) φ(v)] + σ_b²`` (depth hidden layers, then
+    the readout Dense(σ_w, σ_b)) with ``expectation(a, b, rho)`` for one pair, on the upper triangle."""
+    n, d = X.shape
+    K = sigma_w**2 * X @ X.T / d + sigma_b**2
+    for _ in range(depth):
+        new = np.empty_like(K)
+        for i, j in zip(*np.triu_indices(n), strict=True):
+            a, b = K[i, i], K[j, j]
+            rho = 1.0 if i == j else np.clip(K[i, j] / np.sqrt(a * b), -1.0, 1.0)
+            new[i, j] = new[j, i] = sigma_w**2 * expectation(a, b, rho) + sigma_b**2
+        K = new
+    return K
+
+
 def _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, step):
     """The zoo's MLP kernel for an analytic φ by the trapezoid rule on a uniform grid of step ``step``
     over ``[−12, 12]²`` in whitened coordinates — exponentially accurate for functions analytic in a
@@ -963,17 +978,12 @@ def _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, step):
     w = np.exp(-z * z / 2)
     w /= w.sum()  # the rule's weights sum to 1 to e^{−2π²/step²}: exactly, so constants cost no rounding
     z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
-    n, d = X.shape
-    K = sigma_w**2 * X @ X.T / d + sigma_b**2
-    for _ in range(depth):  # depth hidden layers, then the readout Dense(σ_w, σ_b)
-        new = np.empty_like(K)
-        for i, j in zip(*np.triu_indices(n), strict=True):
-            a, b = K[i, i], K[j, j]
-            rho = np.clip(K[i, j] / np.sqrt(a * b), -1.0, 1.0)
-            v = np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
-            new[i, j] = new[j, i] = sigma_w**2 * np.sum(weights * act(np.sqrt(a) * z1) * act(v)) + sigma_b**2
-        K = new
-    return K
+
+    def expectation(a, b, rho):
+        v = np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
+        return np.sum(weights * act(np.sqrt(a) * z1) * act(v))
+
+    return _mlp_recursion(X, depth, sigma_w, sigma_b, expectation)
 
 
 @pytest.mark.parametrize("name, depth, sigma_w, sigma_b, rtol", [
@@ -1025,25 +1035,20 @@ def _mlp_by_panels(X, depth, sigma_w, sigma_b, panels, act, kinks, smoothed):
     Gauss–Legendre on ``panels`` equal panels of [−12, 12] split at the kinks (the integrand is analytic on
     each)."""
     nodes, weights = np.polynomial.legendre.leggauss(20)
-    n, d = X.shape
-    K = sigma_w**2 * X @ X.T / d + sigma_b**2
-    for _ in range(depth):
-        new = np.empty_like(K)
-        for i, j in zip(*np.triu_indices(n), strict=True):
-            a, b = K[i, i], K[j, j]
-            edges = np.unique(np.concatenate([np.linspace(-12.0, 12.0, panels + 1), np.asarray(kinks) / np.sqrt(a)]))
-            edges = edges[(edges >= -12.0) & (edges <= 12.0)]
-            half, mid = np.diff(edges)[:, None] / 2, (edges[1:] + edges[:-1])[:, None] / 2
-            z = (mid + half * nodes).ravel()
-            w = (half * weights).ravel() * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
-            rho = np.clip(K[i, j] / np.sqrt(a * b), -1.0, 1.0)
-            if i == j or 1.0 - abs(rho) < 1e-15:
-                right = act(np.sign(rho) * np.sqrt(b) * z)
-            else:
-                right = smoothed(np.sqrt(b) * rho * z, np.sqrt(b * (1.0 - rho * rho)))
-            new[i, j] = new[j, i] = sigma_w**2 * np.sum(w * act(np.sqrt(a) * z) * right) + sigma_b**2
-        K = new
-    return K
+
+    def expectation(a, b, rho):
+        edges = np.unique(np.concatenate([np.linspace(-12.0, 12.0, panels + 1), np.asarray(kinks) / np.sqrt(a)]))
+        edges = edges[(edges >= -12.0) & (edges <= 12.0)]
+        half, mid = np.diff(edges)[:, None] / 2, (edges[1:] + edges[:-1])[:, None] / 2
+        z = (mid + half * nodes).ravel()
+        w = (half * weights).ravel() * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
+        if 1.0 - abs(rho) < 1e-15:
+            right = act(np.sign(rho) * np.sqrt(b) * z)
+        else:
+            right = smoothed(np.sqrt(b) * rho * z, np.sqrt(b * (1.0 - rho * rho)))
+        return np.sum(w * act(np.sqrt(a) * z) * right)
+
+    return _mlp_recursion(X, depth, sigma_w, sigma_b, expectation)
 
 
 _KINKED = {"hard_tanh": (lambda x: np.clip(x, -1.0, 1.0), (-1.0, 1.0), _clipped_mean),

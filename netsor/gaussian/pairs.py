@@ -367,7 +367,7 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         if relative and not is_elementary(phi, psi):
             value, rel = _series_pair(phi, psi, a, b, c, memo, rtol, envelope)
             return _full(value, shape), rel
-        value, err = _regular_pair(phi, psi, a, b, c, memo, rtol)
+        value, err = _regular_pair(phi, psi, a, b, c, memo, rtol, envelope)
         value, err = _full(value, shape), _full(err, shape)
         return value, (largest_ratio(err, envelope[0] * envelope[1]) if relative else err)
     if relative:
@@ -395,7 +395,10 @@ def _full(x: Array, shape: tuple[int, ...]) -> Array:
 
 
 def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
-                  memo: CoefficientMemo | None, rtol: float) -> tuple[Array, Array]:
+                  memo: CoefficientMemo | None, rtol: float, envelope: tuple[Array, Array] | None = None
+                  ) -> tuple[Array, Array]:
+    """``(E[φ(u) ψ(v)], error)`` for positive variances; ``envelope``: ``√E φ(u)²`` and ``√E ψ(v)²`` where the
+    caller has them (else computed where needed)."""
     if same_kernel(phi, psi):
         value = np.asarray(phi.kernel(a, b, c), dtype=float)
         scale = np.sqrt(np.abs(phi.kernel(a, a, a) * phi.kernel(b, b, b)))
@@ -413,7 +416,8 @@ def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         if any(piece[2] != 0.0 for piece in F + G):  # (coef, power, rate, threshold, above)
             # an exponential piece tilts the law: at large variances its weight (up to e^MAX_TILT) multiplies the
             # special functions' error on far-tail orthants (elu at variance 34: 4e-7 of the kernel's scale)
-            scale = np.sqrt(moments_1d(phi, a)["m2"] * moments_1d(psi, b)["m2"])
+            left, right = envelope or (np.sqrt(moments_1d(phi, a)["m2"]), np.sqrt(moments_1d(psi, b)["m2"]))
+            scale = left * right
             rest = rest | (err > rtol * scale)
         if rest.any():
             a, b, c, rest = np.broadcast_arrays(a, b, c, rest)
@@ -942,8 +946,8 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
     # ψ gives Φ((slope·z1 − k)/(sb·s))): panels graded to that width there, or a nearly colinear pair's
     # outer rule stepped over the turn with both of its rules alike (estimate 6e-7, error 1.4e-5)
     turn = sb * s / np.abs(safe)
-    graded = [x[:, None] + sign * turn[:, None] * _TURN_STEPS for x in crossings for sign in (-1.0, 1.0)]
-    extra = np.concatenate([np.stack(crossings + [k / sa for k in phi.kinks], axis=1), *graded], axis=1)
+    extra = np.concatenate([np.stack(crossings + [k / sa for k in phi.kinks], axis=1),
+                            _graded_around(crossings, turn, _TURN_STEPS)], axis=1)
     # a local φ (tanh, gelu) varies within a few units of x around its features: panels graded in those units
     if _graded_locally(phi, sa):
         extra = np.concatenate([extra, _local_grading([k / sa for k in features(phi)], 1.0 / sa, fineness)], axis=1)
@@ -1002,11 +1006,15 @@ def _graded_locally(act: Activation, scales: Array) -> bool:
 
 
 def _local_grading(centres: list[Array], unit: Array, fineness: int) -> Array:
-    """Edges (P, k) at ``centre ± unit·2^j`` for each centre (P,) — a local φ (tanh, gelu, softplus') varies
-    within a few units of x of its features, which are ``unit`` (P,) apart in z: without a uniform grid at its
-    scale (:func:`_resolved`), these panels resolve it in one pass (gelu' pairs at sd 10–1000 had refined
-    four times, at 4× the nodes each, to 1e-13; now 1e-15 at once)."""
-    steps = 2.0 ** np.arange(*_LOCAL_OCTAVES, 1.0 / 2.0**fineness)
+    """Edges (P, k) at ``centre ± unit·2^j`` (:data:`_LOCAL_OCTAVES`, 2^fineness steps an octave) — a local φ
+    (tanh, gelu, softplus') varies within a few units of x of its features, which are ``unit`` (P,) apart in
+    z: without a uniform grid at its scale (:func:`_resolved`), these panels resolve it in one pass (gelu'
+    pairs at sd 10–1000 had refined four times, at 4× the nodes each, to 1e-13; now 1e-15 at once)."""
+    return _graded_around(centres, unit, 2.0 ** np.arange(*_LOCAL_OCTAVES, 1.0 / 2.0**fineness))
+
+
+def _graded_around(centres: list[Array], unit: Array, steps: Array) -> Array:
+    """Panel edges (P, k) at ``centre ± unit·step`` for each centre (P,), ``unit`` (P,), ``steps`` (S,)."""
     return np.concatenate([x[:, None] + sign * unit[:, None] * steps for x in centres for sign in (-1.0, 1.0)],
                           axis=1)
 
