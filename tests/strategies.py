@@ -24,7 +24,7 @@ from scipy import special
 import netsor
 
 ACTIVATIONS = ["relu", "tanh", "erf", "step", "abs", "sin", "gelu", "hard_tanh", "sigmoid", "leaky_relu",
-               "softplus", "identity", "elu"]
+               "softplus", "identity", "elu", "silu"]
 
 
 def _opaque_max(u, v):

@@ -141,6 +141,10 @@ PAIR_SLOPE_SHARE = 1.0
 #: Correlations below which a pair whose Hermite bound has not contracted takes its slope ``E[φ'ψ']`` itself
 #: (:meth:`Run._slope_modulus`; above, that slope is nearly the per-point one and costs a nested rule).
 SLOPE_CORRELATION = 0.999
+#: Relative tolerance of that slope: its error is added to it, so a coarse one only widens the bound by that
+#: factor, while the Mehler series of φ', ψ' at high correlation needs orders far beyond its tables at the
+#: engine's rtol (gelu's NTK at depth 30, σ_w = 1.5: variances ~100, pairs at ρ ~ 0.93 took the nested rule).
+SLOPE_RTOL = 1e-4
 #: Default bound on the working memory of kernel computations (bytes), beyond the result.
 DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Largest tile side of the pair grid when every pair term has a closed form (tiles spread over
@@ -1920,7 +1924,8 @@ class Run:
             return
         slope_phi, slope_psi = derived_activation(phi), derived_activation(psi)
         at_a, at_b, gap = a[todo], b[todo], delta[todo]
-        value, err = pair_expectation(slope_phi, slope_psi, at_a, at_b, c[todo], memo=self.memo, rtol=self.term_rtol)
+        value, err = pair_expectation(slope_phi, slope_psi, at_a, at_b, c[todo], memo=self.memo,
+                                      rtol=max(self.term_rtol, SLOPE_RTOL))
         curvature = np.sqrt(moments_1d(slope_phi, at_a)["grad2"] * moments_1d(slope_psi, at_b)["grad2"])
         dense[todo] = np.minimum(dense[todo], gap * (np.abs(value) + err + (1.0 + MOMENT_RTOL) * gap * curvature))
 
