@@ -69,8 +69,8 @@ _TAIL_FLOOR = 1e-14
 #: one of order 255 (built only when needed) the next, and one of order 767 the last — for the pairs left,
 #: at their variances only: relu-like φ at large variances (gelu, softplus, their derivatives in NTKs) have
 #: coefficients falling like a power of k, and at the correlations of deep ordered networks (ρ ~ 0.95) their
-#: series need orders beyond 255 where the nested 2-D rule costs ~10⁵ times a series step (gelu's NTK at depth
-#: 30, σ_w = 1.5, on 40 inputs: 25 s → 1.3 s).
+#: series need orders beyond 255 where the nested 2-D rule costs ~10⁵ times a series step (gelu's NNGP + NTK at
+#: depth 30, σ_w = 1.5, on 40 inputs: 25 s → ~1 s).
 _ORDERS = (5, 7, 11, 15, 19, 23, 31, 39, 47, 63, 95, 127, 191, 255, 383, 511, 767)
 _SMALL_TABLE, _LARGE_TABLE, _HUGE_TABLE = 31, 255, 767
 #: The series' orders meet this share of the tolerance asked. Its tail falls geometrically in the
@@ -122,9 +122,10 @@ _NESTED_VALUES = 2**21
 #: Gaussian by Gauss–Hermite rules of these orders (the 15- and the 10-node outer rules' partners: their
 #: difference is the estimate) — ~80 inner values an outer node instead of ~750 on panels.
 _HERMITE_INNER_ORDERS = (48, 32)
-#: Largest conditional standard deviation of ψ's argument (in units of x) given to those rules: ψ's poles lie at
-#: least ~1.5 units off the real axis (sech², sigmoid: π/2, π), so the rules converge like e^(−(1.5/σ)·√(2n))
-#: (the 32-node rule to ~1e-7 relative at σ = 1; its difference with the 48-node rule bounds the latter's error).
+#: Largest conditional standard deviation σ of ψ's argument (in units of x) given to those rules: with ψ's poles
+#: a distance d off the real axis (tanh π/2, sigmoid and softplus π, arctan 1; gelu and erf have none) they
+#: converge like e^(−(d/σ)·√(2n)), the 32-node rule's error — the estimate — bounding the 48-node rule's; pairs
+#: whose estimate misses the target (arctan near σ = 1) take the panels.
 _HERMITE_INNER_SCALE = 1.0
 #: Relative cost of one pair: one sparse Horner step, a colinear pair and a nested-quadrature
 #: pair, in units of one dense Horner step (used to choose the order of the dense pass).
