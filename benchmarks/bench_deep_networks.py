@@ -42,7 +42,7 @@ def main() -> int:
     fig: dict = {"loadavg_start": os.getloadavg(), "n": args.n, "d": args.d, "cases": {}}
     print(f"NNGP + NTK of deep MLPs on {args.n} inputs of dimension {args.d} ({os.cpu_count()} CPUs), medians of "
           f"{args.repeats}")
-    print(f"  {'case':28s} {'time':>9s} {'bound':>9s} {'ReLU':>9s} {'/ ReLU':>8s}")
+    print(f"  {'case':36s} {'time':>9s} {'bound':>9s} {'ReLU':>9s} {'/ ReLU':>8s}")
     for act, sigma_w, sigma_b, depth in cases:
         p, relu = netsor.zoo.mlp(depth, act, sigma_w, sigma_b), netsor.zoo.mlp(depth, "relu", 2**0.5, sigma_b)
         times, results = interleaved_medians(
@@ -54,7 +54,7 @@ def main() -> int:
         name = f"{act} σ_w {sigma_w:g} σ_b {sigma_b:g} depth {depth}"
         ratio = times["case"] / times["relu"]
         fig["cases"][name] = {"time_s": times["case"], "relu_s": times["relu"], "bound": bound, "ratio_to_relu": ratio}
-        print(f"  {name:28s} {times['case']:8.2f}s {bound:9.1e} {times['relu']:8.3f}s {ratio:7.0f}×")
+        print(f"  {name:36s} {times['case']:8.2f}s {bound:9.1e} {times['relu']:8.3f}s {ratio:7.0f}×")
     return finish(fig, args.json)
 
 
