@@ -797,3 +797,52 @@ def _outer_quad(given_x, sa, sb, rho, kinks_outer, kinks_inner):
     return integrate.quad(lambda x: given_x(x) * stats.norm.pdf(x), -12, 12,
                           points=[p for p in breaks if abs(p) < 12] or None, limit=400, epsabs=1e-15,
                           epsrel=1e-12)[0]
+
+
+def clipped_mean(m, sd):
+    """``E clip(m + sd·Z, −1, 1)`` (hard_tanh) in closed form."""
+    lo, hi = (-1.0 - m) / sd, (1.0 - m) / sd
+    inside = special.ndtr(hi) - special.ndtr(lo)
+    density = np.exp(-lo * lo / 2) - np.exp(-hi * hi / 2)
+    return m * inside + sd * density / np.sqrt(2 * np.pi) + special.ndtr(-hi) - special.ndtr(lo)
+
+
+def elu(x):
+    """elu (α = 1)."""
+    return np.where(x > 0, x, np.expm1(np.minimum(x, 0.0)))
+
+
+def elu_slope(x):
+    """elu' (α = 1): 1 for x > 0, eˣ below."""
+    return np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def elu_mean(m, sd):
+    """``E elu(m + sd·Z)`` (α = 1) in closed form, the exponential part in logs (no overflow)."""
+    t = m / sd
+    positive = m * special.ndtr(t) + sd * np.exp(-t * t / 2) / np.sqrt(2 * np.pi)
+    return positive + np.exp(m + sd * sd / 2 + special.log_ndtr(-t - sd)) - special.ndtr(-t)
+
+
+def elu_slope_mean(m, sd):
+    """``E elu'(m + sd·Z)`` (α = 1) in closed form: ``Φ(m/sd) + e^{m + sd²/2} Φ(−m/sd − sd)``, in logs."""
+    t = m / sd
+    return special.ndtr(t) + np.exp(m + sd * sd / 2 + special.log_ndtr(-t - sd))
+
+
+def pair_by_panels(act, smoothed, kinks, a, b, rho, panels):
+    """``E[φ(u) φ(v)]`` for a kinked φ (kinks at ``kinks``), variances a, b and correlation ρ, independent of the
+    engine: the inner Gaussian integral in closed form (``smoothed(m, sd) = E φ(m + sd·Z)``), the outer one by
+    20-node Gauss–Legendre on ``panels`` equal panels of [−12, 12] split at the kinks (the integrand is analytic
+    on each)."""
+    nodes, weights = np.polynomial.legendre.leggauss(20)
+    edges = np.unique(np.concatenate([np.linspace(-12.0, 12.0, panels + 1), np.asarray(kinks) / np.sqrt(a)]))
+    edges = edges[(edges >= -12.0) & (edges <= 12.0)]
+    half, mid = np.diff(edges)[:, None] / 2, (edges[1:] + edges[:-1])[:, None] / 2
+    z = (mid + half * nodes).ravel()
+    w = (half * weights).ravel() * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
+    if 1.0 - abs(rho) < 1e-15:
+        right = act(np.sign(rho) * np.sqrt(b) * z)
+    else:
+        right = smoothed(np.sqrt(b) * rho * z, np.sqrt(b * (1.0 - rho * rho)))
+    return np.sum(w * act(np.sqrt(a) * z) * right)

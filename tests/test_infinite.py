@@ -1014,45 +1014,15 @@ def test_deep_networks_meet_rtol_in_the_chaotic_phase(
     assert np.max(E / scale) < rtol
 
 
-def _clipped_mean(m, sd):
-    """``E clip(m + sd·Z, −1, 1)`` (hard_tanh) in closed form."""
-    lo, hi = (-1.0 - m) / sd, (1.0 - m) / sd
-    inside = special.ndtr(hi) - special.ndtr(lo)
-    density = np.exp(-lo * lo / 2) - np.exp(-hi * hi / 2)
-    return m * inside + sd * density / np.sqrt(2 * np.pi) + special.ndtr(-hi) - special.ndtr(lo)
-
-
-def _elu_mean(m, sd):
-    """``E elu(m + sd·Z)`` (α = 1) in closed form, the exponential part in logs (no overflow)."""
-    t = m / sd
-    positive = m * special.ndtr(t) + sd * np.exp(-t * t / 2) / np.sqrt(2 * np.pi)
-    return positive + np.exp(m + sd * sd / 2 + special.log_ndtr(-t - sd)) - special.ndtr(-t)
-
-
 def _mlp_by_panels(X, depth, sigma_w, sigma_b, panels, act, kinks, smoothed):
-    """The zoo's MLP kernel for a kinked φ (kinks at ``kinks``), independent of the engine: the inner
-    Gaussian integral in closed form (``smoothed(m, sd) = E φ(m + sd·Z)``) and the outer one by 20-node
-    Gauss–Legendre on ``panels`` equal panels of [−12, 12] split at the kinks (the integrand is analytic on
-    each)."""
-    nodes, weights = np.polynomial.legendre.leggauss(20)
-
-    def expectation(a, b, rho):
-        edges = np.unique(np.concatenate([np.linspace(-12.0, 12.0, panels + 1), np.asarray(kinks) / np.sqrt(a)]))
-        edges = edges[(edges >= -12.0) & (edges <= 12.0)]
-        half, mid = np.diff(edges)[:, None] / 2, (edges[1:] + edges[:-1])[:, None] / 2
-        z = (mid + half * nodes).ravel()
-        w = (half * weights).ravel() * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
-        if 1.0 - abs(rho) < 1e-15:
-            right = act(np.sign(rho) * np.sqrt(b) * z)
-        else:
-            right = smoothed(np.sqrt(b) * rho * z, np.sqrt(b * (1.0 - rho * rho)))
-        return np.sum(w * act(np.sqrt(a) * z) * right)
-
-    return _mlp_recursion(X, depth, sigma_w, sigma_b, expectation)
+    """The zoo's MLP kernel for a kinked φ (kinks at ``kinks``), independent of the engine
+    (``references.pair_by_panels``: the inner integral in closed form, ``smoothed(m, sd) = E φ(m + sd·Z)``)."""
+    return _mlp_recursion(X, depth, sigma_w, sigma_b,
+                          lambda a, b, rho: references.pair_by_panels(act, smoothed, kinks, a, b, rho, panels))
 
 
-_KINKED = {"hard_tanh": (lambda x: np.clip(x, -1.0, 1.0), (-1.0, 1.0), _clipped_mean),
-           "elu": (lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))), (0.0,), _elu_mean)}
+_KINKED = {"hard_tanh": (lambda x: np.clip(x, -1.0, 1.0), (-1.0, 1.0), references.clipped_mean),
+           "elu": (references.elu, (0.0,), references.elu_mean)}
 
 
 @pytest.mark.parametrize("name, depth, sigma_w, sigma_b", [

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import references
 from programs import weight_sharing
 from scipy import special
 from strategies import Recipe, build, inputs
@@ -305,46 +306,71 @@ def test_the_ntk_of_gelu_at_exploding_variance_meets_the_default_rtol():
     assert np.max(k.ntk_error / np.outer(root, root)) < 1e-8
 
 
-def _ntk_by_trapezoid(X, act, deriv, depth, sigma_w, sigma_b, step):
-    """Jacot et al.'s recursion (as :func:`relu_ntk_recursion`) with ``E[φφ]`` and ``E[φ'φ']`` by the trapezoid
-    rule of step ``step`` over ``[−12, 12]²`` in whitened coordinates: exponentially accurate for φ analytic in
-    a strip, and independent of the engine's series and quadratures."""
-    z = step * np.arange(-round(12.0 / step), round(12.0 / step) + 1)
-    w = np.exp(-z * z / 2)
-    w /= w.sum()
-    z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
+def _ntk_recursion(X, depth, sigma_w, sigma_b, expectations):
+    """Jacot et al.'s recursion (as :func:`relu_ntk_recursion`) with ``expectations(a, b, rho) = (E[φ(u)φ(v)],
+    E[φ'(u)φ'(v)])`` for one pair, on the upper triangle."""
     S = sigma_w**2 * X @ X.T / X.shape[1] + sigma_b**2
     T = S.copy()
-    n = len(X)
     for _ in range(depth):
         S_next, slope = np.empty_like(S), np.empty_like(S)
-        for i, j in zip(*np.triu_indices(n), strict=True):
+        for i, j in zip(*np.triu_indices(len(X)), strict=True):
             a, b = S[i, i], S[j, j]
             rho = 1.0 if i == j else np.clip(S[i, j] / np.sqrt(a * b), -1.0, 1.0)
-            u, v = np.sqrt(a) * z1, np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
-            S_next[i, j] = S_next[j, i] = sigma_w**2 * np.sum(weights * act(u) * act(v)) + sigma_b**2
-            slope[i, j] = slope[j, i] = sigma_w**2 * np.sum(weights * deriv(u) * deriv(v))
+            both = expectations(a, b, rho)
+            S_next[i, j] = S_next[j, i] = sigma_w**2 * both[0] + sigma_b**2
+            slope[i, j] = slope[j, i] = sigma_w**2 * both[1]
         S, T = S_next, S_next + slope * T
     return S, T
 
 
-_RELU_LIKE = {"softplus": (lambda x: np.logaddexp(0.0, x), special.expit),
-              "gelu": (lambda x: x * special.ndtr(x), lambda x: special.ndtr(x) + x * np.exp(-x * x / 2) / np.sqrt(
-                  2 * np.pi))}
+def _by_trapezoid(act, deriv, step):
+    """``expectations`` of :func:`_ntk_recursion` by the trapezoid rule of step ``step`` over ``[−12, 12]²`` in
+    whitened coordinates: exponentially accurate for φ analytic in a strip, independent of the engine."""
+    z = step * np.arange(-round(12.0 / step), round(12.0 / step) + 1)
+    w = np.exp(-z * z / 2)
+    w /= w.sum()
+    z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
+
+    def expectations(a, b, rho):
+        u, v = np.sqrt(a) * z1, np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
+        return np.sum(weights * act(u) * act(v)), np.sum(weights * deriv(u) * deriv(v))
+
+    return expectations
 
 
-@pytest.mark.parametrize("name, depth", [("softplus", 20), ("gelu", 30)])
+def _elu_by_panels(panels):
+    """``expectations`` of :func:`_ntk_recursion` for elu: the inner integrals in closed form, the outer one by
+    Gauss–Legendre panels split at the kink (``references.pair_by_panels``)."""
+    return lambda a, b, rho: tuple(references.pair_by_panels(f, smoothed, (0.0,), a, b, rho, panels) for f, smoothed
+                                   in ((references.elu, references.elu_mean),
+                                       (references.elu_slope, references.elu_slope_mean)))
+
+
+def _gelu_slope(x):
+    return special.ndtr(x) + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+
+
+#: Per activation: the references' ``expectations`` at a resolution, and two resolutions.
+_REFERENCES = {"softplus": (lambda step: _by_trapezoid(lambda x: np.logaddexp(0.0, x), special.expit, step),
+                            (0.05, 0.04)),
+               "gelu": (lambda step: _by_trapezoid(lambda x: x * special.ndtr(x), _gelu_slope, step), (0.05, 0.04)),
+               "elu": (_elu_by_panels, (240, 160))}
+
+
+@pytest.mark.parametrize("name, depth", [("softplus", 20), ("gelu", 30), ("elu", 20)])
 def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(name, depth):
     """σ_w = 1.5, σ_b = 0.1: variances grow to ~100 and every pair's correlation towards 1 (1 − ρ from 1e-11 to
     0.08), where the Mehler series of φ and φ' need orders beyond 255 and the nearly colinear pairs a nested 2-D
     rule: the NNGP + NTK took 25 s (gelu, depth 30) and ~6 minutes (softplus, depth 20) on 40 inputs; now the
-    order-767 tables and the nested rule's Gauss–Hermite inner rules take them in about a second. Against
-    Jacot's recursion by the trapezoid rule (two steps: their difference bounds its error), the bounds cover
-    the true error at every entry and meet the default rtol."""
+    order-767 tables and the nested rule's Gauss–Hermite inner rules take them in about a second (elu: 16 s, its
+    points with themselves on a tile a hair off colinear at the corners of their closed forms' change, → 1 s).
+    Against Jacot's recursion by the trapezoid rule (elu: by panels, the inner integrals in closed form), at two
+    resolutions (their difference bounds its error), the bounds cover the true error at every entry and meet
+    the default rtol."""
     X = np.random.default_rng(1).standard_normal((4, 8))
-    act, deriv = _RELU_LIKE[name]
+    reference, resolutions = _REFERENCES[name]
     k = netsor.kernel(netsor.zoo.mlp(depth, name, 1.5, 0.1), X)
-    refs = [_ntk_by_trapezoid(X, act, deriv, depth, 1.5, 0.1, step) for step in (0.05, 0.04)]
+    refs = [_ntk_recursion(X, depth, 1.5, 0.1, reference(r)) for r in resolutions]
     for got, err, ref, other in ((k.nngp, k.nngp_error, refs[0][0], refs[1][0]),
                                  (k.ntk, k.ntk_error, refs[0][1], refs[1][1])):
         # per entry: gelu's variances fall into two basins (its slope ½ at 0, 1 on the right), 0.02 to 130 here
