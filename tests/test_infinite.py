@@ -957,33 +957,13 @@ def test_deep_erf_networks_in_the_chaotic_phase_meet_the_default_rtol(depth, sig
 
 def _mlp_recursion(X, depth, sigma_w, sigma_b, expectation):
     """The zoo's MLP kernel by the layer recursion ``K ← σ_w² E[φ(u) φ(v)] + σ_b²`` (depth hidden layers, then
-    the readout Dense(σ_w, σ_b)) with ``expectation(a, b, rho)`` for one pair, on the upper triangle."""
-    n, d = X.shape
-    K = sigma_w**2 * X @ X.T / d + sigma_b**2
-    for _ in range(depth):
-        new = np.empty_like(K)
-        for i, j in zip(*np.triu_indices(n), strict=True):
-            a, b = K[i, i], K[j, j]
-            rho = 1.0 if i == j else np.clip(K[i, j] / np.sqrt(a * b), -1.0, 1.0)
-            new[i, j] = new[j, i] = sigma_w**2 * expectation(a, b, rho) + sigma_b**2
-        K = new
-    return K
+    the readout Dense(σ_w, σ_b)) with ``expectation(a, b, rho)`` for one pair (``references.mlp_kernels``)."""
+    return references.mlp_kernels(X, depth, sigma_w, sigma_b, lambda a, b, rho: (expectation(a, b, rho), 0.0))[0]
 
 
 def _mlp_by_trapezoid(X, act, depth, sigma_w, sigma_b, step):
-    """The zoo's MLP kernel for an analytic φ by the trapezoid rule on a uniform grid of step ``step``
-    over ``[−12, 12]²`` in whitened coordinates — exponentially accurate for functions analytic in a
-    strip (tanh: poles at ±iπ/2), and independent of the engine's quadratures."""
-    z = step * np.arange(-round(12.0 / step), round(12.0 / step) + 1)  # equally spaced to rounding
-    w = np.exp(-z * z / 2)
-    w /= w.sum()  # the rule's weights sum to 1 to e^{−2π²/step²}: exactly, so constants cost no rounding
-    z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
-
-    def expectation(a, b, rho):
-        v = np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
-        return np.sum(weights * act(np.sqrt(a) * z1) * act(v))
-
-    return _mlp_recursion(X, depth, sigma_w, sigma_b, expectation)
+    """The zoo's MLP kernel for an analytic φ by the trapezoid rule (``references.trapezoid_expectations``)."""
+    return references.mlp_kernels(X, depth, sigma_w, sigma_b, references.trapezoid_expectations(act, None, step))[0]
 
 
 @pytest.mark.parametrize("name, depth, sigma_w, sigma_b, rtol", [

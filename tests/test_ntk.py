@@ -306,40 +306,8 @@ def test_the_ntk_of_gelu_at_exploding_variance_meets_the_default_rtol():
     assert np.max(k.ntk_error / np.outer(root, root)) < 1e-8
 
 
-def _ntk_recursion(X, depth, sigma_w, sigma_b, expectations):
-    """Jacot et al.'s recursion (as :func:`relu_ntk_recursion`) with ``expectations(a, b, rho) = (E[φ(u)φ(v)],
-    E[φ'(u)φ'(v)])`` for one pair, on the upper triangle."""
-    S = sigma_w**2 * X @ X.T / X.shape[1] + sigma_b**2
-    T = S.copy()
-    for _ in range(depth):
-        S_next, slope = np.empty_like(S), np.empty_like(S)
-        for i, j in zip(*np.triu_indices(len(X)), strict=True):
-            a, b = S[i, i], S[j, j]
-            rho = 1.0 if i == j else np.clip(S[i, j] / np.sqrt(a * b), -1.0, 1.0)
-            both = expectations(a, b, rho)
-            S_next[i, j] = S_next[j, i] = sigma_w**2 * both[0] + sigma_b**2
-            slope[i, j] = slope[j, i] = sigma_w**2 * both[1]
-        S, T = S_next, S_next + slope * T
-    return S, T
-
-
-def _by_trapezoid(act, deriv, step):
-    """``expectations`` of :func:`_ntk_recursion` by the trapezoid rule of step ``step`` over ``[−12, 12]²`` in
-    whitened coordinates: exponentially accurate for φ analytic in a strip, independent of the engine."""
-    z = step * np.arange(-round(12.0 / step), round(12.0 / step) + 1)
-    w = np.exp(-z * z / 2)
-    w /= w.sum()
-    z1, z2, weights = z[:, None], z[None, :], w[:, None] * w[None, :]
-
-    def expectations(a, b, rho):
-        u, v = np.sqrt(a) * z1, np.sqrt(b) * (rho * z1 + np.sqrt(1.0 - rho * rho) * z2)
-        return np.sum(weights * act(u) * act(v)), np.sum(weights * deriv(u) * deriv(v))
-
-    return expectations
-
-
 def _elu_by_panels(panels):
-    """``expectations`` of :func:`_ntk_recursion` for elu: the inner integrals in closed form, the outer one by
+    """``expectations`` of ``references.mlp_kernels`` for elu: the inner integrals in closed form, the outer one by
     Gauss–Legendre panels split at the kink (``references.pair_by_panels``)."""
     return lambda a, b, rho: tuple(references.pair_by_panels(f, smoothed, (0.0,), a, b, rho, panels) for f, smoothed
                                    in ((references.elu, references.elu_mean),
@@ -351,9 +319,10 @@ def _gelu_slope(x):
 
 
 #: Per activation: the references' ``expectations`` at a resolution, and two resolutions.
-_REFERENCES = {"softplus": (lambda step: _by_trapezoid(lambda x: np.logaddexp(0.0, x), special.expit, step),
-                            (0.05, 0.04)),
-               "gelu": (lambda step: _by_trapezoid(lambda x: x * special.ndtr(x), _gelu_slope, step), (0.05, 0.04)),
+_REFERENCES = {"softplus": (lambda step: references.trapezoid_expectations(lambda x: np.logaddexp(0.0, x),
+                                                                           special.expit, step), (0.05, 0.04)),
+               "gelu": (lambda step: references.trapezoid_expectations(lambda x: x * special.ndtr(x), _gelu_slope,
+                                                                       step), (0.05, 0.04)),
                "elu": (_elu_by_panels, (240, 160))}
 
 
@@ -361,7 +330,7 @@ _REFERENCES = {"softplus": (lambda step: _by_trapezoid(lambda x: np.logaddexp(0.
 def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(name, depth):
     """σ_w = 1.5, σ_b = 0.1: variances grow to ~100 and every pair's correlation towards 1 (1 − ρ from 1e-11 to
     0.08), where the Mehler series of φ and φ' need orders beyond 255 and the nearly colinear pairs a nested 2-D
-    rule: the NNGP + NTK took 25 s (gelu, depth 30) and ~6 minutes (softplus, depth 20) on 40 inputs; now the
+    rule: the NNGP + NTK took 25–56 s (gelu, depth 30) and 4.5 minutes (softplus, depth 20) on 40 inputs; now the
     order-767 tables and the nested rule's Gauss–Hermite inner rules take them in about a second (elu: 16 s, its
     points with themselves on a tile a hair off colinear at the corners of their closed forms' change, → 1 s).
     Against Jacot's recursion by the trapezoid rule (elu: by panels, the inner integrals in closed form), at two
@@ -370,7 +339,7 @@ def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(na
     X = np.random.default_rng(1).standard_normal((4, 8))
     reference, resolutions = _REFERENCES[name]
     k = netsor.kernel(netsor.zoo.mlp(depth, name, 1.5, 0.1), X)
-    refs = [_ntk_recursion(X, depth, 1.5, 0.1, reference(r)) for r in resolutions]
+    refs = [references.mlp_kernels(X, depth, 1.5, 0.1, reference(r)) for r in resolutions]
     for got, err, ref, other in ((k.nngp, k.nngp_error, refs[0][0], refs[1][0]),
                                  (k.ntk, k.ntk_error, refs[0][1], refs[1][1])):
         # per entry: gelu's variances fall into two basins (its slope ½ at 0, 1 on the right), 0.02 to 130 here
