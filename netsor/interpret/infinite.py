@@ -2170,7 +2170,8 @@ def _closed_form_change(phi: Activation, psi: Activation, a: Array, da: Array, b
     """The exact change of a closed-form pair ``E[φ(u) ψ(v)]`` over the errors of its covariance — φ's
     own kernel (its modulus where it has one), or Stein's form of the identity against ψ — or None
     when the pair has no closed form. Unlike the χ² bound it stays finite at colinear forms. ``skip``
-    (the shape of ``c``): entries whose change is not wanted (0 there; see :func:`_stein_change`)."""
+    (the shape of ``c``): entries whose change is not wanted, which Stein's corners leave out (0 there;
+    :func:`_stein_change`) — the kernels' own changes cost a few array passes and take every entry."""
     if same_kernel(phi, psi):
         delta = dc + np.abs(c) * 0.5 * (da / np.maximum(a, 1e-300) + db / np.maximum(b, 1e-300))
         if phi.kernel_modulus is not None:
