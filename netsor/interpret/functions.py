@@ -18,7 +18,7 @@ from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
 from netsor.gaussian.separable import Conditional
 from netsor.ir import Vector
-from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var
+from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var, evaluate_shared, shared_nodes
 
 Array = np.ndarray
 
@@ -37,10 +37,11 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
             kinks.append(-offset / coef)
 
     def fn(x: Array) -> Array:
-        return np.broadcast_to(expr.evaluate({arg: x}), np.shape(x))
+        return np.broadcast_to(evaluate_shared(expr, {arg: x}), np.shape(x))
 
     def deriv(x: Array) -> Array:
-        return np.broadcast_to(expr.derivative({arg: x}, arg), np.shape(x))
+        with shared_nodes():
+            return np.broadcast_to(expr.derivative({arg: x}, arg), np.shape(x))
 
     return Activation(name=expr.describe(), fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
@@ -57,11 +58,12 @@ def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
         return {v: u[..., i] for v, i in position.items()}
 
     def fn(u: Array) -> Array:
-        return np.broadcast_to(expr.evaluate(values(u)), u.shape[:-1])
+        return np.broadcast_to(evaluate_shared(expr, values(u)), u.shape[:-1])
 
     def grad(u: Array) -> Array:
         vals = values(u)
-        return np.stack([np.broadcast_to(expr.derivative(vals, v), u.shape[:-1]) for v in args], axis=-1)
+        with shared_nodes():  # each argument's derivative reads the same nodes (a BatchNorm's u and s)
+            return np.stack([np.broadcast_to(expr.derivative(vals, v), u.shape[:-1]) for v in args], axis=-1)
 
     planes = []
     for terms, offset in expr.kink_planes():

@@ -23,7 +23,8 @@ activation keys), so equal sub-expressions of different lines are computed once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -171,20 +172,29 @@ class Expr:
 _SHARED = threading.local()
 
 
-def evaluate_shared(expr: Expr, values: Mapping[Vector, Array]) -> Array:
-    """``expr.evaluate(values)`` with every distinct activation or function node (by content)
-    evaluated once: traced code often repeats a subexpression (the GRU's update gate appears in
-    both terms of its state update), and those nodes are the costly ones."""
+@contextmanager
+def shared_nodes() -> Iterator[None]:
+    """Within the block (on this thread), every distinct activation, function or BatchNorm node (by
+    content) is evaluated once — for one set of values: every evaluation and derivative inside must
+    read the same ``values``. Traced code often repeats a subexpression (the GRU's update gate
+    appears in both terms of its state update), a gradient differentiates the same nodes once per
+    argument, and those nodes are the costly ones."""
     previous = getattr(_SHARED, "memo", None)
     _SHARED.memo = {}
     try:
-        return expr.evaluate(values)
+        yield
     finally:
         _SHARED.memo = previous
 
 
+def evaluate_shared(expr: Expr, values: Mapping[Vector, Array]) -> Array:
+    """``expr.evaluate(values)`` with every distinct costly node evaluated once (:func:`shared_nodes`)."""
+    with shared_nodes():
+        return expr.evaluate(values)
+
+
 def _once(key: Key, compute: Callable[[], Any]) -> Any:
-    """``compute()``, memoised by the content ``key`` inside :func:`evaluate_shared`."""
+    """``compute()``, memoised by the content ``key`` inside :func:`shared_nodes`."""
     memo = getattr(_SHARED, "memo", None)
     if memo is None:
         return compute()
@@ -658,7 +668,7 @@ NO_SPREAD = 64 * np.finfo(float).eps
 
 def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]) -> tuple[Array, Array]:
     """All B normalised operands ``u`` (B, ...) and the population standard deviation ``s`` (...)
-    (once per batch inside :func:`evaluate_shared`: every output and partial of a batch needs them)."""
+    (once per batch inside :func:`shared_nodes`: every output and partial of a batch needs them)."""
 
     def compute() -> tuple[Array, Array]:
         xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in operands)))
