@@ -342,3 +342,42 @@ def test_keys_of_user_functions_are_the_same_in_every_process():
     outs = {subprocess.run([sys.executable, "-c", _KEY_SCRIPT], capture_output=True, text=True, check=True).stdout
             for _ in range(2)}
     assert len(outs) == 1 and "0x" not in outs.pop()
+
+
+def test_joint_functions_evaluate_each_function_node_once_per_call():
+    """A costly node that a joint function reads several times — an activation inside both outputs of
+    a BatchNorm of two examples and again in a product — is evaluated once per call of the function
+    and once per gradient (not once per argument and occurrence), and values and gradients are
+    those of the expression."""
+    from netsor.activations import Activation
+    from netsor.interpret.functions import joint_function
+    from netsor.ir import expr as ex
+
+    p = netsor.Program()
+    n = p.dim("n")
+    g1, g2 = p.input(n), p.input(n)
+    calls = []
+
+    def cube(x):
+        calls.append("fn")
+        return x**3
+
+    def cube_slope(x):
+        calls.append("deriv")
+        return 3 * x**2
+
+    act = Activation(name="counted_cube", fn=cube, deriv=cube_slope, smooth=True, registered=False)
+    node = ex.apply(act, ex.Var(g1))
+    operands = (node, ex.Var(g2))
+    F = joint_function(ex.product([ex.BatchNormalized(0, operands), ex.BatchNormalized(1, operands), node]),
+                       (g1, g2))
+    u = np.random.default_rng(3).standard_normal((5, 2))
+    c = u[:, 0] ** 3
+    # a batch of two: u_0 = (c − g2)/|c − g2| = −u_1, so F = −c wherever c ≠ g2
+    np.testing.assert_allclose(F(u), -c, rtol=1e-13)
+    assert calls == ["fn"]
+    calls.clear()
+    grad = F.grad(u)
+    assert calls.count("fn") == 1
+    np.testing.assert_allclose(grad[:, 0], -3 * u[:, 0] ** 2, rtol=1e-12)
+    np.testing.assert_allclose(grad[:, 1], 0.0, atol=1e-12 * np.max(np.abs(c)))
