@@ -26,6 +26,7 @@ from netsor.errors import NumericalError, ProgramError
 from netsor.interpret.finite import chunks, network_bytes, resolve_widths
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
 from netsor.ir import BiasLine, Dim, LinCombLine, Line, MatMulLine, Matrix, MomentLine, NonLinLine, Program, Vector
+from netsor.ir.expr import shared_nodes
 from netsor.validate import (
     check_count,
     check_inputs,
@@ -189,13 +190,14 @@ def _backward_line(line: Line, g: Array, values: Mapping[Vector, Array], matrice
     elif isinstance(line, NonLinLine | MomentLine):
         point = {a: values[a] for a in line.expr.args}
         n = g.shape[-1] if isinstance(line, NonLinLine) else max(values[a].shape[-1] for a in line.expr.args)
-        for a in line.expr.args:
-            with np.errstate(all="ignore"):
-                d = np.broadcast_to(line.expr.derivative(point, a), (*values[a].shape[:2], n))[:, None]
-            if isinstance(line, MomentLine):  # θ = mean_α ψ: ∂θ/∂x_α = ∂ψ/∂x_α / n
-                contribution = g * d / n
-            else:
-                contribution = g * d
-            if a.kind == "scalar" and n > 1:
-                contribution = np.sum(contribution, axis=-1, keepdims=True)
-            _add(grads, a, contribution)
+        with shared_nodes():  # every argument's derivative at the same point reads the same nodes
+            for a in line.expr.args:
+                with np.errstate(all="ignore"):
+                    d = np.broadcast_to(line.expr.derivative(point, a), (*values[a].shape[:2], n))[:, None]
+                if isinstance(line, MomentLine):  # θ = mean_α ψ: ∂θ/∂x_α = ∂ψ/∂x_α / n
+                    contribution = g * d / n
+                else:
+                    contribution = g * d
+                if a.kind == "scalar" and n > 1:
+                    contribution = np.sum(contribution, axis=-1, keepdims=True)
+                _add(grads, a, contribution)

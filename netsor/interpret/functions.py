@@ -207,11 +207,12 @@ def _along(expr: Expr, args: tuple[Vector, ...], direction: Array) -> Activation
         return {v: x * w[k] for k, v in enumerate(args)}
 
     def fn(x: Array) -> Array:
-        return np.broadcast_to(expr.evaluate(on_line(x)), np.shape(x))
+        return np.broadcast_to(evaluate_shared(expr, on_line(x)), np.shape(x))
 
     def deriv(x: Array) -> Array:
         values = on_line(x)
-        return np.broadcast_to(sum(w[k] * expr.derivative(values, v) for k, v in enumerate(args)), np.shape(x))
+        with shared_nodes():
+            return np.broadcast_to(sum(w[k] * expr.derivative(values, v) for k, v in enumerate(args)), np.shape(x))
 
     return Activation(name=f"{expr.describe()} along {tuple(direction)}", fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,

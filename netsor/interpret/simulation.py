@@ -46,7 +46,7 @@ from netsor.interpret.finite import conditional_kernels
 from netsor.interpret.forward import FiniteState, ForwardPlan, World, run_forward
 from netsor.interpret.radial import numerical_rank
 from netsor.ir import Program, Vector
-from netsor.ir.expr import Expr
+from netsor.ir.expr import Expr, shared_nodes
 from netsor.linalg import ensure_psd
 from netsor.validate import (
     check_choice,
@@ -329,7 +329,8 @@ class SimulatedLimit:
             ranks = []
             for batch in batches:
                 shape = np.broadcast_shapes(*(values[v].shape for e in batch for v in e.args))
-                G = np.stack([np.broadcast_to(e.evaluate(values), shape)[0] for e in batch], axis=-1)  # (N, M, B)
+                with shared_nodes():  # a batch's expressions share their operands
+                    G = np.stack([np.broadcast_to(e.evaluate(values), shape)[0] for e in batch], axis=-1)  # (N, M, B)
                 G = G - G.mean(axis=-1, keepdims=True)
                 ranks.append(numerical_rank(np.linalg.eigvalsh(np.einsum("nmb,nmc->nbc", G, G) / G.shape[1])))
             replicates.append(np.array(ranks, dtype=float))
