@@ -247,8 +247,13 @@ def test_unknown_kinks_fall_back_to_qmc_with_a_standard_error():
     ref = reference("opaque relu(a)·relu(c)", X)
     assert lim.stderr > 0
     assert np.all(np.abs(K - ref) <= E)
-    with pytest.raises(netsor.NumericalError, match="Monte-Carlo standard error"):
+    with pytest.raises(netsor.NumericalError, match="Monte-Carlo standard error") as refusal:
         netsor.nngp(build("opaque relu(a)·relu(c)"), X)  # 1e-8 is out of reach: said, not hidden
+    # and what to do instead: a monomial of two arguments is not simulated by "auto", so it names the method
+    assert "method='qmc' (rtol >= 0.001) simulates the limit" in str(refusal.value)
+    sim = netsor.limit(build("opaque relu(a)·relu(c)"), X, rtol=1e-2, method="qmc")
+    K_sim, E_sim = sim.nngp(with_error=True)
+    assert np.all(np.abs(K_sim - ref) <= E_sim)
 
 
 @pytest.mark.parametrize("transposed", [False, True])
