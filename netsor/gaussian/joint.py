@@ -607,7 +607,8 @@ def _moment_integrals(F: JointFunction, u: Array, f: Array, w: Array, lost: Arra
             g = np.asarray(F.grad(u), dtype=float)
         check_finite(g, f"the gradient of {F.name}")
         g2 = g * g
-        cols += [np.sum(w[..., None] * g2, axis=1)[:, i] for i in range(F.dim)]
+        per_argument = np.einsum("pq,pqk->pk", w, g2)  # E (∂_i F)² for every i at once
+        cols += [per_argument[:, i] for i in range(F.dim)]
         gn = g2.sum(axis=-1)
         euler, gradnorm2 = np.sum(w * gn * np.sum(u * u, axis=-1), axis=1), np.sum(w * gn, axis=1)
         cols += [euler if lost is None else euler + lost * gradnorm2, gradnorm2]
