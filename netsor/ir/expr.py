@@ -671,16 +671,30 @@ def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]
     (once per batch inside :func:`shared_nodes`: every output and partial of a batch needs them)."""
 
     def compute() -> tuple[Array, Array]:
-        xs = np.stack(np.broadcast_arrays(*(c.evaluate(values) for c in operands)))
-        centred = xs - xs.mean(axis=0)
-        s = np.sqrt(np.mean(centred * centred, axis=0))
-        # a spread at rounding level (identical examples) would normalise rounding errors into O(1) values
-        if np.any(s <= NO_SPREAD * np.max(np.abs(xs), axis=0)):
+        # in place, one operand at a time: ~4B passes over an operand's size instead of ~8B (a stacked
+        # copy, |x| and its maximum) — the nested rule evaluates this on millions of nodes per call
+        xs = np.broadcast_arrays(*(np.asarray(c.evaluate(values), dtype=float) for c in operands))
+        B = len(xs)
+        mean = np.add(xs[0], xs[1])
+        for x in xs[2:]:
+            mean += x
+        mean /= B
+        centred = np.empty((B, *mean.shape))
+        for b, x in enumerate(xs):
+            np.subtract(x, mean, out=centred[b, ...])
+        s = np.asarray(np.einsum("b...,b...->...", centred, centred))
+        s /= B
+        # a spread at rounding level (identical examples) would normalise rounding errors into O(1) values:
+        # s ≤ NO_SPREAD·max_b |x_b|, screened by max_b x_b² ≤ Σ_b x_b² = B (s² + x̄²) (twice, for rounding)
+        screen = s <= (2.0 * NO_SPREAD**2 * B) * (s + mean * mean)
+        np.sqrt(s, out=s)
+        if screen.any() and np.any(s[screen] <= NO_SPREAD * np.max(np.abs([x[screen] for x in xs]), axis=0)):
             raise NumericalError(
-                f"BatchNorm of a batch of {len(operands)} with no spread: at some coordinate every example has the "
+                f"BatchNorm of a batch of {B} with no spread: at some coordinate every example has the "
                 "same pre-activation up to rounding (e.g. identical inputs in one batch), so normalising it is "
                 "undefined; remove repeated examples from the batch")
-        return centred / s, s
+        centred /= s
+        return centred, s
 
     return _once(("batch", tuple(c.key for c in operands)), compute)
 
