@@ -1,10 +1,11 @@
 """Test-session setup shared by every test module.
 
-Hypothesis ≥ 6.131 sometimes draws "local constants" — literals it finds in the source of every
-local module loaded so far (``sys.modules``) — so with ``derandomize=True`` the examples of a
-test still depended on which test modules and lazily imported netsor modules were loaded before
-it: the slow BatchNorm fuzz test drew other programs in the full suite than alone (8 s alone,
-150–180 s in the suite). Here the pool of local constants is empty, so a derandomized test draws
+Hypothesis (the versions in our pinned range that have it) sometimes draws "local constants" —
+literals it finds in the source of every local module loaded so far (``sys.modules``) — so with
+``derandomize=True`` the examples of a test still depended on which test modules and lazily
+imported netsor modules were loaded before it: the slow BatchNorm fuzz test drew other programs
+in the full suite than alone (8 s alone, 160 s with every test module collected, its draws
+diverging at the 70th). Here the pool of local constants is empty, so a derandomized test draws
 the same examples however it is run (Hypothesis' own global constants — 0, ±1, powers of two,
 NaN, … — stay in use).
 """

@@ -2610,7 +2610,7 @@ class Limit:
         if self.stderr and worst < 1.0 and self.rtol < SIMULATION_MIN_RTOL:
             # QMC rules decided the bound: the engine's reach there is ~1e-3 to 1e-5, while the simulation
             # takes such programs in a fraction of the time (a tanh BatchNorm MLP on one batch of 4: refused
-            # at 1.5e-3 after 61 s at the default rtol; 0.3 s by the simulation at 1e-3)
+            # at 1.5e-3 after 35 s at the default rtol; 0.3 s by the simulation at 1e-3)
             how = (f"at rtol >= {SIMULATION_MIN_RTOL:g} method='auto' simulates this program's limit instead"
                    if limit_method(self.program, SIMULATION_MIN_RTOL) == "qmc" else
                    f"method='qmc' (rtol >= {SIMULATION_MIN_RTOL:g}) simulates the limit")

@@ -682,12 +682,12 @@ def _batch_normalised(operands: tuple[Expr, ...], values: Mapping[Vector, Array]
         centred = np.empty((B, *mean.shape))
         for b, x in enumerate(xs):
             np.subtract(x, mean, out=centred[b, ...])
-        s = np.asarray(np.einsum("b...,b...->...", centred, centred))
-        s /= B
+        var = np.asarray(np.einsum("b...,b...->...", centred, centred))
+        var /= B
         # a spread at rounding level (identical examples) would normalise rounding errors into O(1) values:
         # s ≤ NO_SPREAD·max_b |x_b|, screened by max_b x_b² ≤ Σ_b x_b² = B (s² + x̄²) (twice, for rounding)
-        screen = s <= (2.0 * NO_SPREAD**2 * B) * (s + mean * mean)
-        np.sqrt(s, out=s)
+        screen = var <= (2.0 * NO_SPREAD**2 * B) * (var + mean * mean)
+        s = np.sqrt(var, out=var)
         if screen.any() and np.any(s[screen] <= NO_SPREAD * np.max(np.abs([x[screen] for x in xs]), axis=0)):
             raise NumericalError(
                 f"BatchNorm of a batch of {B} with no spread: at some coordinate every example has the "
