@@ -120,6 +120,9 @@ Value = tuple[Any, Any]  # (value, error bound), arrays on a tile or per point
 #: An entry whose scale √(K_ii K_jj) is below this share of the result's largest is at rounding: its
 #: bound is checked against the largest scale (an output that vanishes in the limit).
 VANISHING_SCALE = 64 * np.finfo(float).eps
+#: A refused entry whose own correlation is this close to ±1 gets the hint that step-like kernels are
+#: ½-Hölder there (refused ordered-phase ReLU NTKs: 1 − ρ from 2e-16 to 2e-7).
+ORDERED_HINT_GAP = 1e-6
 #: Default relative tolerance of every result (relative to √(K_ii K_jj)).
 DEFAULT_RTOL = 1e-8
 #: Fraction of the tolerance given to the expectations of one layer (divided by the nesting depth).
@@ -2588,12 +2591,14 @@ class Limit:
         self.error = float(np.max(err, initial=0.0))
         self.relative_error = worst
         if worst > self.rtol:
-            self.refuse(worst, at, value.shape, what)
+            self.refuse(worst, at, value.shape, what, value)
         return value, err
 
-    def refuse(self, worst: float, at: tuple[int, ...], shape: tuple[int, ...], what: str) -> NoReturn:
+    def refuse(self, worst: float, at: tuple[int, ...], shape: tuple[int, ...], what: str,
+               value: Array | None = None) -> NoReturn:
         """Raise the :class:`NumericalError` of a result whose bound is ``worst`` relative to its scale
-        (above ``rtol``) at entry ``at`` of a result of ``shape``."""
+        (above ``rtol``) at entry ``at`` of a result of ``shape`` (``value``: the result, for a hint
+        about the refused entry)."""
         # a kernel's entry (i, j), or a per-input quantity's input i (var, scalar)
         where, relative = (f"entry {at}", "√(K_ii K_jj)") if len(at) == 2 else (f"input {at[0]}", "its value")
         if not np.isfinite(worst):  # no tolerance accepts it: say what to change instead
@@ -2620,23 +2625,41 @@ class Limit:
             f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
             f"above rtol = {self.rtol:g}; {advice} (largest absolute bound "
             f"{self.error:.3g}{f', Monte-Carlo standard error {self.stderr:.3g}' if self.stderr else ''})"
-            f"{self._parallel_hint(*at, shape) if len(at) == 2 else ''}")
+            f"{self._pair_hint(*at, shape, value, what) if len(at) == 2 else ''}")
         refusal.overshoot = worst / self.rtol  # read by Limit.retried
         raise refusal
 
-    def _parallel_hint(self, i: int, j: int, shape: tuple[int, ...]) -> str:
-        """A hint for a refused entry of two nearly (anti-)parallel inputs: step-like kernels are only
-        ½-Hölder at correlation ±1, and exactly proportional inputs are recognised as such."""
+    def _pair_hint(self, i: int, j: int, shape: tuple[int, ...], value: Array | None, what: str) -> str:
+        """A hint for a refused entry ``(i, j)`` whose correlation is within rounding-amplifying reach of ±1:
+        kernels of step-like functions are only ½-Hölder there. Either the two inputs are nearly (not
+        exactly) parallel, or the network itself drives their correlation to ±1 (a deep network in the
+        ordered phase: a ReLU MLP at σ_w = 1, σ_b = 0.1, depth 50, where the NTK's step kernel turns the
+        NNGP's rounding-level bound on each correlation into ~6e-8 a layer while the true error is ~1e-10)."""
         per = shape[0] // self.X.shape[0]  # outputs per input
         x, y = self.X[i // per].ravel(), self.X2[j // per].ravel()
         norms = float(np.linalg.norm(x) * np.linalg.norm(y))
-        if norms == 0.0 or x.tobytes() == y.tobytes() or abs(1.0 - abs(float(x @ y)) / norms) > 1e-9:
-            return ""
         pair = f"inputs {i // per} and {j // per}" if self.symmetric else f"X[{i // per}] and X2[{j // per}]"
-        return (f". The {pair} are nearly but not exactly (anti-)parallel, where kernels of "
-                "step-like functions are only ½-Hölder in the correlation and the network amplifies a "
-                "rounding-level angle; exactly proportional inputs (e.g. x and 2x or −x, a power-of-two "
-                "factor: 3·x is rounded) are recognised and computed exactly")
+        if norms > 0.0 and x.tobytes() != y.tobytes() and abs(1.0 - abs(float(x @ y)) / norms) <= 1e-9:
+            return (f". The {pair} are nearly but not exactly (anti-)parallel, where kernels of "
+                    "step-like functions are only ½-Hölder in the correlation and the network amplifies a "
+                    "rounding-level angle; exactly proportional inputs (e.g. x and 2x or −x, a power-of-two "
+                    "factor: 3·x is rounded) are recognised and computed exactly")
+        gap = self._correlation_gap(i, j, value)
+        if gap is None or gap > ORDERED_HINT_GAP:
+            return ""
+        return (f". The network drives the {what} correlation of {pair} to within {gap:.1g} of ±1 (e.g. a deep "
+                "network in the ordered phase). Kernels of step-like functions (relu's "
+                "derivative in an NTK, a jump) are only ½-Hölder in the correlation there: the rounding-level "
+                "bound of each correlation enters a layer's bound as its square root, which the engine cannot "
+                "avoid without carrying 1 − ρ itself; the bound is what it can certify: an rtol above it accepts "
+                "the result, fewer layers avoid it")
+
+    def _correlation_gap(self, i: int, j: int, value: Array | None) -> float | None:
+        """``1 − |K_ij| / √(K_ii K_jj)`` of a symmetric result ``value`` (None where not known)."""
+        if value is None or not self.symmetric or value.ndim != 2 or value.shape[0] != value.shape[1]:
+            return None
+        scale = float(np.sqrt(abs(value[i, i] * value[j, j])))
+        return None if not scale > 0.0 else max(0.0, 1.0 - abs(float(value[i, j])) / scale)
 
     def _variances(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array]]:
         """``E[Z^u(x_i)²]`` (B1,) and ``E[Z^v(x2_j)²]`` (B2,) of each pair ``(u, v)``, from one
