@@ -732,8 +732,19 @@ def assert_batchnorm_engine_agrees_with_simulation(recipe, seed, points):
     assert_engine_agrees_with_simulation(p, X, seed, result)
 
 
+#: BatchNorm over a batch with a member that is 0 (W·0 of a traced |g − g|): the error propagation's
+#: difference steps of its exact entries were 0, which asked the Laplace integral for tolerance 0 (its
+#: tails at log 0: a raw OverflowError; random-program campaign seed 1001).
+BATCHNORM_WITH_A_ZERO_MEMBER = Recipe(
+    sigmas=((1.0, 0.0), (1.0, 0.0)),
+    steps=(("traced", 723, 891, "abs-diff"), ("matmul", 685, 3, 0.9), ("matmul", 194, 0, 0.5), ("matmul", 685, 3, 0.9),
+           ("opaque", 193, 168), ("batchnorm", 727, "relu")),
+    readouts=(((53, 1), 1.0, 0.0, False), ((0, 487), 1.0, 0.0, False)))
+
+
 @settings(SIMULATION_SETTINGS, max_examples=25)
 @given(**BATCHNORM_PROGRAMS)
+@example(recipe=BATCHNORM_WITH_A_ZERO_MEMBER, seed=1, points=1)
 def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed, points):
     """BatchNorm across random G-vectors, on one batch or two: the two interpreters agree."""
     assert_batchnorm_engine_agrees_with_simulation(recipe, seed, points)

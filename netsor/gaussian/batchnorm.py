@@ -206,13 +206,17 @@ def _propagated(evaluate: Callable[[Array, Array, Array], tuple[Array, Array]], 
     shift = step[:, :, None, None] * unit[None]  # (P, K, n, n)
     stack = np.concatenate([cov[:, None], cov[:, None] + shift, cov[:, None] - shift], axis=1)
     noise = np.concatenate([d_cov[:, None]] + 2 * [np.broadcast_to(d_cov[:, None], shift.shape)], axis=1)
-    loose = atol * np.minimum(step / (2 * K * np.maximum(delta, 1e-300)), 1e12)  # (P, K)
+    # an exact entry of a coordinate without variance (step 0: no shift, its evaluations are Σ itself) is
+    # asked for atol like Σ, and its differences enter with δ = 0 (a tolerance 0 broke the integral's tails,
+    # and 0/0 its slope: BatchNorm of a vector that is 0 at one input, random-program campaign seed 1001)
+    exact = step == 0.0
+    loose = atol * np.where(exact, 1.0, np.minimum(step / (2 * K * np.maximum(delta, 1e-300)), 1e12))  # (P, K)
     tolerances = np.concatenate([np.full((P, 1), atol), loose, loose], axis=1)
     values, errs = evaluate(stack.reshape(-1, n, n), noise.reshape(-1, n, n), tolerances.ravel())
     rest = values.shape[1:]
     values, errs = values.reshape(P, 1 + 2 * K, -1), errs.reshape(P, 1 + 2 * K, -1)
     v0, up, down = values[:, 0], values[:, 1:K + 1], values[:, K + 1:]
-    step, delta = step[:, :, None], delta[:, :, None]
+    step, delta = np.where(exact, 1.0, step)[:, :, None], delta[:, :, None]
     slope = np.abs(up - down) / (2 * step)
     curvature = np.abs(up + down - 2 * v0[:, None]) / step**2
     numeric = (errs[:, 1:K + 1] + errs[:, K + 1:] + 2 * errs[:, :1]) / step  # error of the differences
