@@ -9,6 +9,7 @@ Gauss–Legendre rules on the smooth pieces of an integrand. Every function retu
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 from scipy import integrate, special, stats
 
@@ -864,6 +865,32 @@ def mlp_kernels(X, depth, sigma_w, sigma_b, expectations):
             slope[i, j] = slope[j, i] = sigma_w**2 * both[1]
         S, T = S_next, S_next + slope * T
     return S, T
+
+
+def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40):
+    """The zoo's ReLU MLP NNGP and NTK by Jacot's recursion with the arc-cosine kernels, every pair in
+    ``digits``-digit arithmetic (the correlations of an ordered network come within 1e-15 of 1, where
+    float64 angles are rounding)."""
+    n, d = X.shape
+    K, T = np.empty((n, n)), np.empty((n, n))
+    with mpmath.workdps(digits):
+        x = [[mpmath.mpf(float(v)) for v in row] for row in X]
+        sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
+        gram = [[mpmath.fsum(u * v for u, v in zip(x[i], x[j], strict=True)) for j in range(n)] for i in range(n)]
+        for i, j in zip(*np.triu_indices(n), strict=True):
+            a, b, c = (sw2 * g / d + sb2 for g in (gram[i][i], gram[j][j], gram[i][j]))
+            ta, tb, tc = a, b, c
+            for _ in range(depth):
+                theta = mpmath.acos(max(min(c / mpmath.sqrt(a * b), 1), -1))
+                k1 = mpmath.sqrt(a * b) * (mpmath.sin(theta) + (mpmath.pi - theta) * mpmath.cos(theta))
+                k1 /= 2 * mpmath.pi
+                k0 = (mpmath.pi - theta) / (2 * mpmath.pi)
+                ta, tb, tc = (sw2 * a / 2 + sb2 + sw2 * ta / 2, sw2 * b / 2 + sb2 + sw2 * tb / 2,
+                              sw2 * k1 + sb2 + sw2 * k0 * tc)
+                a, b, c = sw2 * a / 2 + sb2, sw2 * b / 2 + sb2, sw2 * k1 + sb2
+            K[i, j] = K[j, i] = float(c)
+            T[i, j] = T[j, i] = float(tc)
+    return K, T
 
 
 def trapezoid_expectations(act, deriv, step):

@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import mpmath
 import numpy as np
 import pytest
 import references
@@ -351,31 +350,6 @@ def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(na
         assert np.max(err / scale) < 1e-8
 
 
-def _relu_mlp_by_mpmath(X, depth, sigma_w, sigma_b, digits=40):
-    """The zoo's ReLU MLP NNGP and NTK by Jacot's recursion with the arc-cosine kernels, every pair in
-    ``digits``-digit arithmetic (the correlations of an ordered network come within 1e-15 of 1, where
-    float64 angles are rounding)."""
-    n, d = X.shape
-    K, T = np.empty((n, n)), np.empty((n, n))
-    with mpmath.workdps(digits):
-        x = [[mpmath.mpf(float(v)) for v in row] for row in X]
-        sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
-        gram = [[mpmath.fsum(u * v for u, v in zip(x[i], x[j], strict=True)) for j in range(n)] for i in range(n)]
-        for i, j in zip(*np.triu_indices(n), strict=True):
-            a, b, c = (sw2 * g / d + sb2 for g in (gram[i][i], gram[j][j], gram[i][j]))
-            ta, tb, tc = a, b, c
-            for _ in range(depth):
-                theta = mpmath.acos(max(min(c / mpmath.sqrt(a * b), 1), -1))
-                k1 = mpmath.sqrt(a * b) * (mpmath.sin(theta) + (mpmath.pi - theta) * mpmath.cos(theta)) / (2 * mpmath.pi)
-                k0 = (mpmath.pi - theta) / (2 * mpmath.pi)
-                ta, tb, tc = (sw2 * a / 2 + sb2 + sw2 * ta / 2, sw2 * b / 2 + sb2 + sw2 * tb / 2,
-                              sw2 * k1 + sb2 + sw2 * k0 * tc)
-                a, b, c = sw2 * a / 2 + sb2, sw2 * b / 2 + sb2, sw2 * k1 + sb2
-            K[i, j] = K[j, i] = float(c)
-            T[i, j] = T[j, i] = float(tc)
-    return K, T
-
-
 def test_a_deep_ordered_relu_network_is_refused_with_the_reason_and_its_bound_covers_the_error():
     """σ_w = 1, σ_b = 0.1, depth 50: every pair's correlation comes within ~1e-15 of 1, where the NTK's step
     kernel is ½-Hölder: the NNGP's rounding-level bound on each correlation costs its square root a layer, so
@@ -386,7 +360,7 @@ def test_a_deep_ordered_relu_network_is_refused_with_the_reason_and_its_bound_co
     with pytest.raises(netsor.NumericalError, match="ordered phase.*½-Hölder"):
         netsor.kernel(program, X)
     k = netsor.kernel(program, X, rtol=1e-6)
-    K, T = _relu_mlp_by_mpmath(X, 50, 1.0, 0.1)
+    K, T = references.relu_mlp_kernels_by_mpmath(X, 50, 1.0, 0.1)
     assert np.min(1 - np.abs(K) / np.sqrt(np.outer(np.diag(K), np.diag(K)))) < 1e-12
     for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
         assert np.all(np.abs(got - ref) <= err)
