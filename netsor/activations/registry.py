@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from netsor.activations.distance import DistanceRule, identity_distance, jump_distance, relu_distance
 from netsor.activations.kernels import (
     KernelRule,
     abs_kernel,
@@ -188,6 +189,11 @@ class Activation:
         graded towards the features at the scale of the argument then resolve ``φ(σz)`` at every σ, and
         quadratures need no uniform grid at the scale σ (gelu at σ ~ 10⁶ took 20 000 × 20 000 nodes a
         pair). False for oscillating (sin, cos) or unknown φ.
+    distance_kernel : callable, optional
+        ``E[(φ(u) − φ(v))²]`` with its error bound from the variances, the pair's distance ``E[(u − v)²]``
+        and its angle, with their bounds (:mod:`netsor.activations.distance`; relu, step, identity): the
+        infinite-width engine carries distances through deep networks whose inputs' correlations approach
+        1, where a covariance loses ``1 − ρ`` to rounding.
     pieces : tuple of (coef, power, rate, threshold, above), optional
         φ as a sum of ``coef · x^power · e^(rate·x) · 1{x > threshold}`` (``above``; else ``x < threshold``)
         with power 0 or 1, when it is one: elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``. Pairs of such
@@ -219,6 +225,7 @@ class Activation:
     local: bool = False
     second: Callable[[Array], Array] | None = None
     exact_slope: bool = True
+    distance_kernel: DistanceRule | None = None
 
     @property
     def at_zero(self) -> float:
@@ -348,15 +355,17 @@ _FIXED: dict[str, Activation] = {
     for a in [
         Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,), **_SIGN_OF_X,
                    image=_UNBOUNDED,
-                   kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0),
+                   kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0,
+                   distance_kernel=identity_distance),
         Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_1,
                    image=(0.0, np.inf, True, False),
-                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0),
+                   mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0,
+                   distance_kernel=relu_distance),
         Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_0,
                    image=(0.0, 1.0, True, True),
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
-                   homogeneous=0.0),
+                   homogeneous=0.0, distance_kernel=jump_distance(0.25)),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True, local=True,

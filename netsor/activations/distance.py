@@ -1,0 +1,144 @@
+"""Squared distances ``E[(φ(u) − φ(v))²]`` of a Gaussian pair, from the pair's own distance.
+
+Conventions as in :mod:`netsor.activations.kernels`: ``(u, v)`` centred Gaussian, ``Var u = a``,
+``Var v = b``, and here ``D = E[(u − v)²]`` (= ``a + b − 2c``) instead of the covariance ``c``;
+``θ`` is the angle between the two, ``1 − cos θ = (D − (√a − √b)²) / (2√(ab))``.
+
+Why a distance. Deep networks in the ordered phase drive the correlation of two inputs towards 1:
+``1 − ρ`` shrinks geometrically (relu at σ_w = 1: it halves a layer). A covariance ``c`` carries
+``1 − ρ`` only to a few ulps *of 1*, and the step kernel of the NTK's backward pass has slope
+``1/(2π sin θ)`` in ρ — with ``1 − ρ`` at rounding, no bound on ``c`` certifies the kernel better
+than its ½-Hölder modulus, ~1e-8 a layer. The distance ``D`` of the two points carries ``1 − ρ`` to
+a few ulps *of itself* (its recursion never subtracts nearly equal numbers: relu's distance is
+``D/2 − √(ab)(sin θ − θ cos θ)/π``, whose second term is ``O(θ³)``), so the angle, and the kernels
+of positively homogeneous activations, keep their relative accuracy at any depth.
+
+Every rule returns the value and a bound on its absolute error given absolute bounds ``da, db, dD``
+on its arguments (their errors may be anything within them) — the rounding of its own arithmetic
+included. Arrays broadcast (``a``: (B1, 1), ``b``: (1, B2), ``D``: (B1, B2) on a tile of pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Array = np.ndarray
+
+_EPS = np.finfo(float).eps
+
+#: Below this angle ``sin θ − θ cos θ`` is summed from its series (the closed form cancels: at
+#: θ = 0.1 its two terms are ~300× the difference).
+_SERIES_ANGLE = 0.1
+
+
+@dataclass(frozen=True)
+class Angle:
+    """The angle ``θ`` of a Gaussian pair computed from its distance, and an interval ``[lo, hi]``
+    that holds the angle of every pair within the arguments' bounds (rounding included)."""
+
+    theta: Array
+    lo: Array
+    hi: Array
+
+    def width(self) -> Array:
+        """``max(hi − θ, θ − lo)``: a bound on the error of ``θ``."""
+        return np.maximum(self.hi - self.theta, self.theta - self.lo)
+
+
+def _angle(one_minus_cos_half: Array) -> Array:
+    """``θ = 2 asin √x`` for ``x = (1 − cos θ)/2`` (clipped to [0, 1]): accurate relative to θ itself
+    where ``arccos(1 − 2x)`` would lose θ's digits to the rounding of ``1 − 2x``."""
+    x = np.clip(one_minus_cos_half, 0.0, 1.0)
+    return 2.0 * np.arcsin(np.sqrt(x))
+
+
+def angle(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array) -> Angle:
+    """The angle of a pair from ``(a, b, D)`` with its interval (see :class:`Angle`).
+
+    ``(1 − cos θ)/2 = (D − s)/(4√(ab))`` with ``s = (√a − √b)² = (a − b)²/(√a + √b)²`` — second order
+    in ``a − b``, so it subtracts nothing comparable to ``D`` where the two points have nearly equal
+    variances, and is bounded over the interval of ``a − b`` where they do not. ``θ`` is nondecreasing
+    in that ratio, whose extremes over the arguments' box give the interval. Requires ``a > da`` and
+    ``b > db`` (else the interval is [0, π])."""
+    a, b, D = (np.asarray(x, dtype=float) for x in (a, b, D))
+    root_ab = np.sqrt(a * b)
+    diff = np.abs(a - b)
+    s = diff * diff / (np.sqrt(a) + np.sqrt(b)) ** 2
+    theta = _angle((D - s) / (4.0 * root_ab))
+    a_lo, b_lo = a - da, b - db
+    positive = (a_lo > 0.0) & (b_lo > 0.0)
+    a_lo, b_lo = np.where(positive, a_lo, 1.0), np.where(positive, b_lo, 1.0)  # no NaN where refused below
+    a_hi, b_hi = a + da, b + db
+    diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
+    s_lo = diff_lo * diff_lo / (np.sqrt(a_hi) + np.sqrt(b_hi)) ** 2 * (1.0 - 8 * _EPS)
+    s_hi = diff_hi * diff_hi / (np.sqrt(a_lo) + np.sqrt(b_lo)) ** 2 * (1.0 + 8 * _EPS)
+    # rounding: the differences to an ulp of their largest term, the quotients to 16 ulps, asin and the
+    # doubling to 4 more
+    pad = dD + 2 * _EPS * (D + dD + s_hi)
+    x_lo = np.maximum(D - pad - s_hi, 0.0) / (4.0 * np.sqrt(a_hi * b_hi)) * (1.0 - 16 * _EPS)
+    x_hi = (D + pad - s_lo) / (4.0 * np.sqrt(a_lo * b_lo)) * (1.0 + 16 * _EPS)
+    lo = np.where(positive, _angle(x_lo) * (1.0 - 4 * _EPS), 0.0)
+    hi = np.where(positive, np.minimum(_angle(x_hi) * (1.0 + 4 * _EPS), np.pi), np.pi)
+    return Angle(theta, np.minimum(lo, theta), np.maximum(hi, theta))
+
+
+def sine_gap(theta: Array) -> Array:
+    """``sin θ − θ cos θ`` (≥ 0 on [0, π], ~θ³/3 at small θ), without cancellation."""
+    theta = np.asarray(theta, dtype=float)
+    t2 = theta * theta
+    series = theta * t2 * (1.0 / 3.0 - t2 * (1.0 / 30.0 - t2 * (1.0 / 840.0 - t2 / 45360.0)))
+    return np.where(theta < _SERIES_ANGLE, series, np.sin(theta) - theta * np.cos(theta))
+
+
+def relu_distance(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+                  ) -> tuple[Array, Array]:
+    """``E[(relu u − relu v)²] = D/2 − √(ab)(sin θ − θ cos θ)/π`` and its bound.
+
+    Its partial derivatives: in ``D`` (at fixed variances) ``(π − θ)/(2π) ≤ ½`` (relu's kernel has
+    slope ``E[step u step v]`` in ``c = (a + b − D)/2``); in ``a`` (at fixed ``b, D``)
+    ``(θ − √(b/a) sin θ)/(2π)`` — of the order of θ, so errors of the variances barely move the
+    distance of nearly parallel points. Both are bounded over the arguments' box by the angle's
+    interval."""
+    root_ab = np.sqrt(a * b)
+    gap = sine_gap(ang.theta)
+    value = 0.5 * D - root_ab * gap / np.pi
+    hi = ang.hi
+    sine_hi = np.minimum(hi, 1.0)
+    a_lo, b_lo = np.maximum(a - da, 1e-300), np.maximum(b - db, 1e-300)
+    slope_a = (hi + np.sqrt((b + db) / a_lo) * sine_hi) / (2.0 * np.pi)
+    slope_b = (hi + np.sqrt((a + da) / b_lo) * sine_hi) / (2.0 * np.pi)
+    # rounding: the series or the closed form of the gap (its terms to 8 ulps each, and θ's own rounding
+    # through the gap's slope θ sin θ), the product and the difference
+    gap_rounding = 8 * _EPS * np.where(ang.theta < _SERIES_ANGLE, gap,
+                                       np.sin(ang.theta) + ang.theta * np.abs(np.cos(ang.theta)))
+    gap_rounding += 8 * _EPS * ang.theta * ang.theta * np.minimum(ang.theta, 1.0)
+    rounding = 4 * _EPS * (0.5 * D + root_ab * gap / np.pi) + root_ab * gap_rounding / np.pi
+    err = (np.pi - ang.lo) / (2.0 * np.pi) * dD + slope_a * da + slope_b * db + rounding
+    return np.maximum(value, 0.0), err
+
+
+def jump_distance(variance: float) -> Callable[..., tuple[Array, Array]]:
+    """The distance rule of a positively homogeneous function of degree 0 (one value above 0,
+    another below) whose variance at a standard normal is ``variance``:
+    ``E[(φ(u) − φ(v))²] = 4 Var φ · θ/π`` (the two differ exactly when the signs of u and v do,
+    with probability θ/π)."""
+    scale = 4.0 * variance / np.pi
+
+    def rule(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+             ) -> tuple[Array, Array]:
+        value = scale * ang.theta
+        return value, scale * ang.width() + 4 * _EPS * value
+
+    return rule
+
+
+def identity_distance(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+                      ) -> tuple[Array, Array]:
+    """``E[(u − v)²] = D``."""
+    return D, dD
+
+
+DistanceRule = Callable[[Array, Array, Array, Array, Array, Array, Angle], tuple[Array, Array]]
