@@ -48,6 +48,10 @@ class Angle:
         return np.maximum(self.hi - self.theta, self.theta - self.lo)
 
 
+#: ``(a, δa, b, δb, D, δD, angle) ↦ (E[(φ(u) − φ(v))²], its bound)``.
+DistanceRule = Callable[[Array, Array, Array, Array, Array, Array, Angle], tuple[Array, Array]]
+
+
 def _angle(one_minus_cos_half: Array) -> Array:
     """``θ = 2 asin √x`` for ``x = (1 − cos θ)/2`` (clipped to [0, 1]): accurate relative to θ itself
     where ``arccos(1 − 2x)`` would lose θ's digits to the rounding of ``1 − 2x``."""
@@ -93,34 +97,47 @@ def sine_gap(theta: Array) -> Array:
     return np.where(theta < _SERIES_ANGLE, series, np.sin(theta) - theta * np.cos(theta))
 
 
-def relu_distance(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
-                  ) -> tuple[Array, Array]:
-    """``E[(relu u − relu v)²] = D/2 − √(ab)(sin θ − θ cos θ)/π`` and its bound.
+def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
+    """The distance rule of ``φ(x) = above·x`` for ``x > 0`` and ``below·x`` for ``x < 0`` (relu: (1, 0),
+    leaky_relu: (1, α), abs: (1, −1), identity: (1, 1)). With ``φ = β x + γ relu(x)``, ``β = below``,
+    ``γ = above − below``, and ``E[(u − v)(relu u − relu v)] = D/2`` (Stein)::
 
-    Its partial derivatives: in ``D`` (at fixed variances) ``(π − θ)/(2π) ≤ ½`` (relu's kernel has
-    slope ``E[step u step v]`` in ``c = (a + b − D)/2``); in ``a`` (at fixed ``b, D``)
-    ``(θ − √(b/a) sin θ)/(2π)`` — of the order of θ, so errors of the variances barely move the
-    distance of nearly parallel points. Both are bounded over the arguments' box by the angle's
-    interval."""
-    root_ab = np.sqrt(a * b)
-    gap = sine_gap(ang.theta)
-    value = 0.5 * D - root_ab * gap / np.pi
-    hi = ang.hi
-    sine_hi = np.minimum(hi, 1.0)
-    a_lo, b_lo = np.maximum(a - da, 1e-300), np.maximum(b - db, 1e-300)
-    slope_a = (hi + np.sqrt((b + db) / a_lo) * sine_hi) / (2.0 * np.pi)
-    slope_b = (hi + np.sqrt((a + da) / b_lo) * sine_hi) / (2.0 * np.pi)
-    # rounding: the series or the closed form of the gap (its terms to 8 ulps each, and θ's own rounding
-    # through the gap's slope θ sin θ), the product and the difference
-    gap_rounding = 8 * _EPS * np.where(ang.theta < _SERIES_ANGLE, gap,
-                                       np.sin(ang.theta) + ang.theta * np.abs(np.cos(ang.theta)))
-    gap_rounding += 8 * _EPS * ang.theta * ang.theta * np.minimum(ang.theta, 1.0)
-    rounding = 4 * _EPS * (0.5 * D + root_ab * gap / np.pi) + root_ab * gap_rounding / np.pi
-    err = (np.pi - ang.lo) / (2.0 * np.pi) * dD + slope_a * da + slope_b * db + rounding
-    return np.maximum(value, 0.0), err
+        E[(φ(u) − φ(v))²] = (β² + βγ + γ²/2) D − γ² √(ab) (sin θ − θ cos θ)/π
+
+    The second term is ``O(θ³)``: nothing cancels where the points are nearly parallel. Its partial
+    derivatives: in ``D`` (at fixed variances) ``β² + βγ + γ²(π − θ)/(2π)`` (relu's kernel has slope
+    ``E[step u step v]`` in ``c = (a + b − D)/2``); in ``a`` (at fixed ``b, D``) ``γ²(θ − √(b/a) sin θ)/(2π)``
+    — of the order of θ, so errors of the variances barely move the distance of nearly parallel points.
+    Both are bounded over the arguments' box by the angle's interval."""
+    beta, gamma = float(below), float(above) - float(below)
+    linear, g2 = beta * beta + beta * gamma, gamma * gamma
+
+    def rule(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle) -> tuple[Array, Array]:
+        if g2 == 0.0:  # linear
+            return linear * D, abs(linear) * (dD + 2 * _EPS * D)
+        root_ab = np.sqrt(a * b)
+        gap = sine_gap(ang.theta)
+        value = (linear + 0.5 * g2) * D - g2 * root_ab * gap / np.pi
+        hi = ang.hi
+        sine_hi = np.minimum(hi, 1.0)
+        a_lo, b_lo = np.maximum(a - da, 1e-300), np.maximum(b - db, 1e-300)
+        slope_d = abs(linear) + g2 * (np.pi - ang.lo) / (2.0 * np.pi)
+        slope_a = g2 * (hi + np.sqrt((b + db) / a_lo) * sine_hi) / (2.0 * np.pi)
+        slope_b = g2 * (hi + np.sqrt((a + da) / b_lo) * sine_hi) / (2.0 * np.pi)
+        # rounding: the series or the closed form of the gap (its terms to 8 ulps each, and θ's own rounding
+        # through the gap's slope θ sin θ), the products and the difference
+        gap_rounding = 8 * _EPS * np.where(ang.theta < _SERIES_ANGLE, gap,
+                                           np.sin(ang.theta) + ang.theta * np.abs(np.cos(ang.theta)))
+        gap_rounding += 8 * _EPS * ang.theta * ang.theta * np.minimum(ang.theta, 1.0)
+        rounding = (4 * _EPS * (abs(linear + 0.5 * g2) * D + g2 * root_ab * gap / np.pi)
+                    + g2 * root_ab * gap_rounding / np.pi)
+        err = slope_d * dD + slope_a * da + slope_b * db + rounding
+        return np.maximum(value, 0.0), err
+
+    return rule
 
 
-def jump_distance(variance: float) -> Callable[..., tuple[Array, Array]]:
+def jump_distance(variance: float) -> DistanceRule:
     """The distance rule of a positively homogeneous function of degree 0 (one value above 0,
     another below) whose variance at a standard normal is ``variance``:
     ``E[(φ(u) − φ(v))²] = 4 Var φ · θ/π`` (the two differ exactly when the signs of u and v do,
@@ -135,10 +152,3 @@ def jump_distance(variance: float) -> Callable[..., tuple[Array, Array]]:
     return rule
 
 
-def identity_distance(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
-                      ) -> tuple[Array, Array]:
-    """``E[(u − v)²] = D``."""
-    return D, dD
-
-
-DistanceRule = Callable[[Array, Array, Array, Array, Array, Array, Angle], tuple[Array, Array]]

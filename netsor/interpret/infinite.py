@@ -702,6 +702,13 @@ class Analysis:
             return None
         return pl.args[0]
 
+    @functools.cached_property
+    def has_angle_pairs(self) -> bool:
+        """Some monomial is a positively homogeneous function of degree 0 of one G-vector (step, sign): the
+        program may have angle pairs (:meth:`angle_pair`)."""
+        return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and proj.act.homogeneous == 0
+                   for m in list(self.monomials.values()))
+
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
         """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
         homogeneous ``act`` (identity included), when it is one; None otherwise."""
@@ -1036,8 +1043,6 @@ class MonomialPair(Quantity):
                          ("pm", comp.right.key)]
             else:
                 own += [("g", x, y) for x in comp.left.args for y in comp.right.args]
-                if (g := an.angle_pair(comp)) is not None:
-                    own.append(("D", g))
                 side += [canonical(k) for k in _block_keys(comp.left.args) + _block_keys(comp.right.args)]
                 side += [("pm", comp.left.key), ("pm", comp.right.key)]
         return own, side
@@ -1379,20 +1384,24 @@ class Plan:
     side: set[Key] = field(default_factory=set)  # per-point keys needed from the diagonal runs
 
 
-def make_plan(an: Analysis, roots: list[Key], diag: bool, keep_all: bool = False) -> Plan:
+def make_plan(an: Analysis, roots: list[Key], diag: bool, keep_all: bool = False, distances: bool = False) -> Plan:
     """The plan of ``roots``: the walk's order (:func:`walk`) or the same quantities by levels
     (:func:`_by_levels`), whichever holds fewer tiles at once; ``keep_all`` (per-point runs) frees
-    nothing."""
-    order, deps, side = walk(an, roots, diag)
+    nothing; ``distances``: with the distances that angle pairs read (:func:`walk`)."""
+    order, deps, side = walk(an, roots, diag, distances)
     if keep_all:
         return Plan(order, deps, dict.fromkeys(order, len(order)), side)
     plans = [Plan(o, deps, last_uses(o, deps, roots), side) for o in (_by_levels(order, deps), order)]
     return min(plans, key=peak_live)
 
 
-def walk(an: Analysis, roots: list[Key], diag: bool) -> tuple[list[Key], dict[Key, list[Key]], set[Key]]:
+def walk(an: Analysis, roots: list[Key], diag: bool, distances: bool = False
+         ) -> tuple[list[Key], dict[Key, list[Key]], set[Key]]:
     """The depth-first dependency walk from ``roots`` (no recursion): the quantities in a dependency
-    order, each one's dependencies, and the per-point keys needed from the diagonal runs."""
+    order, each one's dependencies, and the per-point keys needed from the diagonal runs. ``distances``
+    (tiles only): each pair term's angle pairs (:meth:`Analysis.angle_pair`) also need their G-vector's
+    distance (:class:`Distance`) — a refinement that costs ~10× an NTK's time, taken where the covariances
+    alone missed the tolerance (:meth:`Limit.retried`)."""
     order: list[Key] = []
     deps: dict[Key, list[Key]] = {}
     side: set[Key] = set()
@@ -1405,6 +1414,9 @@ def walk(an: Analysis, roots: list[Key], diag: bool) -> tuple[list[Key], dict[Ke
         if key in deps:
             continue
         own, need = QUANTITIES[key[0]].deps(key, an, diag)
+        if distances and key[0] == "t" and not diag:
+            own = own + [("D", g) for comp in an.components(key[1], key[2], False)
+                         if (g := an.angle_pair(comp)) is not None]
         if diag:
             own = [canonical(k) for k in own]
         deps[key] = own
@@ -1460,8 +1472,10 @@ class Run:
                  tables: joint.TableMemo, X: Array | None = None, left: Side | None = None,
                  right: Side | None = None, rows: slice = slice(None), cols: slice = slice(None),
                  geometry_uses: dict[Hashable, int] | None = None,
-                 proportional: tuple[Array, Array, Array] | None = None) -> None:
+                 proportional: tuple[Array, Array, Array] | None = None, distances: bool = False) -> None:
         self.an, self.diag, self.term_rtol, self.memo, self.tables = an, diag, term_rtol, memo, tables
+        #: the plan carries distances (:func:`walk`): angle pairs read them
+        self.distances = distances
         self.values: dict[Key, Value] = {}
         #: pair geometries (Run.geometry) still to be used, and those computed; arc-cosine angles
         #: of geometries used more than once (kept until the last use)
@@ -2126,7 +2140,7 @@ class Run:
             return value, c_bound.to(env_l, env_r)
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
-            g = an.angle_pair(comp)
+            g = an.angle_pair(comp) if self.distances else None
             if g is not None and (by_angle := self.angle_pair(g, pl, a, da, b, db, c, exact, env_l, env_r)):
                 return by_angle
             phi, psi = pl.act, pr.act
@@ -2494,6 +2508,7 @@ class Limit:
         self.memory_budget = check_memory_budget(memory_budget)
         self.threads = check_threads(threads) or min(os.cpu_count() or 1, 8)
         self.term_share = TERM_SHARE
+        self.distances = False  # tile plans carry distances (Limit.retried)
         self.error: float | None = None  # no result yet
         self.relative_error: float | None = None
         self.stderr = 0.0
@@ -2508,6 +2523,19 @@ class Limit:
         return self.term_share * self.rtol / max(1, self.analysis.nesting)
 
     def retried(self, compute: Callable[[], Any]) -> Any:
+        """:meth:`_retried_share`, and once more carrying distances between the points (:class:`Distance`)
+        where it missed ``rtol`` and the program has angle pairs (step-like functions of one G-vector: a
+        ReLU network's NTK): from then on for this limit. The distances cost ~10× an NTK's time, and only
+        networks that drive correlations towards 1 (the ordered phase, depth ≥ 50) need them."""
+        try:
+            return self._retried_share(compute)
+        except NumericalError:
+            if self.distances or not self.analysis.has_angle_pairs:
+                raise
+            self.distances = True
+            return self._retried_share(compute)
+
+    def _retried_share(self, compute: Callable[[], Any]) -> Any:
         """``compute()``, and once more with each expectation's share of the tolerance divided by twice
         the overshoot where it missed ``rtol`` by at most ``RETRY_REACH`` without Monte Carlo: the shares
         are relative to the expectations' own scales, and a sum whose terms cancel (``clip(2g) =
@@ -2560,7 +2588,9 @@ class Limit:
     def _grid(self, roots: list[Key], fill: Callable[[slice, slice, dict[Key, Value]], None],
               symmetric: bool) -> None:
         plans = self.analysis.plans
-        plan = plans.get(tuple(roots)) or plans.setdefault(tuple(roots), make_plan(self.analysis, roots, diag=False))
+        key = (tuple(roots), self.distances)
+        plan = plans.get(key) or plans.setdefault(key, make_plan(self.analysis, roots, diag=False,
+                                                                 distances=self.distances))
         left = self._side("left", plan.side)
         right = left if self.symmetric else self._side("right", plan.side)
         peak = peak_live(plan)
@@ -2577,7 +2607,7 @@ class Limit:
         def work(tile: tuple[slice, slice]) -> float:
             rows, cols = tile
             run = self._new_run(diag=False, left=left, right=right, rows=rows, cols=cols, geometry_uses=uses,
-                                proportional=self._proportional_pairs)
+                                proportional=self._proportional_pairs, distances=self.distances)
             with np.errstate(all="ignore"):  # overflow is reported by _finite_or_raise
                 run.run(plan)
             fill(rows, cols, {r: run.values[r] for r in roots})
