@@ -867,15 +867,19 @@ def mlp_kernels(X, depth, sigma_w, sigma_b, expectations):
     return S, T
 
 
-def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40):
+def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40, alpha=0.0):
     """The zoo's ReLU MLP NNGP and NTK by Jacot's recursion with the arc-cosine kernels, every pair in
     ``digits``-digit arithmetic (the correlations of an ordered network come within 1e-15 of 1, where
-    float64 angles are rounding)."""
+    float64 angles are rounding). ``alpha``: leaky_relu ``αx + (1 − α) relu(x)``, whose kernels are
+    ``(α² + α(1 − α)) c + (1 − α)² K₁`` and ``α² + α(1 − α) + (1 − α)² K₀`` (``E[u relu v] = c/2``)."""
     n, d = X.shape
     K, T = np.empty((n, n)), np.empty((n, n))
     with mpmath.workdps(digits):
         x = [[mpmath.mpf(float(v)) for v in row] for row in X]
         sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
+        beta = mpmath.mpf(alpha)
+        gamma = 1 - beta
+        linear, squares = beta * beta + beta * gamma, beta * beta + beta * gamma + gamma * gamma / 2
         gram = [[mpmath.fsum(u * v for u, v in zip(x[i], x[j], strict=True)) for j in range(n)] for i in range(n)]
         for i, j in zip(*np.triu_indices(n), strict=True):
             a, b, c = (sw2 * g / d + sb2 for g in (gram[i][i], gram[j][j], gram[i][j]))
@@ -883,11 +887,12 @@ def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40):
             for _ in range(depth):
                 theta = mpmath.acos(max(min(c / mpmath.sqrt(a * b), 1), -1))
                 k1 = mpmath.sqrt(a * b) * (mpmath.sin(theta) + (mpmath.pi - theta) * mpmath.cos(theta))
-                k1 /= 2 * mpmath.pi
-                k0 = (mpmath.pi - theta) / (2 * mpmath.pi)
-                ta, tb, tc = (sw2 * a / 2 + sb2 + sw2 * ta / 2, sw2 * b / 2 + sb2 + sw2 * tb / 2,
+                k1 = linear * c + gamma * gamma * k1 / (2 * mpmath.pi)
+                k0 = linear + gamma * gamma * (mpmath.pi - theta) / (2 * mpmath.pi)
+                # at one point (θ = 0) both kernels are E φ² / a = E φ'² = β² + βγ + γ²/2
+                ta, tb, tc = (sw2 * squares * (a + ta) + sb2, sw2 * squares * (b + tb) + sb2,
                               sw2 * k1 + sb2 + sw2 * k0 * tc)
-                a, b, c = sw2 * a / 2 + sb2, sw2 * b / 2 + sb2, sw2 * k1 + sb2
+                a, b, c = sw2 * squares * a + sb2, sw2 * squares * b + sb2, sw2 * k1 + sb2
             K[i, j] = K[j, i] = float(c)
             T[i, j] = T[j, i] = float(tc)
     return K, T

@@ -350,17 +350,56 @@ def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(na
         assert np.max(err / scale) < 1e-8
 
 
-def test_a_deep_ordered_relu_network_is_refused_with_the_reason_and_its_bound_covers_the_error():
-    """σ_w = 1, σ_b = 0.1, depth 50: every pair's correlation comes within ~1e-15 of 1, where the NTK's step
-    kernel is ½-Hölder: the NNGP's rounding-level bound on each correlation costs its square root a layer, so
-    the default rtol is refused — saying why, not only by how much — and rtol 1e-6 is met, with bounds that cover
-    the true error (against a 40-digit recursion) at every entry."""
+@pytest.mark.parametrize("depth, sigma_w, sigma_b, alpha", [
+    (50, 1.0, 0.1, 0.0),  # ordered: every correlation within ~1e-15 of 1
+    (100, 1.2, 1.0, 0.0),
+    (30, 1.5, 0.2, 0.0),  # chaotic: the nearly identical pair's 1 − ρ grows from ~1e-13 with depth
+    (50, 1.0, 0.1, 0.1),  # leaky_relu, ordered
+])
+def test_deep_relu_networks_whose_correlations_approach_one_meet_the_default_rtol_with_bounds_that_cover_the_error(
+        depth, sigma_w, sigma_b, alpha):
+    """Networks that drive two inputs' correlation to within rounding of 1 (the ordered phase), or inputs a
+    perturbation apart: the NTK's step kernel is ½-Hölder there, and the covariances' rounding-level bound on
+    each correlation cost its square root a layer (refused at the default rtol, bounds ~1e-7 while the true
+    error was ~1e-10). The distances between the points, carried with their relative accuracy, meet the
+    default rtol, with bounds that cover the true error (against a 40-digit recursion) at every entry."""
     X = np.random.default_rng(1).standard_normal((6, 10))
-    program = netsor.zoo.mlp(50, "relu", 1.0, 0.1)
-    with pytest.raises(netsor.NumericalError, match="ordered phase.*½-Hölder"):
-        netsor.kernel(program, X)
-    k = netsor.kernel(program, X, rtol=1e-6)
-    K, T = references.relu_mlp_kernels_by_mpmath(X, 50, 1.0, 0.1)
-    assert np.min(1 - np.abs(K) / np.sqrt(np.outer(np.diag(K), np.diag(K)))) < 1e-12
+    X[4] = X[3] + 1e-6 * X[0]
+    act = "relu" if alpha == 0.0 else netsor.activations.activation("leaky_relu", alpha=alpha)
+    k = netsor.kernel(netsor.zoo.mlp(depth, act, sigma_w, sigma_b), X)
+    K, T = references.relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, alpha=alpha)
     for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
         assert np.all(np.abs(got - ref) <= err)
+        assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
+
+
+def _leaky_by_a_sum(depth: int, written_as_a_sum: bool) -> netsor.Program:
+    """A leaky ReLU MLP (σ_w = 1, σ_b = 0.1), its φ(g) = relu(g) + 0.01·g written as that sum (two terms,
+    which the distances are not carried through) or as one activation 1.01·leaky_relu(g, 0.01/1.01)."""
+    p = netsor.Program("leaky")
+    n = p.dim("n")
+    leaky = netsor.activations.activation("leaky_relu", alpha=0.01 / 1.01)
+
+    def phi(g):
+        return netsor.activations.relu(g) + 0.01 * g if written_as_a_sum else 1.01 * leaky(g)
+
+    g = p.input(n, sigma=1.0, bias=0.1)
+    for _ in range(depth - 1):
+        g = p.matrix(n, n, sigma=1.0) @ phi(g) + p.bias(n, 0.1)
+    p.readout(phi(g), sigma=1.0, bias=0.1)
+    return p
+
+
+def test_an_ordered_network_the_distances_cannot_be_carried_through_is_refused_with_the_reason():
+    """The same network written with φ a sum of two functions: the covariances alone carry its correlations,
+    within rounding of 1 at depth 100 — refused at the default rtol, saying why and what the engine carries
+    distances through; at rtol 1e-6 it agrees with the network written with one activation (accepted at the
+    default rtol) within the two bounds."""
+    X = np.random.default_rng(1).standard_normal((6, 10))
+    with pytest.raises(netsor.NumericalError, match="ordered phase.*½-Hölder.*carries 1 − ρ"):
+        netsor.kernel(_leaky_by_a_sum(100, True), X)
+    by_sum = netsor.kernel(_leaky_by_a_sum(100, True), X, rtol=1e-6)
+    by_one = netsor.kernel(_leaky_by_a_sum(100, False), X)
+    for a, ea, b, eb in ((by_sum.nngp, by_sum.nngp_error, by_one.nngp, by_one.nngp_error),
+                         (by_sum.ntk, by_sum.ntk_error, by_one.ntk, by_one.ntk_error)):
+        assert np.all(np.abs(a - b) <= ea + eb)

@@ -47,6 +47,12 @@ class Angle:
         """``max(hi − θ, θ − lo)``: a bound on the error of ``θ``."""
         return np.maximum(self.hi - self.theta, self.theta - self.lo)
 
+    def at(self, rows: Array, cols: Array, exact: Array) -> Angle:
+        """The angle with the entries ``(rows, cols)`` known exactly (``exact``, no interval)."""
+        theta, lo, hi = (np.array(np.broadcast_to(x, np.shape(self.theta))) for x in (self.theta, self.lo, self.hi))
+        theta[rows, cols] = lo[rows, cols] = hi[rows, cols] = exact
+        return Angle(theta, lo, hi)
+
 
 #: ``(a, δa, b, δb, D, δD, angle) ↦ (E[(φ(u) − φ(v))²], its bound)``.
 DistanceRule = Callable[[Array, Array, Array, Array, Array, Array, Angle], tuple[Array, Array]]
@@ -106,9 +112,9 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
 
     The second term is ``O(θ³)``: nothing cancels where the points are nearly parallel. Its partial
     derivatives: in ``D`` (at fixed variances) ``β² + βγ + γ²(π − θ)/(2π)`` (relu's kernel has slope
-    ``E[step u step v]`` in ``c = (a + b − D)/2``); in ``a`` (at fixed ``b, D``) ``γ²(θ − √(b/a) sin θ)/(2π)``
-    — of the order of θ, so errors of the variances barely move the distance of nearly parallel points.
-    Both are bounded over the arguments' box by the angle's interval."""
+    ``E[step u step v]`` in ``c = (a + b − D)/2``), bounded by its value at θ = 0; in ``a`` (at fixed ``b, D``)
+    ``γ²(θ − √(b/a) sin θ)/(2π)`` — of the order of θ, so errors of the variances barely move the distance of
+    nearly parallel points — bounded over the arguments' box by the angle's interval."""
     beta, gamma = float(below), float(above) - float(below)
     linear, g2 = beta * beta + beta * gamma, gamma * gamma
 
@@ -121,9 +127,13 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
         hi = ang.hi
         sine_hi = np.minimum(hi, 1.0)
         a_lo, b_lo = np.maximum(a - da, 1e-300), np.maximum(b - db, 1e-300)
-        slope_d = abs(linear) + g2 * (np.pi - ang.lo) / (2.0 * np.pi)
-        slope_a = g2 * (hi + np.sqrt((b + db) / a_lo) * sine_hi) / (2.0 * np.pi)
-        slope_b = g2 * (hi + np.sqrt((a + da) / b_lo) * sine_hi) / (2.0 * np.pi)
+        # where the box reaches θ = π the formula holds θ there (rounded arguments past anti-parallel):
+        # its slopes are then ½ in D and √(b/a)/2 in a
+        clipped = hi >= np.pi
+        slope_d = abs(linear) + 0.5 * g2
+        ratio_a, ratio_b = np.sqrt((b + db) / a_lo), np.sqrt((a + da) / b_lo)
+        slope_a = g2 * ((hi + ratio_a * sine_hi) / (2.0 * np.pi) + 0.5 * ratio_a * clipped)
+        slope_b = g2 * ((hi + ratio_b * sine_hi) / (2.0 * np.pi) + 0.5 * ratio_b * clipped)
         # rounding: the series or the closed form of the gap (its terms to 8 ulps each, and θ's own rounding
         # through the gap's slope θ sin θ), the products and the difference
         gap_rounding = 8 * _EPS * np.where(ang.theta < _SERIES_ANGLE, gap,

@@ -655,14 +655,17 @@ class Analysis:
         ``("sum", ((w, h), …))`` for a G-vector whose varying sources are uncorrelated MatMuls ``W h``
         (``w`` = coefficient² · σ²; sources that are the same vector at every input — biases, Gaussians of
         the program — drop out); ``("act", α², act, g, k²)`` for a NonLin ``α · act(k · g)`` whose
-        activation has a distance kernel; None where it is ``a + b − 2c`` of the covariances (data, point
-        coefficients, Netsor⊤ corrections with numerical errors, correlated sources, other functions)."""
+        activation has a distance kernel; ``("data", step)`` for an input; None where it is ``a + b − 2c`` of
+        the covariances (point coefficients, Netsor⊤ corrections with numerical errors, correlated sources,
+        other functions)."""
         key = ("distance", v)
         if key not in self._functions:
             self._functions[key] = self._distance_rule(v)
         return self._functions[key]
 
     def _distance_rule(self, v: Vector) -> tuple[Any, ...] | None:
+        if v in self.steps:
+            return ("data", self.steps[v])
         if v in self.sources:
             items = list(self.sources[v].items())
             if v in self.source_errors or any(isinstance(c, pointcoef.PointCoefficient) for _, c in items):
@@ -1243,6 +1246,8 @@ class Distance(Quantity):
         rule = an.distance_rule(v)
         if rule is None:
             return [("m", v, v)], [("m", v, v)]
+        if rule[0] == "data":
+            return [], []
         if rule[0] == "sum":
             return [("D", h) for _, h in rule[1]], []
         g = rule[3]
@@ -1257,6 +1262,8 @@ class Distance(Quantity):
             D = a + b - 2.0 * c
             dD = da + db + 2.0 * c_bound.array() + 4 * _EPS * (a + b + 2.0 * np.abs(c))
             D = np.maximum(D, 0.0)
+        elif rule[0] == "data":
+            D, dD = data_distance(data_view(run.X_left, rule[1]), data_view(run.X_right, rule[1]))
         elif rule[0] == "sum":
             D, dD = np.zeros(run.shape), np.zeros(run.shape)
             for weight, h in rule[1]:
@@ -1270,12 +1277,40 @@ class Distance(Quantity):
             if k2 != 1.0:  # the form k·g, rounded once
                 a, da, b, db = k2 * a, k2 * da + _EPS * k2 * a, k2 * b, k2 * db + _EPS * k2 * b
                 Dg, dDg = k2 * Dg, k2 * dDg + _EPS * k2 * Dg
-            Dh, dDh = act.distance_kernel(a, da, b, db, Dg, dDg, distance.angle(a, da, b, db, Dg, dDg))
+            ang = distance.angle(a, da, b, db, Dg, dDg)
+            if (exact := run.colinear((g,))) is not None:  # θ = 0 or π exactly (its interval would be ½-Hölder)
+                ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
+            Dh, dDh = act.distance_kernel(a, da, b, db, Dg, dDg, ang)
             D, dD = alpha2 * Dh, alpha2 * dDh + 2 * _EPS * alpha2 * Dh
         D, dD = np.array(np.broadcast_to(D, run.shape)), np.array(np.broadcast_to(dD, run.shape))
         same = run.identical  # the same vector at the same input
         D[same] = dD[same] = 0.0
         return D, dD
+
+
+#: Pairs of inputs whose squared distance is below this share of their squared norms' sum are recomputed from
+#: their differences (the Gram form ‖x‖² + ‖x'‖² − 2x·x' holds it to (d + 4) ulps of that sum only).
+DIRECT_DISTANCE_SHARE = 1e-2
+
+
+def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
+    """``‖x − x'‖²/d`` between the rows of ``A`` (B1, d) and of ``B`` (B2, d), with a bound on its error: the
+    Gram form, and the differences themselves where the inputs are close (:data:`DIRECT_DISTANCE_SHARE`;
+    ~(d + 2) ulps of the distance) — inputs a perturbation apart keep their distance's digits."""
+    d = A.shape[1]
+    norms_a, norms_b = np.einsum("bi,bi->b", A, A)[:, None] / d, np.einsum("bi,bi->b", B, B)[None, :] / d
+    scale = norms_a + norms_b
+    D = scale - 2.0 * (A @ B.T) / d
+    np.maximum(D, 0.0, out=D)
+    dD = (d + 4) * _EPS * scale * np.ones_like(D)
+    close = np.argwhere(D <= DIRECT_DISTANCE_SHARE * scale)
+    rows = max(1, 2**22 // max(1, d))  # pairs a chunk: their differences within ~32 MB
+    for start in range(0, len(close), rows):
+        i, j = close[start:start + rows].T
+        diff = A[i] - B[j]
+        near = np.einsum("ki,ki->k", diff, diff) / d
+        D[i, j], dD[i, j] = near, (d + 3) * _EPS * near
+    return D, dD
 
 
 QUANTITIES: dict[str, Quantity] = {
@@ -1942,10 +1977,15 @@ class Run:
         :func:`netsor.ir.homogeneity.input_scaling`): correlation exactly ``sign λ``; or None."""
         if self.diag or pl.args != pr.args or not np.array_equal(pl.coefs, pr.coefs):
             return None
+        return self.colinear(pl.args)
+
+    def colinear(self, args: tuple[Vector, ...]) -> tuple[Array, Array, Array] | None:
+        """``(i, j, ±1)`` of the tile's entries at exactly proportional inputs ``x`` and ``s·x`` where every
+        vector of ``args`` is ``λ`` times itself draw by draw, one ``λ`` for all (``sign λ``); or None."""
         ii, jj, s = self.proportional
         if not ii.size:
             return None
-        factors = [input_scaling(self.an.program, v, s) for v in pl.args]
+        factors = [input_scaling(self.an.program, v, s) for v in args]
         same = np.isfinite(factors[0]) & np.all([f == factors[0] for f in factors], axis=0)
         return (ii[same], jj[same], np.sign(factors[0][same])) if same.any() else None
 
@@ -2104,11 +2144,10 @@ class Run:
         if k2 != 1.0:
             D, dD = k2 * D, k2 * dD + _EPS * k2 * D
         ang = distance.angle(a, da, b, db, D, dD)
-        theta, width = np.array(ang.theta), ang.width()
         if exact is not None:  # ρ = ±1 exactly (proportional inputs): θ = 0 or π, no error
             ii, jj = exact
-            theta[ii, jj] = np.where(c[ii, jj] > 0, 0.0, np.pi)
-            width[ii, jj] = 0.0
+            ang = ang.at(ii, jj, np.where(c[ii, jj] > 0, 0.0, np.pi))
+        theta, width = ang.theta, ang.width()
         act = proj.act
         at_one, at_zero = (float(act.kernel(np.ones(1), np.ones(1), np.full(1, r))[0]) for r in (1.0, 0.0))
         slope = (at_zero - at_one) / (0.5 * np.pi)
@@ -2800,8 +2839,9 @@ class Limit:
         """A hint for a refused entry ``(i, j)`` whose correlation is within rounding-amplifying reach of ±1:
         kernels of step-like functions are only ½-Hölder there. Either the two inputs are nearly (not
         exactly) parallel, or the network itself drives their correlation to ±1 (a deep network in the
-        ordered phase: a ReLU MLP at σ_w = 1, σ_b = 0.1, depth 50, where the NTK's step kernel turns the
-        NNGP's rounding-level bound on each correlation into ~6e-8 a layer while the true error is ~1e-10)."""
+        ordered phase) through a part that the distances between the points (:class:`Distance`) cannot be
+        carried through: the covariances' rounding-level bound on each correlation costs its square root a
+        layer in the NTK's step kernel (~6e-8 a layer while the true error is ~1e-10)."""
         per = shape[0] // self.X.shape[0]  # outputs per input
         x, y = self.X[i // per].ravel(), self.X2[j // per].ravel()
         norms = float(np.linalg.norm(x) * np.linalg.norm(y))
@@ -2817,9 +2857,11 @@ class Limit:
         return (f". The network drives the {what} correlation of {pair} to within {gap:.1g} of ±1 (e.g. a deep "
                 "network in the ordered phase). Kernels of step-like functions (relu's "
                 "derivative in an NTK, a jump) are only ½-Hölder in the correlation there: the rounding-level "
-                "bound of each correlation enters a layer's bound as its square root, which the engine cannot "
-                "avoid without carrying 1 − ρ itself; the bound is what it can certify: an rtol above it accepts "
-                "the result, fewer layers avoid it")
+                "bound of each correlation enters a layer's bound as its square root. The engine carries 1 − ρ "
+                "itself (the distances between the points) through sums of independent sources and through "
+                "relu, leaky_relu, abs, step and sign of one vector; some part of this program is none of "
+                "those (a sum of functions, a LayerNorm's or attention's scalar, sources sharing a matrix), so "
+                "the bound is what it can certify: an rtol above it accepts the result, fewer layers avoid it")
 
     def _correlation_gap(self, i: int, j: int, value: Array | None) -> float | None:
         """``1 − |K_ij| / √(K_ii K_jj)`` of a symmetric result ``value`` (None where not known)."""
