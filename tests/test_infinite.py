@@ -900,7 +900,7 @@ def test_tile_plans_are_dependency_orders_holding_no_more_tiles_than_the_walk(na
     X = np.random.default_rng(0).standard_normal((3, 2) if name == "mlp" else (3, 4, 2))
     netsor.kernel(program, X)
     an = infinite.analysis_of(program.derived("tangent_program", tangent_program).program)
-    roots, plan = next((r, p) for r, p in an.plans.items() if r and r[0] != "points")
+    roots, plan = next((r[0], p) for r, p in an.plans.items() if r and r[0] != "points")  # (roots, distances)
     position = {k: i for i, k in enumerate(plan.order)}
     assert len(position) == len(plan.order)
     for k in plan.order:

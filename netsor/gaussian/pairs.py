@@ -112,8 +112,15 @@ _TURN_STEPS = 2.0 ** np.arange(-2, 7)
 #: Pairs times refinement cost (4 per level) beyond which the nested rule is not refined (each
 #: refined pair costs ~2·10⁵·4^level nodes).
 _NESTED_REFINE_BUDGET = 4096
-#: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral).
+#: |ρ| ≥ 1 − this is treated as colinear (a 1-D integral) where φ and ψ are continuous (their kernels change by
+#: ~1e-14 of their scale there); discontinuous ones are ½-Hölder in ρ — sign's kernel moves by 2.8e-8 at
+#: 1 − ρ = 1e-15 — and only exactly colinear pairs are (:func:`_colinear_reach`).
 _COLINEAR = 1e-14
+
+
+def _colinear_reach(phi: Activation, psi: Activation) -> float:
+    """The smallest ``|ρ|`` taken as colinear for the pair ``(φ, ψ)`` (see :data:`_COLINEAR`)."""
+    return 1.0 - _COLINEAR if phi.continuous and psi.continuous else 1.0
 #: Pairs processed at once by the nested 2-D rule.
 _PAIR_CHUNK = 512
 #: Inner-rule values (outer nodes × inner nodes) held at once by the nested 2-D rule: 16 MB an array.
@@ -1126,7 +1133,7 @@ def _series_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,
     ia_s, ib_s = np.broadcast_to(ia, full)[sub], np.broadcast_to(ib, full)[sub]
     rho_s = np.abs(np.broadcast_to(c, full)[sub]) / (
         np.broadcast_to(sa, full)[sub] * np.broadcast_to(sb, full)[sub])
-    colinear_s = rho_s >= 1.0 - _COLINEAR
+    colinear_s = rho_s >= _colinear_reach(phi, psi)
     beyond = rho_s > _orders_reach(tables[_SMALL_TABLE], _SMALL_TABLE, ia_s, ib_s)
     if np.mean(beyond & ~colinear_s) > 0.5:
         tables[_LARGE_TABLE] = _tables(phi, psi, va, vb, _LARGE_TABLE, rtol, memo)
@@ -1191,7 +1198,7 @@ def _sparse_pairs(phi: Activation, psi: Activation, va: Array, vb: Array,
     """Pairs (flat, shape (m,)) left by a dense pass of order ``done``: higher orders, then quadrature."""
     rho = np.clip(rho, -1.0, 1.0)
     out, err = np.empty(rho.size), np.empty(rho.size)
-    colinear = np.abs(rho) >= 1.0 - _COLINEAR
+    colinear = np.abs(rho) >= _colinear_reach(phi, psi)
     small = tables[_SMALL_TABLE]
     if small[0] is small[1]:  # E φ(u)² on the diagonal is in the table already
         diagonal = colinear & (rho > 0) & (ia == ib)

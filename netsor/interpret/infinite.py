@@ -2180,8 +2180,7 @@ class Run:
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
             g = an.angle_pair(comp) if self.distances else None
-            if g is not None and (by_angle := self.angle_pair(g, pl, a, da, b, db, c, exact, env_l, env_r)):
-                return by_angle
+            by_angle = None if g is None else self.angle_pair(g, pl, a, da, b, db, c, exact, env_l, env_r)
             phi, psi = pl.act, pr.act
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
@@ -2221,7 +2220,12 @@ class Run:
                 if zero_l.any() or zero_r.any():  # a form exactly 0 at a point: its pairs are exact (modulus NaN)
                     dense = np.where(zero_l | zero_r, 0.0, dense)
                 prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
-            return value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
+            by_covariance = value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
+            if by_angle is None:
+                return by_covariance
+            # both enclose the pair: the angle's where its distance was carried, the covariance's where it
+            # was not (a + b − 2c: inputs proportional up to rounding in a bias-free network)
+            return _tighter(by_angle, by_covariance, env_l, env_r, threshold)
         along = self._cone_pair_along_sources(comp, env_l, env_r)
         if along is not None:
             return along
@@ -2262,6 +2266,14 @@ class Run:
         if mirror:  # the lower triangle is zero
             value, err = value + value.T, err + err.T
         return value, bounds.from_dense(err, env_l, env_r, keep_dense=True)
+
+
+def _tighter(first: tuple[Array, bounds.Bound], second: tuple[Array, bounds.Bound], env_l: Array, env_r: Array,
+             threshold: float) -> tuple[Array, bounds.Bound]:
+    """Two enclosures of one quantity, value and bound: at each entry the one with the smaller bound."""
+    e1, e2 = first[1].array(), second[1].array()
+    take = e1 <= e2
+    return np.where(take, first[0], second[0]), bounds.compact(np.where(take, e1, e2), env_l, env_r, threshold)
 
 
 def _geometry_key(pl: Projection, pr: Projection) -> Hashable:
