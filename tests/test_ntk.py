@@ -355,6 +355,7 @@ def test_deep_ordered_networks_of_relu_like_activations_meet_the_default_rtol(na
     (100, 1.2, 1.0, 0.0),
     (30, 1.5, 0.2, 0.0),  # chaotic: the nearly identical pair's 1 − ρ grows from ~1e-13 with depth
     (50, 1.0, 0.1, 0.1),  # leaky_relu, ordered
+    (50, 1.0, 0.1, -1.0),  # abs: its derivative 2·step − 1 was four terms whose bounds added up, 5× a layer (1e23)
 ])
 def test_deep_relu_networks_whose_correlations_approach_one_meet_the_default_rtol_with_bounds_that_cover_the_error(
         depth, sigma_w, sigma_b, alpha):
@@ -365,7 +366,7 @@ def test_deep_relu_networks_whose_correlations_approach_one_meet_the_default_rto
     default rtol, with bounds that cover the true error (against a 40-digit recursion) at every entry."""
     X = np.random.default_rng(1).standard_normal((6, 10))
     X[4] = X[3] + 1e-6 * X[0]
-    act = "relu" if alpha == 0.0 else netsor.activations.activation("leaky_relu", alpha=alpha)
+    act = {0.0: "relu", -1.0: "abs"}.get(alpha) or netsor.activations.activation("leaky_relu", alpha=alpha)
     k = netsor.kernel(netsor.zoo.mlp(depth, act, sigma_w, sigma_b), X)
     K, T = references.relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, alpha=alpha)
     for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):

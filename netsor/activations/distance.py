@@ -112,7 +112,8 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
 
     The second term is ``O(θ³)``: nothing cancels where the points are nearly parallel. Its partial
     derivatives: in ``D`` (at fixed variances) ``β² + βγ + γ²(π − θ)/(2π)`` (relu's kernel has slope
-    ``E[step u step v]`` in ``c = (a + b − D)/2``), bounded by its value at θ = 0; in ``a`` (at fixed ``b, D``)
+    ``E[step u step v]`` in ``c = (a + b − D)/2``), between ``β² + βγ`` and ``β² + βγ + γ²/2`` (abs: ±1, not the
+    triangle inequality's 3, which compounded 3× a layer); in ``a`` (at fixed ``b, D``)
     ``γ²(θ − √(b/a) sin θ)/(2π)`` — of the order of θ, so errors of the variances barely move the distance of
     nearly parallel points — bounded over the arguments' box by the angle's interval."""
     beta, gamma = float(below), float(above) - float(below)
@@ -130,7 +131,8 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
         # where the box reaches θ = π the formula holds θ there (rounded arguments past anti-parallel):
         # its slopes are then ½ in D and √(b/a)/2 in a
         clipped = hi >= np.pi
-        slope_d = abs(linear) + 0.5 * g2
+        # linear + γ² t with t = (π − θ)/(2π) over the interval, or ½ (θ held at 0 or π): its ends
+        slope_d = np.maximum(np.abs(linear + g2 * (np.pi - hi) / (2.0 * np.pi)), abs(linear + 0.5 * g2))
         ratio_a, ratio_b = np.sqrt((b + db) / a_lo), np.sqrt((a + da) / b_lo)
         slope_a = g2 * ((hi + ratio_a * sine_hi) / (2.0 * np.pi) + 0.5 * ratio_a * clipped)
         slope_b = g2 * ((hi + ratio_b * sine_hi) / (2.0 * np.pi) + 0.5 * ratio_b * clipped)

@@ -198,6 +198,20 @@ def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array
     return bound
 
 
+@_scalar_safe
+def sign_kernel(a: Array, b: Array, c: Array) -> Array:
+    """E[sign u sign v] = 1 − 2θ/π = (2/π) arcsin ρ (= 4 K₀ − 1)."""
+    _, psi = _sine_and_supplement(a, b, c)
+    out = np.multiply(psi, 2.0 / np.pi, out=_owned(psi))
+    out -= 1.0
+    return out
+
+
+def sign_kernel_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array:
+    """A bound of ``|K(a, b, c') − K(a, b, c)|`` over ``|c' − c| ≤ delta`` for K = E[sign u sign v] = 4 K₀ − 1."""
+    return 4.0 * arccos_kernel_0_modulus(a, b, c, delta)
+
+
 def erf_kernel_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array:
     """A bound of ``|K(a, b, c') − K(a, b, c)|`` over ``|c' − c| ≤ delta`` for ``K = E[erf u erf v]``.
 

@@ -32,6 +32,8 @@ from netsor.activations.kernels import (
     gaussian_kernel,
     identity_kernel,
     leaky_relu_kernel,
+    sign_kernel,
+    sign_kernel_modulus,
     sin_kernel,
 )
 from netsor.errors import HyperParameterError, NetsorError, ProgramError
@@ -454,7 +456,8 @@ _UFUNCS: dict[Any, Activation] = {
                            odd=True, local=True),
     np.sinh: Activation("sinh", fn=np.sinh, zeros=(0.0,), **_SIGN_OF_X, deriv=np.cosh, odd=True),
     np.cosh: Activation("cosh", fn=np.cosh, zeros=(), deriv=np.sinh, even=True, image=(1.0, np.inf, True, False)),
-    np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X,
+    np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X, kernel=sign_kernel,
+                        kernel_modulus=sign_kernel_modulus, mean=np.zeros_like, image=_CLOSED_UNIT,
                         deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
                         continuous=False, homogeneous=0.0, distance_kernel=jump_distance(1.0)),
     special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(), image=(0.0, 1.0, False, False),
