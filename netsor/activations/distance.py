@@ -79,8 +79,10 @@ def angle(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array) -> Angl
     s = diff * diff / (np.sqrt(a) + np.sqrt(b)) ** 2
     theta = _angle((D - s) / (4.0 * root_ab))
     a_lo, b_lo = a - da, b - db
-    positive = (a_lo > 0.0) & (b_lo > 0.0)
-    a_lo, b_lo = np.where(positive, a_lo, 1.0), np.where(positive, b_lo, 1.0)  # no NaN where refused below
+    positive = bool(np.all(a_lo > 0.0) and np.all(b_lo > 0.0))  # else a (full) mask of the pairs that are
+    if not positive:
+        positive = (a_lo > 0.0) & (b_lo > 0.0)
+        a_lo, b_lo = np.where(a_lo > 0.0, a_lo, 1.0), np.where(b_lo > 0.0, b_lo, 1.0)  # no NaN where refused
     a_hi, b_hi = a + da, b + db
     diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
     s_lo = diff_lo * diff_lo / (np.sqrt(a_hi) + np.sqrt(b_hi)) ** 2 * (1.0 - 8 * _EPS)
@@ -90,17 +92,23 @@ def angle(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array) -> Angl
     pad = dD + 2 * _EPS * (D + dD + s_hi)
     x_lo = np.maximum(D - pad - s_hi, 0.0) / (4.0 * np.sqrt(a_hi * b_hi)) * (1.0 - 16 * _EPS)
     x_hi = (D + pad - s_lo) / (4.0 * np.sqrt(a_lo * b_lo)) * (1.0 + 16 * _EPS)
-    lo = np.where(positive, _angle(x_lo) * (1.0 - 4 * _EPS), 0.0)
-    hi = np.where(positive, np.minimum(_angle(x_hi) * (1.0 + 4 * _EPS), np.pi), np.pi)
+    lo = _angle(x_lo) * (1.0 - 4 * _EPS)
+    hi = np.minimum(_angle(x_hi) * (1.0 + 4 * _EPS), np.pi)
+    if positive is not True:
+        lo, hi = np.where(positive, lo, 0.0), np.where(positive, hi, np.pi)
     return Angle(theta, np.minimum(lo, theta), np.maximum(hi, theta))
 
 
-def sine_gap(theta: Array) -> Array:
-    """``sin θ − θ cos θ`` (≥ 0 on [0, π], ~θ³/3 at small θ), without cancellation."""
+def sine_gap(theta: Array) -> tuple[Array, Array]:
+    """``sin θ − θ cos θ`` (≥ 0 on [0, π], ~θ³/3 at small θ) without cancellation, and the magnitude its
+    rounding is relative to: the gap itself where it is summed from its series, ``sin θ + θ |cos θ|`` where
+    the closed form subtracts."""
     theta = np.asarray(theta, dtype=float)
     t2 = theta * theta
     series = theta * t2 * (1.0 / 3.0 - t2 * (1.0 / 30.0 - t2 * (1.0 / 840.0 - t2 / 45360.0)))
-    return np.where(theta < _SERIES_ANGLE, series, np.sin(theta) - theta * np.cos(theta))
+    sine, cosine = np.sin(theta), theta * np.cos(theta)
+    small = theta < _SERIES_ANGLE
+    return np.where(small, series, sine - cosine), np.where(small, series, sine + np.abs(cosine))
 
 
 def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
@@ -123,7 +131,7 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
         if g2 == 0.0:  # linear
             return linear * D, abs(linear) * (dD + 2 * _EPS * D)
         root_ab = np.sqrt(a * b)
-        gap = sine_gap(ang.theta)
+        gap, magnitude = sine_gap(ang.theta)
         value = (linear + 0.5 * g2) * D - g2 * root_ab * gap / np.pi
         hi = ang.hi
         sine_hi = np.minimum(hi, 1.0)
@@ -138,9 +146,7 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
         slope_b = g2 * ((hi + ratio_b * sine_hi) / (2.0 * np.pi) + 0.5 * ratio_b * clipped)
         # rounding: the series or the closed form of the gap (its terms to 8 ulps each, and θ's own rounding
         # through the gap's slope θ sin θ), the products and the difference
-        gap_rounding = 8 * _EPS * np.where(ang.theta < _SERIES_ANGLE, gap,
-                                           np.sin(ang.theta) + ang.theta * np.abs(np.cos(ang.theta)))
-        gap_rounding += 8 * _EPS * ang.theta * ang.theta * np.minimum(ang.theta, 1.0)
+        gap_rounding = 8 * _EPS * (magnitude + ang.theta * ang.theta * sine_hi)
         rounding = (4 * _EPS * (abs(linear + 0.5 * g2) * D + g2 * root_ab * gap / np.pi)
                     + g2 * root_ab * gap_rounding / np.pi)
         err = slope_d * dD + slope_a * da + slope_b * db + rounding

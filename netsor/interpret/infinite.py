@@ -879,7 +879,9 @@ def analysis_of(program: Program) -> Analysis:
 # ------------------------------------------------------------------ quantities
 # Keys: ("g", g1, g2) covariance of G-vectors; ("s", s1, s2) of sources; ("m", u, v) second
 # moment of any vectors; ("d", t1, t2) data inner products; ("t", k1, k2) expectation of a
-# monomial pair; per point only: ("mean", k) of a monomial, ("pm", k) moments for error bounds.
+# monomial pair; tiles only: ("D", v) distance of a vector between the two points, ("A", g) angle of a
+# G-vector (plans with distances, :func:`walk`); per point only: ("mean", k) of a monomial, ("pm", k)
+# moments for error bounds.
 _SYMMETRIC = {"g", "s", "m", "d", "t"}
 _NONE_PROPORTIONAL = (np.empty(0, dtype=int), np.empty(0, dtype=int), np.empty(0))
 
@@ -1251,7 +1253,7 @@ class Distance(Quantity):
         if rule[0] == "sum":
             return [("D", h) for _, h in rule[1]], []
         g = rule[3]
-        return [("D", g)], [("g", g, g)]
+        return [("D", g), ("A", g)], [("g", g, g)]
 
     def compute(self, key: Key, run: Run) -> Value:
         v = key[1]
@@ -1277,15 +1279,36 @@ class Distance(Quantity):
             if k2 != 1.0:  # the form k·g, rounded once
                 a, da, b, db = k2 * a, k2 * da + _EPS * k2 * a, k2 * b, k2 * db + _EPS * k2 * b
                 Dg, dDg = k2 * Dg, k2 * dDg + _EPS * k2 * Dg
-            ang = distance.angle(a, da, b, db, Dg, dDg)
-            if (exact := run.colinear((g,))) is not None:  # θ = 0 or π exactly (its interval would be ½-Hölder)
-                ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
-            Dh, dDh = act.distance_kernel(a, da, b, db, Dg, dDg, ang)
+            Dh, dDh = act.distance_kernel(a, da, b, db, Dg, dDg, run.get(("A", g))[0])  # θ of k·g is g's
             D, dD = alpha2 * Dh, alpha2 * dDh + 2 * _EPS * alpha2 * Dh
-        D, dD = np.array(np.broadcast_to(D, run.shape)), np.array(np.broadcast_to(dD, run.shape))
+        if np.shape(D) != run.shape or not D.flags.writeable:
+            D = np.array(np.broadcast_to(D, run.shape))
+        if np.shape(dD) != run.shape or not dD.flags.writeable:
+            dD = np.array(np.broadcast_to(dD, run.shape))
         same = run.identical  # the same vector at the same input
         D[same] = dD[same] = 0.0
         return D, dD
+
+
+class PairAngle(Quantity):
+    """``("A", g)``: the angle of a G-vector ``g`` between the tile's two points, from its distance, with an
+    interval that holds the true angle (:func:`netsor.activations.distance.angle`) — exact at exactly proportional
+    inputs, where the interval would be ½-Hölder. Shared by the distance kernel of ``φ(k·g)`` and the angle
+    pairs of ``g`` (θ is that of ``k·g`` for any ``k ≠ 0``). Its value is an :class:`~netsor.activations.distance.Angle`
+    (three arrays), its bound None."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        g = key[1]
+        return [("D", g)], [("g", g, g)]
+
+    def compute(self, key: Key, run: Run) -> Value:
+        g = key[1]
+        D, dD = run.get(("D", g))
+        (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
+        ang = distance.angle(a, da, b, db, D, dD)
+        if (exact := run.colinear((g,))) is not None:
+            ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
+        return ang, None
 
 
 #: Pairs of inputs whose squared distance is below this share of their squared norms' sum are recomputed from
@@ -1316,6 +1339,7 @@ def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
 QUANTITIES: dict[str, Quantity] = {
     "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
     "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(), "sc": ScalarLimit(), "D": Distance(),
+    "A": PairAngle(),
 }
 
 
@@ -1450,7 +1474,7 @@ def walk(an: Analysis, roots: list[Key], diag: bool, distances: bool = False
             continue
         own, need = QUANTITIES[key[0]].deps(key, an, diag)
         if distances and key[0] == "t" and not diag:
-            own = own + [("D", g) for comp in an.components(key[1], key[2], False)
+            own = own + [("A", g) for comp in an.components(key[1], key[2], False)
                          if (g := an.angle_pair(comp)) is not None]
         if diag:
             own = [canonical(k) for k in own]
@@ -2130,30 +2154,23 @@ class Run:
         value[todo[done]], err[todo[done]] = v[done], e[done]
         return ~done
 
-    def angle_pair(self, g: Vector, proj: Projection, a: Array, da: Array, b: Array, db: Array, c: Array,
-                   exact: Any, env_l: Array, env_r: Array) -> tuple[Array, bounds.Bound] | None:
+    def angle_pair(self, g: Vector, proj: Projection, a: Array, da: Array, b: Array, db: Array, env_l: Array,
+                   env_r: Array) -> tuple[Array, bounds.Bound] | None:
         """``E[φ(k·g(x)) φ(k·g(x'))]`` of a positively homogeneous φ of degree 0 (:meth:`Analysis.angle_pair`):
         ``A + Bθ``, linear in the angle θ of the two points (each sign orthant of the pair has a probability
-        linear in θ), ``A = E φ²`` (θ = 0) and ``A + Bπ/2 = (E φ)²`` (θ = π/2). θ comes from ``g``'s
-        distance (:class:`Distance`) with an interval that holds the true angle; the bound is ``|B|`` times
-        its width. None where a variance may vanish within its bound (the covariance rules take those)."""
+        linear in θ), ``A = E φ²`` (θ = 0) and ``A + Bπ/2 = (E φ)²`` (θ = π/2). θ is ``g``'s (:class:`PairAngle`),
+        with an interval that holds the true angle; the bound is ``|B|`` times its width. None where a variance
+        ``a, b`` of the form may vanish within its bound (the covariance rules take those)."""
         if np.any(a <= da) or np.any(b <= db):
             return None
-        D, dD = self.get(("D", g))
-        k2 = float(proj.coefs[0]) ** 2
-        if k2 != 1.0:
-            D, dD = k2 * D, k2 * dD + _EPS * k2 * D
-        ang = distance.angle(a, da, b, db, D, dD)
-        if exact is not None:  # ρ = ±1 exactly (proportional inputs): θ = 0 or π, no error
-            ii, jj = exact
-            ang = ang.at(ii, jj, np.where(c[ii, jj] > 0, 0.0, np.pi))
-        theta, width = ang.theta, ang.width()
+        ang = self.get(("A", g))[0]
+        theta = ang.theta
         act = proj.act
         at_one, at_zero = (float(act.kernel(np.ones(1), np.ones(1), np.full(1, r))[0]) for r in (1.0, 0.0))
         slope = (at_zero - at_one) / (0.5 * np.pi)
         value = at_one + slope * theta
         # the rounding of A + Bθ, and of A and B (kernels at θ = 0 and π/2)
-        dense = abs(slope) * width + 4 * _EPS * np.abs(value) + 8 * _EPS * (abs(at_one) + abs(slope) * np.pi)
+        dense = abs(slope) * ang.width() + 4 * _EPS * np.abs(value) + 8 * _EPS * (abs(at_one) + abs(slope) * np.pi)
         if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
             np.fill_diagonal(dense, 0.0)
         return value, bounds.compact(dense, env_l, env_r, threshold=COMPACT_SHARE * self.term_rtol)
@@ -2180,7 +2197,7 @@ class Run:
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
             g = an.angle_pair(comp) if self.distances else None
-            by_angle = None if g is None else self.angle_pair(g, pl, a, da, b, db, c, exact, env_l, env_r)
+            by_angle = None if g is None else self.angle_pair(g, pl, a, da, b, db, env_l, env_r)
             phi, psi = pl.act, pr.act
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
