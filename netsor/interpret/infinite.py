@@ -2597,8 +2597,9 @@ class Limit:
         networks that drive correlations towards 1 (the ordered phase, depth ≥ 50) need them."""
         try:
             return self._retried_share(compute)
-        except NumericalError:
-            if self.distances or not self.analysis.has_angle_pairs:
+        except NumericalError as exc:
+            # only a bound that missed rtol (Limit.refuse): not a refusal of the program or of its inputs (a tie)
+            if self.distances or not self.analysis.has_angle_pairs or not hasattr(exc, "overshoot"):
                 raise
             self.distances = True
             return self._retried_share(compute)
