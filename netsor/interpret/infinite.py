@@ -1240,8 +1240,8 @@ class Distance(Quantity):
     to a few ulps of 1, and the step kernel of an NTK's backward pass (slope ``1/(2π sin θ)``) could only be
     bounded by its ½-Hölder modulus, ~1e-8 a layer. The distance recursion keeps ``1 − ρ`` to a few ulps of
     itself (:mod:`netsor.activations.distance`): a relu MLP at σ_w = 1, σ_b = 0.1, depth 50 took the NTK's
-    error from 2.5e-10 to ~1e-16 and its bound from 1.4e-7 to its rounding. Pairs of identical inputs are
-    0 exactly."""
+    error from 2.5e-10 to 1.7e-16 and its bound from 1.4e-7 to 5.3e-14 (relative to √(K_ii K_jj)). Pairs of
+    identical inputs are 0 exactly."""
 
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         v = key[1]
@@ -1459,8 +1459,8 @@ def walk(an: Analysis, roots: list[Key], diag: bool, distances: bool = False
     """The depth-first dependency walk from ``roots`` (no recursion): the quantities in a dependency
     order, each one's dependencies, and the per-point keys needed from the diagonal runs. ``distances``
     (tiles only): each pair term's angle pairs (:meth:`Analysis.angle_pair`) also need their G-vector's
-    distance (:class:`Distance`) — a refinement that costs ~10× an NTK's time, taken where the covariances
-    alone missed the tolerance (:meth:`Limit.retried`)."""
+    angle (:class:`PairAngle`, from its :class:`Distance`) — a refinement that costs ~10–15× an NTK's time,
+    taken where the covariances alone missed the tolerance (:meth:`Limit.retried`)."""
     order: list[Key] = []
     deps: dict[Key, list[Key]] = {}
     side: set[Key] = set()
@@ -2593,7 +2593,7 @@ class Limit:
     def retried(self, compute: Callable[[], Any]) -> Any:
         """:meth:`_retried_share`, and once more carrying distances between the points (:class:`Distance`)
         where it missed ``rtol`` and the program has angle pairs (step-like functions of one G-vector: a
-        ReLU network's NTK): from then on for this limit. The distances cost ~10× an NTK's time, and only
+        ReLU network's NTK): from then on for this limit. The distances cost ~10–15× an NTK's time, and only
         networks that drive correlations towards 1 (the ordered phase, depth ≥ 50) need them."""
         try:
             return self._retried_share(compute)
