@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from netsor.activations.distance import DistanceRule, jump_distance, piecewise_linear_distance
+from netsor.activations.distance_kernels import DistanceRule, jump_distance, piecewise_linear_distance
 from netsor.activations.kernels import (
     KernelRule,
     abs_kernel,
@@ -193,9 +193,9 @@ class Activation:
         pair). False for oscillating (sin, cos) or unknown φ.
     distance_kernel : callable, optional
         ``E[(φ(u) − φ(v))²]`` with its error bound from the variances, the pair's distance ``E[(u − v)²]``
-        and its angle, with their bounds (:mod:`netsor.activations.distance`; piecewise-linear and step-like φ): the
-        infinite-width engine carries distances through deep networks whose inputs' correlations approach
-        1, where a covariance loses ``1 − ρ`` to rounding.
+        and its angle, with their bounds (:mod:`netsor.activations.distance_kernels`; piecewise-linear and
+        step-like φ): the infinite-width engine carries distances through deep networks whose inputs'
+        correlations approach 1, where a covariance loses ``1 − ρ`` to rounding.
     pieces : tuple of (coef, power, rate, threshold, above), optional
         φ as a sum of ``coef · x^power · e^(rate·x) · 1{x > threshold}`` (``above``; else ``x < threshold``)
         with power 0 or 1, when it is one: elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``. Pairs of such

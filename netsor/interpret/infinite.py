@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from netsor.activations import Activation, distance, identity, relu, step
+from netsor.activations import Activation, distance_kernels, identity, relu, step
 from netsor.activations.kernels import known_supplement, remembered_angles
 from netsor.allocator import reused_memory
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
@@ -1239,7 +1239,7 @@ class Distance(Quantity):
     Networks in the ordered phase drive two inputs' correlation towards 1; a covariance then holds ``1 − ρ``
     to a few ulps of 1, and the step kernel of an NTK's backward pass (slope ``1/(2π sin θ)``) could only be
     bounded by its ½-Hölder modulus, ~1e-8 a layer. The distance recursion keeps ``1 − ρ`` to a few ulps of
-    itself (:mod:`netsor.activations.distance`): a relu MLP at σ_w = 1, σ_b = 0.1, depth 50 took the NTK's
+    itself (:mod:`netsor.activations.distance_kernels`): a relu MLP at σ_w = 1, σ_b = 0.1, depth 50 took the NTK's
     error from 2.5e-10 to 1.7e-16 and its bound from 1.4e-7 to 5.3e-14 (relative to √(K_ii K_jj)). Pairs of
     identical inputs are 0 exactly."""
 
@@ -1292,10 +1292,10 @@ class Distance(Quantity):
 
 class PairAngle(Quantity):
     """``("A", g)``: the angle of a G-vector ``g`` between the tile's two points, from its distance, with an
-    interval that holds the true angle (:func:`netsor.activations.distance.angle`) — exact at exactly proportional
-    inputs, where the interval would be ½-Hölder. Shared by the distance kernel of ``φ(k·g)`` and the angle
-    pairs of ``g`` (θ is that of ``k·g`` for any ``k ≠ 0``). Its value is an :class:`~netsor.activations.distance.Angle`
-    (three arrays), its bound None."""
+    interval that holds the true angle (:func:`netsor.activations.distance_kernels.angle`) — exact at exactly
+    proportional inputs, where the interval would be ½-Hölder. Shared by the distance kernel of ``φ(k·g)`` and
+    the angle pairs of ``g`` (θ is that of ``k·g`` for any ``k ≠ 0``). Its value is an
+    :class:`~netsor.activations.distance_kernels.Angle` (three arrays), its bound None."""
 
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         g = key[1]
@@ -1305,14 +1305,14 @@ class PairAngle(Quantity):
         g = key[1]
         D, dD = run.get(("D", g))
         (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
-        ang = distance.angle(a, da, b, db, D, dD)
+        ang = distance_kernels.angle(a, da, b, db, D, dD)
         if (exact := run.colinear((g,))) is not None:
             ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
         return ang, None
 
 
 #: Pairs of inputs whose squared distance is below this share of their squared norms' sum are recomputed from
-#: their differences (the Gram form ‖x‖² + ‖x'‖² − 2x·x' holds it to (d + 4) ulps of that sum only).
+#: their differences (the Gram form ‖x‖² + ‖x'‖² − 2x·x' holds it to (2d + 4) ulps of that sum only).
 DIRECT_DISTANCE_SHARE = 1e-2
 
 
@@ -1325,7 +1325,8 @@ def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
     scale = norms_a + norms_b
     D = scale - 2.0 * (A @ B.T) / d
     np.maximum(D, 0.0, out=D)
-    dD = (d + 4) * _EPS * scale * np.ones_like(D)
+    # the norms to (d + 1) ulps of theirs, the inner product to d ulps of (‖x‖² + ‖x'‖²)/2 each side, the difference
+    dD = (2 * d + 4) * _EPS * scale * np.ones_like(D)
     close = np.argwhere(D <= DIRECT_DISTANCE_SHARE * scale)
     rows = max(1, 2**22 // max(1, d))  # pairs a chunk: their differences within ~32 MB
     for start in range(0, len(close), rows):

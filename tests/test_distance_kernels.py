@@ -1,4 +1,4 @@
-"""Distances ``E[(φ(u) − φ(v))²]`` of Gaussian pairs (:mod:`netsor.activations.distance`) and of inputs
+"""Distances ``E[(φ(u) − φ(v))²]`` of Gaussian pairs (:mod:`netsor.activations.distance_kernels`) and of inputs
 (:func:`netsor.interpret.infinite.data_distance`) against 50-digit references: values accurate relative
 to themselves at angles down to 1e-9, and bounds that hold the true value when the arguments err."""
 
@@ -15,13 +15,13 @@ from strategies import inputs
 
 import netsor
 from netsor.activations import activation
-from netsor.activations.distance import angle
+from netsor.activations.distance_kernels import angle
 from netsor.activations.registry import from_ufunc
 from netsor.interpret.infinite import Limit, data_distance
 
-#: (activation, slope above 0, slope below 0) of the piecewise-linear ones; step and sign are jumps
-PIECEWISE = [("relu", 1.0, 0.0), ("leaky_relu", 1.0, 0.2), ("abs", 1.0, -1.0), ("identity", 1.0, 1.0)]
-JUMPS = [("step", 0.0, 1.0), ("sign", -1.0, 1.0)]  # (value below, value above)
+#: activation: (slope above 0, slope below 0) of the piecewise-linear ones; step and sign jump
+PIECEWISE = {"relu": (1.0, 0.0), "leaky_relu": (1.0, 0.2), "abs": (1.0, -1.0), "identity": (1.0, 1.0)}
+JUMPS = {"step": (0.0, 1.0), "sign": (-1.0, 1.0)}  # (value below 0, value above)
 
 
 def _act(name):
@@ -38,13 +38,13 @@ def _reference(a, b, theta, name):
     with mpmath.workdps(50):
         a, b, t = mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(theta)
         root = mpmath.sqrt(a * b)
-        if name in dict((n, 0) for n, *_ in JUMPS):
-            low, high = dict((n, (lo, hi)) for n, lo, hi in JUMPS)[name]
+        if name in JUMPS:
+            low, high = JUMPS[name]
             same = (mpmath.pi - t) / (2 * mpmath.pi)  # P(u > 0, v > 0) = P(u < 0, v < 0)
             differ = t / (2 * mpmath.pi)
             cross = (low * low + high * high) * same + 2 * low * high * differ
             return float((low * low + high * high) - 2 * cross)
-        above, below = dict((n, (p, q)) for n, p, q in PIECEWISE)[name]
+        above, below = PIECEWISE[name]
         beta, gamma = mpmath.mpf(below), mpmath.mpf(above) - mpmath.mpf(below)
         c = root * mpmath.cos(t)
         k1 = root * (mpmath.sin(t) + (mpmath.pi - t) * mpmath.cos(t)) / (2 * mpmath.pi)
@@ -62,7 +62,7 @@ def _pair(a, b, theta):
 ANGLES = [1e-9, 1e-7, 1e-4, 0.05, 0.3, 1.0, 2.0, 3.0, np.pi - 1e-6]
 
 
-@pytest.mark.parametrize("name", [n for n, *_ in PIECEWISE + JUMPS])
+@pytest.mark.parametrize("name", [*PIECEWISE, *JUMPS])
 def test_distances_are_accurate_relative_to_themselves_at_tiny_angles(name):
     """Exact float arguments (no error bounds): the value within its rounding bound of the 50-digit reference,
     and that bound a few ulps of the value — at θ = 1e-9 too, where ``a + b − 2c`` keeps no digit. (Variances
@@ -88,7 +88,7 @@ def test_distances_are_accurate_relative_to_themselves_at_tiny_angles(name):
             assert err[0] <= 1e-13 * ref
 
 
-@pytest.mark.parametrize("name", [n for n, *_ in PIECEWISE + JUMPS])
+@pytest.mark.parametrize("name", [*PIECEWISE, *JUMPS])
 def test_distance_bounds_hold_the_true_value_when_the_arguments_err(name):
     """Arguments off the truth by up to their bounds (relative 1e-10 of the variances and of the distance): the
     true angle lies in the interval and the true distance within the bound, for every sign of the errors."""
