@@ -15,16 +15,26 @@ from strategies import inputs
 
 import netsor
 from netsor.activations import activation
-from netsor.activations.distance_kernels import angle
+from netsor.activations.distance_kernels import JumpDistance, PiecewiseLinearDistance, angle, combination
 from netsor.activations.registry import from_ufunc
-from netsor.interpret.infinite import Limit, data_distance
+from netsor.interpret.infinite import Limit, analysis_of, data_distance
 
 #: activation: (slope above 0, slope below 0) of the piecewise-linear ones; step and sign jump
 PIECEWISE = {"relu": (1.0, 0.0), "leaky_relu": (1.0, 0.2), "abs": (1.0, -1.0), "identity": (1.0, 1.0)}
 JUMPS = {"step": (0.0, 1.0), "sign": (-1.0, 1.0)}  # (value below 0, value above)
 
 
+#: sums of such functions of one vector, which the engine combines into one rule (and a mix, which it does not)
+SUMS = {
+    "relu(−2x) + 3|x| + x/2": lambda g: netsor.relu(-2.0 * g) + 3.0 * abs(g) + 0.5 * g,
+    "2 step(x) − step(−x) + 1": lambda g: 2.0 * netsor.step(g) - netsor.step(-1.0 * g) + 1.0,
+    "relu(x) + step(x)": lambda g: netsor.relu(g) + netsor.step(g),
+}
+
+
 def _act(name):
+    if name in SUMS:
+        return SUMS[name]
     if name == "leaky_relu":
         return activation("leaky_relu", alpha=0.2)
     if name == "sign":
@@ -125,8 +135,41 @@ def test_input_distances_keep_their_digits_for_inputs_a_perturbation_apart():
     assert dD[0, 0] <= 1e-14 * D[0, 0]
 
 
+def test_the_rules_of_a_sum_of_functions_of_one_vector_combine_into_the_rule_of_the_sum():
+    """Σ α φ(k x): the slopes (or jumps) of the terms add up, a negative k swapping the slopes (reversing the jump);
+    the expected rules are those of the sums worked out by hand on each side of 0."""
+    relu_rule, abs_rule, identity_rule = (activation(n).distance_kernel for n in ("relu", "abs", "identity"))
+    step_rule, sign_rule = activation("step").distance_kernel, from_ufunc(np.sign).distance_kernel
+    # relu(−2x) + 3|x| + x/2: 3.5 x above 0, −4.5 x below
+    assert combination([(1.0, -2.0, relu_rule), (3.0, 1.0, abs_rule), (0.5, 1.0, identity_rule)]) == \
+        PiecewiseLinearDistance(3.5, -4.5)
+    # 2 step(x) − step(−x) + sign(3x)/2: 2.5 above 0, −1.5 below
+    assert combination([(2.0, 1.0, step_rule), (-1.0, -1.0, step_rule), (0.5, 3.0, sign_rule)]) == JumpDistance(4.0)
+    assert combination([(1.0, 1.0, relu_rule), (-1.0, 1.0, relu_rule)]) == PiecewiseLinearDistance(0.0, 0.0)
+    # the slope of the function as written, summed exactly (2.8e-17; floats sum it to 5.6e-17)
+    exact = float(Fraction(0.1) + Fraction(0.2) - Fraction(0.3))
+    assert combination([(0.1, 1.0, relu_rule), (0.2, 1.0, relu_rule), (-0.3, 1.0, relu_rule)]) == \
+        PiecewiseLinearDistance(exact, 0.0)
+    assert combination([(1.0, 1.0, relu_rule), (1.0, 1.0, step_rule)]) is None  # a kink and a jump
+    assert combination([(1.0, 1.0, relu_rule), (1.0, 1.0, lambda *args: None)]) is None
+
+
+def test_the_engine_reads_a_sum_of_functions_of_one_form_as_one_function_with_the_rule_of_the_sum():
+    """relu(−2g) + 3|g| + g/2 of an input with a bias (its terms over different vectors of the form: the input and
+    its bias — the bias drops out of the linear term's distance) is one piecewise-linear function of the form;
+    with tanh in the sum it has no rule."""
+    p = netsor.Program("sum")
+    g = p.input(p.dim("n"), sigma=1.0, bias=0.3)
+    h = SUMS["relu(−2x) + 3|x| + x/2"](g)
+    smooth = netsor.relu(g) + netsor.tanh(g)
+    p.readout(h + smooth, sigma=1.0)
+    an = analysis_of(p)
+    assert an.distance_rule(h)[1] == PiecewiseLinearDistance(3.5, -4.5)
+    assert an.distance_rule(smooth) is None
+
+
 # ---- the engine with and without distances -------------------------------------------------------------------
-CHAIN_ACTIVATIONS = ["relu", "leaky_relu", "abs", "step", "identity", "erf", "tanh", "sign"]
+CHAIN_ACTIVATIONS = ["relu", "leaky_relu", "abs", "step", "identity", "erf", "tanh", "sign", *SUMS]
 
 
 @st.composite

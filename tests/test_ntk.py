@@ -374,33 +374,50 @@ def test_deep_relu_networks_whose_correlations_approach_one_meet_the_default_rto
         assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
 
 
-def _leaky_by_a_sum(depth: int, written_as_a_sum: bool) -> netsor.Program:
-    """A leaky ReLU MLP (σ_w = 1, σ_b = 0.1), its φ(g) = relu(g) + 0.01·g written as that sum (two terms,
-    which the distances are not carried through) or as one activation 1.01·leaky_relu(g, 0.01/1.01)."""
+def _leaky_by_a_sum(depth: int, written: str) -> netsor.Program:
+    """A leaky ReLU MLP (σ_w = 1, σ_b = 0.1), its φ(g) written as one activation 1.01·leaky_relu(g, 0.01/1.01)
+    ("one"), as the sum relu(g) + 0.01·g (two terms, "sum"), or that sum with the matrix applied to each term,
+    ``W relu(g) + W (0.01 g)`` ("shared": two sources of one matrix, correlated)."""
     p = netsor.Program("leaky")
     n = p.dim("n")
     leaky = netsor.activations.activation("leaky_relu", alpha=0.01 / 1.01)
+    relu = netsor.activations.relu
 
     def phi(g):
-        return netsor.activations.relu(g) + 0.01 * g if written_as_a_sum else 1.01 * leaky(g)
+        return 1.01 * leaky(g) if written == "one" else relu(g) + 0.01 * g
 
     g = p.input(n, sigma=1.0, bias=0.1)
     for _ in range(depth - 1):
-        g = p.matrix(n, n, sigma=1.0) @ phi(g) + p.bias(n, 0.1)
+        W = p.matrix(n, n, sigma=1.0)
+        g = (W @ relu(g) + W @ (0.01 * g) if written == "shared" else W @ phi(g)) + p.bias(n, 0.1)
     p.readout(phi(g), sigma=1.0, bias=0.1)
     return p
 
 
-def test_an_ordered_network_the_distances_cannot_be_carried_through_is_refused_with_the_reason():
-    """The same network written with φ a sum of two functions: the covariances alone carry its correlations,
-    within rounding of 1 at depth 100 — refused at the default rtol, saying why and what the engine carries
-    distances through; at rtol 1e-6 it agrees with the network written with one activation (accepted at the
-    default rtol) within the two bounds."""
+def test_an_ordered_network_whose_activation_is_a_sum_of_kinked_and_linear_terms_meets_the_default_rtol():
+    """φ(g) = relu(g) + 0.01·g written as that sum (the engine combines the terms into one piecewise-linear
+    function of g and carries the distances through it; refused at the default rtol before, bound 1.8e-7) equals
+    the network written with one activation within the two bounds, at depth 100 where every correlation is within
+    rounding of 1, and both meet the default rtol."""
     X = np.random.default_rng(1).standard_normal((6, 10))
-    with pytest.raises(netsor.NumericalError, match="ordered phase.*½-Hölder.*carries 1 − ρ"):
-        netsor.kernel(_leaky_by_a_sum(100, True), X)
-    by_sum = netsor.kernel(_leaky_by_a_sum(100, True), X, rtol=1e-6)
-    by_one = netsor.kernel(_leaky_by_a_sum(100, False), X)
+    by_sum = netsor.kernel(_leaky_by_a_sum(100, "sum"), X)
+    by_one = netsor.kernel(_leaky_by_a_sum(100, "one"), X)
     for a, ea, b, eb in ((by_sum.nngp, by_sum.nngp_error, by_one.nngp, by_one.nngp_error),
                          (by_sum.ntk, by_sum.ntk_error, by_one.ntk, by_one.ntk_error)):
+        assert np.all(np.abs(a - b) <= ea + eb)
+        assert np.max(ea / np.sqrt(np.outer(np.diag(b), np.diag(b)))) < 1e-8
+
+
+def test_an_ordered_network_the_distances_cannot_be_carried_through_is_refused_with_the_reason():
+    """The same network with the matrix applied to each term (two correlated sources of one matrix, which the
+    distances are not carried through): the covariances alone carry its correlations, within rounding of 1 at
+    depth 100 — refused at the default rtol, saying why and what the engine carries distances through; at rtol
+    1e-6 it agrees with the network written with one activation within the two bounds."""
+    X = np.random.default_rng(1).standard_normal((6, 10))
+    with pytest.raises(netsor.NumericalError, match="ordered phase.*½-Hölder.*carries 1 − ρ.*sharing a matrix"):
+        netsor.kernel(_leaky_by_a_sum(100, "shared"), X)
+    shared = netsor.kernel(_leaky_by_a_sum(100, "shared"), X, rtol=1e-6)
+    by_one = netsor.kernel(_leaky_by_a_sum(100, "one"), X)
+    for a, ea, b, eb in ((shared.nngp, shared.nngp_error, by_one.nngp, by_one.nngp_error),
+                         (shared.ntk, shared.ntk_error, by_one.ntk, by_one.ntk_error)):
         assert np.all(np.abs(a - b) <= ea + eb)

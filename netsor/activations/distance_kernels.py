@@ -20,8 +20,9 @@ included. Arrays broadcast (``a``: (B1, 1), ``b``: (1, B2), ``D``: (B1, B2) on a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -111,7 +112,8 @@ def sine_gap(theta: Array) -> tuple[Array, Array]:
     return np.where(small, series, sine - cosine), np.where(small, series, sine + np.abs(cosine))
 
 
-def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
+@dataclass(frozen=True)
+class PiecewiseLinearDistance:
     """The distance rule of ``φ(x) = above·x`` for ``x > 0`` and ``below·x`` for ``x < 0`` (relu: (1, 0),
     leaky_relu: (1, α), abs: (1, −1), identity: (1, 1)). With ``φ = β x + γ relu(x)``, ``β = below``,
     ``γ = above − below``, and ``E[(u − v)(relu u − relu v)] = D/2`` (Stein)::
@@ -124,10 +126,14 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
     triangle inequality's 3, which compounded 3× a layer); in ``a`` (at fixed ``b, D``)
     ``γ²(θ − √(b/a) sin θ)/(2π)`` — of the order of θ, so errors of the variances barely move the distance of
     nearly parallel points — bounded over the arguments' box by the angle's interval."""
-    beta, gamma = float(below), float(above) - float(below)
-    linear, g2 = beta * beta + beta * gamma, gamma * gamma
 
-    def rule(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle) -> tuple[Array, Array]:
+    above: float
+    below: float
+
+    def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+                 ) -> tuple[Array, Array]:
+        beta, gamma = float(self.below), float(self.above) - float(self.below)
+        linear, g2 = beta * beta + beta * gamma, gamma * gamma
         if g2 == 0.0:  # linear
             return linear * D, abs(linear) * (dD + 2 * _EPS * D)
         root_ab = np.sqrt(a * b)
@@ -152,21 +158,48 @@ def piecewise_linear_distance(above: float, below: float) -> DistanceRule:
         err = slope_d * dD + slope_a * da + slope_b * db + rounding
         return np.maximum(value, 0.0), err
 
-    return rule
 
+@dataclass(frozen=True)
+class JumpDistance:
+    """The distance rule of a positively homogeneous function of degree 0 that jumps by ``jump`` at 0 (one
+    value above, another below: step 1, sign 2): ``E[(φ(u) − φ(v))²] = jump² · θ/π`` (the two differ
+    exactly when the signs of u and v do, with probability θ/π)."""
 
-def jump_distance(variance: float) -> DistanceRule:
-    """The distance rule of a positively homogeneous function of degree 0 (one value above 0,
-    another below) whose variance at a standard normal is ``variance``:
-    ``E[(φ(u) − φ(v))²] = 4 Var φ · θ/π`` (the two differ exactly when the signs of u and v do,
-    with probability θ/π)."""
-    scale = 4.0 * variance / np.pi
+    jump: float
 
-    def rule(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
-             ) -> tuple[Array, Array]:
+    def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+                 ) -> tuple[Array, Array]:
+        scale = float(self.jump) ** 2 / np.pi
         value = scale * ang.theta
         return value, scale * ang.width() + 4 * _EPS * value
 
-    return rule
 
 
+
+def combination(parts: Iterable[tuple[float, float, DistanceRule]]) -> DistanceRule | None:
+    """The distance rule of ``Σ α φ(k x)`` (plus any constant, which no distance sees) from the parts
+    ``(α, k, rule of φ)``, when every ``φ`` is piecewise linear with its kink at 0 or every ``φ`` jumps at 0
+    (``relu(x) + 0.01 x``, ``relu(−2x) + 3|x|``, ``2 step(x) − step(−x)``); None for a mix or another rule.
+
+    ``φ(kx)`` with ``k < 0`` swaps the two slopes (times ``k``) or reverses the jump. The slopes and the
+    jump are summed in rational arithmetic and rounded once: a sum that cancels (``relu(x) − relu(x)``)
+    is 0, not a rounding residue."""
+    above, below, jump = Fraction(0), Fraction(0), Fraction(0)
+    kinds = set()
+    for alpha, k, rule in parts:
+        if alpha == 0.0 or k == 0.0:  # a constant
+            continue
+        scale = Fraction(alpha) * Fraction(k)
+        if isinstance(rule, PiecewiseLinearDistance):
+            up, down = (rule.above, rule.below) if k > 0 else (rule.below, rule.above)
+            above, below = above + scale * Fraction(up), below + scale * Fraction(down)
+        elif isinstance(rule, JumpDistance):
+            jump += Fraction(alpha) * (1 if k > 0 else -1) * Fraction(rule.jump)
+        else:
+            return None
+        kinds.add(type(rule))
+    if len(kinds) > 1:
+        return None
+    if JumpDistance in kinds:
+        return JumpDistance(float(jump))
+    return PiecewiseLinearDistance(float(above), float(below))

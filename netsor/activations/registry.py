@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from netsor.activations.distance_kernels import DistanceRule, jump_distance, piecewise_linear_distance
+from netsor.activations.distance_kernels import DistanceRule, JumpDistance, PiecewiseLinearDistance
 from netsor.activations.kernels import (
     KernelRule,
     abs_kernel,
@@ -327,7 +327,7 @@ def _make_leaky_relu(alpha: float = 0.01) -> Activation:
         kinks=(0.0,),
         params={"alpha": alpha},
         homogeneous=1.0,
-        distance_kernel=piecewise_linear_distance(1.0, alpha),
+        distance_kernel=PiecewiseLinearDistance(1.0, alpha),
     )
 
 
@@ -359,16 +359,16 @@ _FIXED: dict[str, Activation] = {
         Activation("identity", fn=lambda x: np.asarray(x, dtype=float), deriv=np.ones_like, zeros=(0.0,), **_SIGN_OF_X,
                    image=_UNBOUNDED,
                    kernel=identity_kernel, mean=np.zeros_like, odd=True, homogeneous=1.0,
-                   distance_kernel=piecewise_linear_distance(1.0, 1.0)),
+                   distance_kernel=PiecewiseLinearDistance(1.0, 1.0)),
         Activation("relu", fn=_relu, deriv=_step, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_1,
                    image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(np.asarray(a) / _TWO_PI), smooth=False, kinks=(0.0,), homogeneous=1.0,
-                   distance_kernel=piecewise_linear_distance(1.0, 0.0)),
+                   distance_kernel=PiecewiseLinearDistance(1.0, 0.0)),
         Activation("step", fn=_step, deriv=np.zeros_like, zeros=(0.0,), positive_above=0.0, kernel=arccos_kernel_0,
                    image=(0.0, 1.0, True, True),
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
-                   homogeneous=0.0, distance_kernel=jump_distance(0.25)),
+                   homogeneous=0.0, distance_kernel=JumpDistance(1.0)),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True, local=True,
@@ -394,7 +394,7 @@ _FIXED: dict[str, Activation] = {
                    image=(0.0, np.inf, False, False), local=True, second=_sigmoid_deriv),
         Activation("abs", fn=np.abs, zeros=(0.0,), deriv=np.sign, kernel=abs_kernel, image=(0.0, np.inf, True, False),
                    mean=lambda a: np.sqrt(2.0 * np.asarray(a) / np.pi), smooth=False, kinks=(0.0,), homogeneous=1.0,
-                   even=True, distance_kernel=piecewise_linear_distance(1.0, -1.0)),
+                   even=True, distance_kernel=PiecewiseLinearDistance(1.0, -1.0)),
         Activation("sin", fn=np.sin, deriv=np.cos, kernel=sin_kernel, mean=np.zeros_like, odd=True, image=_CLOSED_UNIT),
         Activation("cos", fn=np.cos, deriv=lambda x: -np.sin(x), kernel=cos_kernel, image=_CLOSED_UNIT,
                    mean=lambda a: np.exp(-0.5 * np.asarray(a)), even=True),
@@ -459,7 +459,7 @@ _UFUNCS: dict[Any, Activation] = {
     np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X, kernel=sign_kernel,
                         kernel_modulus=sign_kernel_modulus, mean=np.zeros_like, image=_CLOSED_UNIT,
                         deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
-                        continuous=False, homogeneous=0.0, distance_kernel=jump_distance(1.0)),
+                        continuous=False, homogeneous=0.0, distance_kernel=JumpDistance(2.0)),
     special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(), image=(0.0, 1.0, False, False),
                              deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI), local=True),
 }

@@ -13,7 +13,8 @@ from itertools import product
 
 import numpy as np
 
-from netsor.activations import Activation, abs_, erf, gelu, identity, relu, step
+from netsor.activations import Activation, abs_, distance_kernels, erf, gelu, identity, relu, step
+from netsor.activations.distance_kernels import DistanceRule
 from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
 from netsor.gaussian.separable import Conditional
@@ -46,7 +47,33 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
     return Activation(name=expr.describe(), fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
                       continuous=expr.continuous, registered=False, cache_key=("expr", expr.key),
-                      exact_slope=False)  # an opaque part's derivative is a finite difference
+                      exact_slope=False,  # an opaque part's derivative is a finite difference
+                      distance_kernel=_distance_kernel(expr, arg))
+
+
+def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:
+    """The distance rule of ``expr = c + Σ α act(k · arg)`` when its activations' rules combine
+    (:func:`netsor.activations.distance_kernels.combination`: ``relu(g) + 0.01 g`` is one piecewise-linear
+    function of ``g``), else None."""
+    parts = []
+    for alpha, term in expr.terms if isinstance(expr, Sum) else ((1.0, expr),):
+        act, inner = (term.act, term.child) if isinstance(term, Apply) else (identity, term)
+        k = _multiple_of(inner, arg)
+        if act.distance_kernel is None or k is None:
+            return None
+        parts.append((alpha, k, act.distance_kernel))
+    return distance_kernels.combination(parts)
+
+
+def _multiple_of(expr: Expr, arg: Vector) -> float | None:
+    """``k`` when ``expr`` is ``k · arg``, else None."""
+    if isinstance(expr, Var) and expr.vector == arg:
+        return 1.0
+    if isinstance(expr, Sum) and expr.const == 0.0 and len(expr.terms) == 1:
+        k, inner = expr.terms[0]
+        if isinstance(inner, Var) and inner.vector == arg:
+            return float(k)
+    return None
 
 
 def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:

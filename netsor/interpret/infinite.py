@@ -654,10 +654,10 @@ class Analysis:
         """How :class:`Distance` carries ``E[(Z^v(x) − Z^v(x'))²]`` of ``v`` between two points:
         ``("sum", ((w, h), …))`` for a G-vector whose varying sources are uncorrelated MatMuls ``W h``
         (``w`` = coefficient² · σ²; sources that are the same vector at every input — biases, Gaussians of
-        the program — drop out); ``("act", α², act, g, k²)`` for a NonLin ``α · act(k · g)`` whose
-        activation has a distance kernel; ``("data", step)`` for an input; None where it is ``a + b − 2c`` of
-        the covariances (point coefficients, Netsor⊤ corrections with numerical errors, correlated sources,
-        other functions)."""
+        the program — drop out); ``("act", rule, g)`` for a NonLin ``c + Σ α act(k · g)`` whose activations'
+        distance kernels combine into one ``rule`` of ``g`` (:meth:`_function_distance`); ``("data", step)``
+        for an input; None where it is ``a + b − 2c`` of the covariances (point coefficients, Netsor⊤
+        corrections with numerical errors, correlated sources, other functions)."""
         key = ("distance", v)
         if key not in self._functions:
             self._functions[key] = self._distance_rule(v)
@@ -683,14 +683,68 @@ class Analysis:
                 terms.append((float(c) * float(c) * cov.scale, h))
             return ("sum", tuple(terms))
         poly = self.polys.get(v)
-        if poly is None or len(poly.terms) != 1 or not pointcoef.is_zero(poly.const):
+        if poly is None or isinstance(poly.const, pointcoef.PointCoefficient):
             return None
-        alpha, m = poly.terms[0]
-        proj = self.projection(m)
-        if (isinstance(alpha, pointcoef.PointCoefficient) or proj is None or len(proj.args) != 1
-                or proj.act.distance_kernel is None or proj.args[0] not in self.sources):
+        return self._function_distance(poly)
+
+    def _function_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
+        """``("act", rule, g)`` when ``poly`` is ``c + Σ α φ(k · w)`` of one form ``w`` (a G-vector ``g`` up to a
+        factor), every ``φ`` with a distance kernel that combine into one rule of ``g``
+        (:func:`~netsor.activations.distance_kernels.combination`): ``relu(w) + 0.01 w`` is one piecewise-linear
+        function of ``w``. The linear terms may differ from a multiple of ``w`` by sources that are the same vector
+        at every input (biases: they drop out of a distance), ``c`` is any constant."""
+        linear: dict[Vector, float] = {}
+        kinked: list[tuple[float, dict[Vector, float], Any]] = []
+        for alpha, m in poly.terms:
+            proj = self.projection(m)
+            if isinstance(alpha, pointcoef.PointCoefficient) or proj is None or proj.act.distance_kernel is None:
+                return None
+            form, err = self.source_form(proj)
+            if err or any(isinstance(k, pointcoef.PointCoefficient) for k in form.values()):
+                return None
+            if proj.act.key == identity.key:
+                for source, k in form.items():
+                    linear[source] = linear.get(source, 0.0) + float(alpha) * float(k)
+            else:
+                numbers = {source: float(k) for source, k in form.items()}
+                kinked.append((float(alpha), numbers, proj.act.distance_kernel))
+        if not kinked:
             return None
-        return ("act", float(alpha) ** 2, proj.act, proj.args[0], float(proj.coefs[0]) ** 2)
+        found = self._vector_of_form(kinked[0][1])
+        if found is None:
+            return None
+        g, scale = found  # the first form is scale · g
+        ref = {source: scale * float(k) for source, k in self.sources[g].items()}
+        pivot = max(ref, key=lambda source: abs(ref[source]))
+        parts = []
+        for alpha, form, rule in kinked:
+            k = _ratio(form, ref, pivot)
+            if k is None:
+                return None
+            parts.append((alpha, k * scale, rule))
+        slope = linear.get(pivot, 0.0) / ref[pivot]
+        varying = [source for source in {*linear, *ref} if (cov := self.source_cov(source, source)) is None
+                   or cov.moment is not None]
+        if any(abs(linear.get(s, 0.0) - slope * ref.get(s, 0.0)) > _PROPORTIONAL * abs(linear.get(s, 0.0))
+               for s in varying):
+            return None
+        rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
+        return None if rule is None else ("act", rule, g)
+
+    def _vector_of_form(self, form: dict[Vector, float]) -> tuple[Vector, float] | None:
+        """A G-vector ``g`` of the program and ``scale`` with ``form = scale · (g's form over sources)``, or None."""
+        if "forms" not in self._functions:
+            index: dict[Any, tuple[Vector, float]] = {}
+            for g, sources in self.sources.items():
+                if g in self.source_errors or any(isinstance(k, pointcoef.PointCoefficient) for k in sources.values()):
+                    continue
+                key, pivot = _form_key(sources)
+                if key is not None:
+                    index.setdefault(key, (g, pivot))
+            self._functions["forms"] = index
+        key, pivot = _form_key(form)
+        hit = self._functions["forms"].get(key)
+        return None if hit is None else (hit[0], pivot / hit[1])
 
     def angle_pair(self, comp: Component) -> Vector | None:
         """The G-vector ``g`` when both sides of ``comp`` are one positively homogeneous activation of degree
@@ -766,6 +820,29 @@ def _scalar_factors(m: Monomial, what: str) -> tuple[tuple[Expr, ...], tuple[Exp
             "LayerNorm of G-vectors, attention), not inside activations yet — normalise pre-activations instead, "
             "or simulate the limit: netsor.limit(..., method='qmc', rtol=1e-3)")
     return scalar, rest
+
+
+#: Two forms are taken as proportional when each coefficient is within this share of the multiple of the other's
+#: (the rounding of a product of coefficients: ``relu(2·g)`` expanded over ``g``'s sources).
+_PROPORTIONAL = 8 * _EPS
+
+
+def _form_key(form: dict[Vector, Any]) -> tuple[Any, float]:
+    """A hashable key of the direction of ``form`` (its coefficients over the first source's, in source order) and
+    that first coefficient; ``(None, 0.0)`` for an empty form."""
+    order = sorted(form, key=lambda source: source.index)
+    if not order or float(form[order[0]]) == 0.0:
+        return None, 0.0
+    pivot = float(form[order[0]])
+    return tuple((source.index, float(form[source]) / pivot) for source in order), pivot
+
+
+def _ratio(form: dict[Vector, float], ref: dict[Vector, float], pivot: Vector) -> float | None:
+    """``k`` with ``form = k · ref`` (within :data:`_PROPORTIONAL`), else None."""
+    if form.keys() != ref.keys():
+        return None
+    k = form[pivot] / ref[pivot]
+    return k if all(abs(form[s] - k * ref[s]) <= _PROPORTIONAL * abs(form[s]) for s in form) else None
 
 
 def _with_scalar_coefficients(out: Vector, poly: Polynomial) -> Polynomial:
@@ -1252,7 +1329,7 @@ class Distance(Quantity):
             return [], []
         if rule[0] == "sum":
             return [("D", h) for _, h in rule[1]], []
-        g = rule[3]
+        g = rule[2]
         return [("D", g), ("A", g)], [("g", g, g)]
 
     def compute(self, key: Key, run: Run) -> Value:
@@ -1273,14 +1350,11 @@ class Distance(Quantity):
                 D, dD = D + weight * Dh, dD + weight * dDh
             dD += (len(rule[1]) + 2) * _EPS * D
         else:
-            _, alpha2, act, g, k2 = rule
+            _, distance, g = rule
             Dg, dDg = run.get(("D", g))
             (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
-            if k2 != 1.0:  # the form k·g, rounded once
-                a, da, b, db = k2 * a, k2 * da + _EPS * k2 * a, k2 * b, k2 * db + _EPS * k2 * b
-                Dg, dDg = k2 * Dg, k2 * dDg + _EPS * k2 * Dg
-            Dh, dDh = act.distance_kernel(a, da, b, db, Dg, dDg, run.get(("A", g))[0])  # θ of k·g is g's
-            D, dD = alpha2 * Dh, alpha2 * dDh + 2 * _EPS * alpha2 * Dh
+            D, dD = distance(a, da, b, db, Dg, dDg, run.get(("A", g))[0])
+            dD = dD + 4 * _EPS * D  # the rule's slopes, rounded once from their exact sums
         if np.shape(D) != run.shape or not D.flags.writeable:
             D = np.array(np.broadcast_to(D, run.shape))
         if np.shape(dD) != run.shape or not dD.flags.writeable:
@@ -2890,8 +2964,9 @@ class Limit:
                 "derivative in an NTK, a jump) are only ½-Hölder in the correlation there: the rounding-level "
                 "bound of each correlation enters a layer's bound as its square root. The engine carries 1 − ρ "
                 "itself (the distances between the points) through sums of independent sources and through "
-                "relu, leaky_relu, abs, step and sign of one vector; some part of this program is none of "
-                "those (a sum of functions, a LayerNorm's or attention's scalar, sources sharing a matrix), so "
+                "relu, leaky_relu, abs, identity, step and sign of one vector and their sums (relu(g) + 0.01·g); "
+                "some part of this program is none of those (another function such as tanh, a mix of kinks and "
+                "jumps, a LayerNorm's or attention's scalar, sources sharing a matrix), so "
                 "the bound is what it can certify: an rtol above it accepts the result, fewer layers avoid it")
 
     def _correlation_gap(self, i: int, j: int, value: Array | None) -> float | None:
