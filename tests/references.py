@@ -867,11 +867,14 @@ def mlp_kernels(X, depth, sigma_w, sigma_b, expectations):
     return S, T
 
 
-def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40, alpha=0.0):
+def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40, alpha=0.0, layernorm=False):
     """The zoo's ReLU MLP NNGP and NTK by Jacot's recursion with the arc-cosine kernels, every pair in
     ``digits``-digit arithmetic (the correlations of an ordered network come within 1e-15 of 1, where
     float64 angles are rounding). ``alpha``: leaky_relu ``αx + (1 − α) relu(x)``, whose kernels are
-    ``(α² + α(1 − α)) c + (1 − α)² K₁`` and ``α² + α(1 − α) + (1 − α)² K₀`` (``E[u relu v] = c/2``)."""
+    ``(α² + α(1 − α)) c + (1 − α)² K₁`` and ``α² + α(1 − α) + (1 − α)² K₀`` (``E[u relu v] = c/2``).
+    ``layernorm``: the zoo's ``layernorm_mlp``, every pre-activation divided by its standard deviation before φ
+    (in the limit: the NNGP becomes the correlation, the NTK is divided by ``√(K(x, x) K(x', x'))``, as Neural
+    Tangents' ``LayerNorm``)."""
     n, d = X.shape
     K, T = np.empty((n, n)), np.empty((n, n))
     with mpmath.workdps(digits):
@@ -885,6 +888,10 @@ def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40, alpha=0.0)
             a, b, c = (sw2 * g / d + sb2 for g in (gram[i][i], gram[j][j], gram[i][j]))
             ta, tb, tc = a, b, c
             for _ in range(depth):
+                if layernorm:
+                    root = mpmath.sqrt(a * b)
+                    ta, tb, tc = ta / a, tb / b, tc / root
+                    a, b, c = mpmath.mpf(1), mpmath.mpf(1), c / root
                 theta = mpmath.acos(max(min(c / mpmath.sqrt(a * b), 1), -1))
                 k1 = mpmath.sqrt(a * b) * (mpmath.sin(theta) + (mpmath.pi - theta) * mpmath.cos(theta))
                 k1 = linear * c + gamma * gamma * k1 / (2 * mpmath.pi)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import references
 from references import erf_kernel, gru2_kernel
 from scipy import integrate, special, stats
 
@@ -74,6 +75,42 @@ def test_layernorm_mlp_equals_neural_tangents(key: str) -> None:
     assert np.abs(k.ntk - ref).max() <= 1e-8 * np.abs(ref).max()  # NT's arccos near ρ = ±1
     if float(b[1:]) == 0.0:
         assert np.allclose(k.ntk[[0, 2], [1, 3]], k.ntk[[0, 2], [0, 2]], rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize(("depth", "sigma_w", "sigma_b"),
+                         [(20, 1.0, 0.1), (50, 1.0, 0.1), (100, 1.0, 0.0), (50, 1.5, 0.3)])
+def test_deep_layernorm_mlps_meet_the_default_rtol_against_a_40_digit_recursion(depth, sigma_w, sigma_b) -> None:
+    """The variance of LN(g) is exactly 1 at every input; taken as θ(x)² Var g(x) with the scalar θ's own bound it
+    doubled the bound a layer (σ_w = 1: 1e-7 at depth 20, refused at the default rtol; ~2 at depth 50). Against
+    Jacot's recursion with the normalisation in 40 digits (``references.relu_mlp_kernels_by_mpmath``), NNGP and NTK
+    bounds cover the true error at every entry and meet the default rtol."""
+    X = np.random.default_rng(1).standard_normal((6, 10))
+    k = netsor.kernel(netsor.zoo.layernorm_mlp(depth, "relu", sigma_w, sigma_b), X)
+    K, T = references.relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, layernorm=True)
+    for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
+        assert np.all(np.abs(got - ref) <= err)
+        assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
+
+
+def test_a_normalised_vector_has_its_exact_variance_whatever_the_normaliser_is_written_as() -> None:
+    """LayerNorm, an RMS norm ``g / √(g·g/n)`` and ``2·LN(g)`` have variance exactly 1, 1 and 4 at every input (the
+    analysis recognises them); ``g / √(h·h/n)`` of another vector is not normalised."""
+    from netsor.interpret.infinite import analysis_of
+
+    p = netsor.Program("norms")
+    n = p.dim("n")
+    g = p.input(n, sigma=1.0, bias=0.2)
+    h = p.matrix(n, n, sigma=1.0) @ netsor.relu(g)
+    normalised = {"layernorm": netsor.layernorm(g), "rms": g * netsor.inner(g, g) ** -0.5,
+                  "twice": 2.0 * netsor.layernorm(g), "other": g * netsor.inner(h, h) ** -0.5}
+    for v in normalised.values():
+        p.readout(netsor.relu(v), sigma=1.0)
+    an = analysis_of(p)
+    assert [an.normalized_variance(v) for v in normalised.values()] == [1.0, 1.0, 4.0, None]
+    X = np.random.default_rng(2).standard_normal((3, 5))
+    K, E = netsor.limit(p, X).nngp(with_error=True)
+    diag = np.diag(K).reshape(3, 4)  # inputs × readouts (outputs indexed input-major)
+    assert np.allclose(diag[:, :3], [0.5, 0.5, 2.0], rtol=1e-15, atol=0)  # E relu(u)² = Var u / 2
 
 
 @pytest.mark.parametrize(("layers", "su", "sw", "sb", "temp"), [(1, 1.0, 1.0, 0.0, 1.0), (2, 1.2, 1.1, 0.3, 0.7),
