@@ -382,22 +382,16 @@ class Analysis:
         coefs = self.sources.get(v, {})
         if not coefs or v in self.source_errors:
             return None
-        scalars = self.coefficient_scalars(v)
-        if len(scalars) != 1 or not all(isinstance(c, pointcoef.PointCoefficient) and len(c.terms) == 1
-                                        and c.terms[0][1] == (scalars[0],) for c in coefs.values()):
-            return None
-        u = _normalizer_of(self.scalars, scalars[0])
-        if u is None or u not in self.sources or u in self.source_errors or self.sources[u].keys() != coefs.keys():
-            return None
-        unscaled = self.sources[u]
-        pivot = next(iter(coefs))
-        if isinstance(unscaled[pivot], pointcoef.PointCoefficient) or float(unscaled[pivot]) == 0.0:
-            return None
-        scale = coefs[pivot].terms[0][0] / float(unscaled[pivot])
-        if any(isinstance(unscaled[s], pointcoef.PointCoefficient) or coefs[s].terms[0][0] != scale * float(unscaled[s])
-               for s in coefs):
-            return None
-        return scale * scale
+        # θ: a scalar in every term of every coefficient of v
+        common = set.intersection(*(set(ss) for c in coefs.values() for _, ss in pointcoef.terms_of(c)))
+        for theta in sorted(common, key=lambda s: s.index):
+            u = _normalizer_of(self.scalars, theta)
+            if u is None or u not in self.sources or u in self.source_errors or self.sources[u].keys() != coefs.keys():
+                continue
+            scale = _common_scale({s: pointcoef.scale(theta, c) for s, c in self.sources[u].items()}, coefs)
+            if scale is not None:
+                return scale * scale
+        return None
 
     def coefficient_scalars(self, g: Vector) -> list[Vector]:
         """The scalars the per-input source coefficients of ``g`` depend on."""
@@ -881,6 +875,24 @@ def _normalizer_of(scalars: dict[Vector, Any], theta: Vector) -> Vector | None:
     return _second_moment_of(scalars, sigma)
 
 
+def _common_scale(unscaled: dict[Vector, pointcoef.Coefficient], coefs: dict[Vector, pointcoef.Coefficient]
+                  ) -> float | None:
+    """``λ`` with ``coefs = λ · unscaled`` term by term (the same scalars in each term, every weight ``λ`` times its
+    own, exactly), else None."""
+    scale = None
+    for s, c in coefs.items():
+        mine, theirs = dict((ss, w) for w, ss in pointcoef.terms_of(unscaled[s])), pointcoef.terms_of(c)
+        if len(mine) != len(theirs):
+            return None
+        for w, ss in theirs:
+            if ss not in mine or mine[ss] == 0.0:
+                return None
+            scale = w / mine[ss] if scale is None else scale
+            if w != scale * mine[ss]:
+                return None
+    return scale
+
+
 def _second_moment_of(scalars: dict[Vector, Any], s: Vector) -> Vector | None:
     """``u`` when the scalar ``s`` is the moment ``E[u u]``."""
     form = scalars.get(s)
@@ -1362,7 +1374,7 @@ class ScalarLimit(Quantity):
         scalar = key[1]
         form = run.an.scalars[scalar]
         if isinstance(form, FunctionForm):
-            value, err = run.scalar_expression(form.expr)
+            value, err = run.scalar_arithmetic(scalar, form.expr)
             if not np.all(np.isfinite(value)):
                 bad = int(np.flatnonzero(~np.isfinite(value))[0])
                 raise NumericalError(
@@ -1689,6 +1701,10 @@ class Run:
         self.angles: dict[tuple[int, int, int], tuple[Array, ...]] = {}
         #: BatchNorm expectations between two batches, every (b, c) of a pair of batch forms
         self.batch_pairs: dict[Hashable, tuple[Array, Array]] = {}
+        #: per-point scalars (NetsorK): derivatives of each arithmetic scalar with respect to the independent error
+        #: sources it depends on (moments, and the rounding of each arithmetic step), and those sources' bounds
+        self.sensitivities: dict[Vector, dict[Hashable, Array]] = {}
+        self.error_sources: dict[Hashable, Array] = {}
         self.stderr = 0.0
         self._all_proportional = proportional
         if diag:
@@ -1759,6 +1775,36 @@ class Run:
             if np.any(e):
                 err = err + np.abs(expr.derivative(point, a)) * e
         return value, err
+
+    def scalar_arithmetic(self, scalar: Vector, expr: Any) -> Value:
+        """An arithmetic scalar at each point (diagonal runs) and its first-order error bound, by the chain rule
+        down to the independent error sources (the moments, and the rounding of each arithmetic step): errors
+        that cancel in the composition cancel in the bound. A softmax is invariant under a shift of its scores
+        (the running maximum drops out) and its weights sum to 1; LayerNorm's ``1/√(E g² − (E g)²)`` reads
+        ``E g`` twice — bounded step by step from each argument's own bound, a transformer's bound grew ~8× a
+        layer more than by the chain rule."""
+        args = expr.args
+        point = {a: self.get(("sc", a))[0] for a in args}
+        value = np.broadcast_to(np.asarray(expr.evaluate(point), dtype=float), self.shape)
+        rounding = ("rounding", scalar)
+        self.error_sources[rounding] = 16 * _EPS * np.abs(value)
+        sensitivity: dict[Hashable, Array] = {rounding: np.ones(self.shape)}
+        for a in args:
+            slope = np.asarray(expr.derivative(point, a), dtype=float)
+            for source, d in self._sensitivity(a).items():
+                sensitivity[source] = sensitivity.get(source, 0.0) + slope * d
+        self.sensitivities[scalar] = sensitivity
+        err = np.zeros(self.shape)
+        for source, d in sensitivity.items():
+            err = err + np.abs(d) * self.error_sources[source]
+        return value, err
+
+    def _sensitivity(self, scalar: Vector) -> dict[Hashable, Array]:
+        """The derivatives of ``scalar`` with respect to the error sources (a moment: itself, with its bound)."""
+        if scalar not in self.sensitivities:
+            self.error_sources[("moment", scalar)] = self.get(("sc", scalar))[1]
+            self.sensitivities[scalar] = {("moment", scalar): np.ones(self.shape)}
+        return self.sensitivities[scalar]
 
     def coefficient(self, c: pointcoef.Coefficient, side: str) -> tuple[Any, Any]:
         """A source coefficient at the points of one side (a number, or per-point arrays)."""

@@ -51,7 +51,7 @@ Coefficient = float | PointCoefficient
 def scale(coef: float | Vector, c: Coefficient) -> Coefficient:
     """``coef · c`` for a number or scalar ``coef`` and a coefficient ``c``."""
     if isinstance(coef, Vector):
-        terms = _terms(c)
+        terms = terms_of(c)
         return PointCoefficient(tuple((w, tuple(sorted((*ss, coef), key=lambda s: s.index))) for w, ss in terms))
     if isinstance(c, PointCoefficient):
         return PointCoefficient(tuple((coef * w, ss) for w, ss in c.terms))
@@ -62,7 +62,7 @@ def add(a: Coefficient, b: Coefficient) -> Coefficient:
     if not isinstance(a, PointCoefficient) and not isinstance(b, PointCoefficient):
         return a + b
     acc: dict[tuple[Vector, ...], float] = {}
-    for w, ss in _terms(a) + _terms(b):
+    for w, ss in terms_of(a) + terms_of(b):
         acc[ss] = acc.get(ss, 0.0) + w
     return PointCoefficient(tuple((w, ss) for ss, w in acc.items() if w != 0.0))
 
@@ -71,5 +71,6 @@ def is_zero(c: Coefficient) -> bool:
     return not c.terms if isinstance(c, PointCoefficient) else c == 0.0
 
 
-def _terms(c: Coefficient) -> tuple[tuple[float, tuple[Vector, ...]], ...]:
+def terms_of(c: Coefficient) -> tuple[tuple[float, tuple[Vector, ...]], ...]:
+    """``((weight, scalars), …)`` of a coefficient (a number: one term without scalars)."""
     return c.terms if isinstance(c, PointCoefficient) else ((float(c), ()),)
