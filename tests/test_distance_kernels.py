@@ -156,16 +156,19 @@ def test_the_rules_of_a_sum_of_functions_of_one_vector_combine_into_the_rule_of_
 
 def test_the_engine_reads_a_sum_of_functions_of_one_form_as_one_function_with_the_rule_of_the_sum():
     """relu(−2g) + 3|g| + g/2 of an input with a bias (its terms over different vectors of the form: the input and
-    its bias — the bias drops out of the linear term's distance) is one piecewise-linear function of the form;
-    with tanh in the sum it has no rule."""
+    its bias — the bias drops out of the linear term's distance) is one piecewise-linear function of the form, and
+    so is relu(g) + 0.01·(g − b') with another bias b'; with tanh in the sum, or another vector, it has no rule."""
     p = netsor.Program("sum")
     g = p.input(p.dim("n"), sigma=1.0, bias=0.3)
     h = SUMS["relu(−2x) + 3|x| + x/2"](g)
     smooth = netsor.relu(g) + netsor.tanh(g)
-    p.readout(h + smooth, sigma=1.0)
+    shifted = netsor.relu(g) + 0.01 * (g - p.bias(g.dim, 0.4))  # another bias: the same at every input
+    other = netsor.relu(g) + 0.01 * p.input(g.dim, sigma=1.0)  # another vector
+    p.readout(h + smooth + shifted + other, sigma=1.0)
     an = analysis_of(p)
     assert an.distance_rule(h)[1] == PiecewiseLinearDistance(3.5, -4.5)
-    assert an.distance_rule(smooth) is None
+    assert an.distance_rule(shifted)[1] == PiecewiseLinearDistance(1.01, 0.01)
+    assert an.distance_rule(smooth) is None and an.distance_rule(other) is None
 
 
 # ---- the engine with and without distances -------------------------------------------------------------------

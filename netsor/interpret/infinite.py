@@ -743,16 +743,19 @@ class Analysis:
             return None
         g, scale = found  # the first form is scale · g
         ref = {source: scale * float(k) for source, k in self.sources[g].items()}
-        pivot = max(ref, key=lambda source: abs(ref[source]))
+        varying = {source for source in {*linear, *ref} if (cov := self.source_cov(source, source)) is None
+                   or cov.moment is not None}
+        if not varying & ref.keys():  # w is the same vector at every input
+            return None
+        pivot = max(varying & ref.keys(), key=lambda source: (abs(ref[source]), -source.index))
         parts = []
         for alpha, form, rule in kinked:
             k = _ratio(form, ref, pivot)
             if k is None:
                 return None
             parts.append((alpha, k * scale, rule))
+        # the linear part is slope · w up to sources that are the same vector at every input
         slope = linear.get(pivot, 0.0) / ref[pivot]
-        varying = [source for source in {*linear, *ref} if (cov := self.source_cov(source, source)) is None
-                   or cov.moment is not None]
         if any(abs(linear.get(s, 0.0) - slope * ref.get(s, 0.0)) > _PROPORTIONAL * abs(linear.get(s, 0.0))
                for s in varying):
             return None
