@@ -3284,15 +3284,17 @@ class Limit:
         return K, E
 
 
-def peak_live(plan: Plan) -> int:
-    """The most tiles a run of ``plan`` holds at once."""
-    live, peak = 0, 0
-    ends: dict[int, int] = {}
+def peak_live(plan: Plan) -> float:
+    """The most tiles a run of ``plan`` holds at once, in quantities of two arrays (a value and its dense bound;
+    an angle, :class:`PairAngle`, holds three: θ and its interval)."""
+    live, peak = 0.0, 0.0
+    ends: dict[int, float] = {}
     for i, k in enumerate(plan.order):
-        live += 1
+        size = 1.5 if k[0] == "A" else 1.0
+        live += size
         peak = max(peak, live)
-        ends[plan.last_use[k]] = ends.get(plan.last_use[k], 0) + 1
-        live -= ends.pop(i, 0)
+        ends[plan.last_use[k]] = ends.get(plan.last_use[k], 0.0) + size
+        live -= ends.pop(i, 0.0)
     return peak
 
 
