@@ -1855,6 +1855,8 @@ class Run:
             for d in plan.deps[key]:
                 if plan.last_use[d] <= i:
                     self.values.pop(d, None)
+                    if d[0] == "sc":  # its derivatives are read by the scalars that use it only
+                        self.sensitivities.pop(d[1], None)
 
     # --- blocks of covariances of arguments
     def block(self, args: tuple[Vector, ...], side: str = "left") -> tuple[Array, Array]:
