@@ -9,6 +9,8 @@ Gauss–Legendre rules on the smooth pieces of an integrand. Every function retu
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 from scipy import integrate, special, stats
@@ -919,3 +921,46 @@ def trapezoid_expectations(act, deriv, step):
         return np.sum(weights * act(u) * act(v)), 0.0 if deriv is None else np.sum(weights * deriv(u) * deriv(v))
 
     return expectations
+
+
+def piecewise_pair_by_mpmath(F, G, a, b, c, kinks_f=(), kinks_g=(), digits=30):
+    """``E[F(u) G(v)]`` for pieces ``F, G`` of :mod:`netsor.gaussian.piecewise` without exponentials
+    (``coef · x^p · 1{x ≷ k}``, p ≤ 1) at the float covariances ``a, b, c`` taken exactly, in ``digits`` digits:
+    ``E[F(u) E[G(v) | u]]`` with the conditional expectation in closed form (normal CDF and density) and the outer
+    integral by mpmath's quadrature, split at F's kinks and around where G's kinks cross the conditional mean —
+    ρ and √(1 − ρ²) of one exact ρ, unlike any float64 rule near colinear."""
+
+    def conditional(m, sd):
+        total = mpmath.mpf(0)
+        for coef, p, rate, k, above in G:
+            assert rate == 0.0
+            if math.isinf(k):
+                if (k < 0) == above:
+                    total += coef * (m if p == 1 else 1)
+                continue
+            z = (mpmath.mpf(k) - m) / sd
+            up, density = mpmath.ncdf(-z), mpmath.npdf(z)
+            if above:
+                total += coef * (up if p == 0 else m * up + sd * density)
+            else:
+                total += coef * ((1 - up) if p == 0 else m * (1 - up) - sd * density)
+        return total
+
+    def f(x):
+        total = mpmath.mpf(0)
+        for coef, p, rate, k, above in F:
+            assert rate == 0.0
+            if (math.isinf(k) and (k < 0) == above) or (not math.isinf(k) and (x > k) == above):
+                total += coef * (x if p == 1 else 1)
+        return total
+
+    with mpmath.workdps(digits):
+        A, B, C = mpmath.mpf(float(a)), mpmath.mpf(float(b)), mpmath.mpf(float(c))
+        sa, sb = mpmath.sqrt(A), mpmath.sqrt(B)
+        rho = C / (sa * sb)
+        s = mpmath.sqrt(1 - rho * rho)
+        width = float(s / abs(rho))
+        points = [k / float(sa) for k in kinks_f]
+        points += [float(k / (sb * rho)) + t * width for k in kinks_g for t in (-20, -3, -0.5, 0, 0.5, 3, 20)]
+        points = [-12.0, *sorted(p for p in set(points) if -12 < p < 12), 12.0]
+        return float(mpmath.quad(lambda x: f(sa * x) * conditional(sb * rho * x, sb * s) * mpmath.npdf(x), points))

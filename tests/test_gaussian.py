@@ -1236,6 +1236,36 @@ def test_piecewise_linear_pairs_of_rounded_nearly_colinear_covariances_are_withi
             assert abs(float(value) - ref) <= float(err), (sign, gap, float(value) - ref, float(err))
 
 
+def test_piecewise_pairs_at_random_rounded_near_colinear_covariances_are_within_their_bounds():
+    """Random pairs of the piecewise functions above (kinks and jumps off the origin; relu; relu(x) + 2 relu(−x)) at
+    (a, b, c) computed in floats from inputs 1e-7 … 1e-4 from parallel or anti-parallel, against the pieces'
+    expectation in 30 digits (the conditional expectation in closed form, one exact ρ). Before ρ and
+    √(1 − ρ²) were of one ρ, nearly every pair of relu(x) + 2 relu(−x) with itself was outside its bound (by up to
+    260×)."""
+    functions = dict(_PIECEWISE)
+    functions["relu"] = (netsor.activations.relu, None, (0.0,))
+    functions["relu(x) + 2 relu(−x)"] = (netsor.activation(lambda x: np.maximum(x, 0.0) + 2 * np.maximum(-x, 0.0),
+                                                           kinks=(0.0,), smooth=False), None, (0.0,))
+    names = [k for k in functions if "elu" not in k]  # (exponential pieces: the reference has none)
+    rng = np.random.default_rng(11)
+    compared = 0
+    for trial in range(12):
+        # every other pair: one kink at 0 on both sides, whose γ² K₁ parts cancel down to O(s³) near ρ = −1 or 1
+        first, second = ("relu(x) + 2 relu(−x)",) * 2 if trial % 2 == 0 else rng.choice(names, 2)
+        (phi, _, kf), (psi, _, kg) = functions[first], functions[second]
+        F, G = g.piecewise.of(phi), g.piecewise.of(psi)
+        sign, gap, scale = rng.choice([1.0, -1.0]), 10.0 ** rng.uniform(-7, -4), 10.0 ** rng.uniform(-1, 1)
+        u = scale * rng.standard_normal(5)
+        v = sign * rng.uniform(0.5, 2.0) * u + gap * scale * rng.standard_normal(5)
+        a, b, c = u @ u / 5, v @ v / 5, u @ v / 5
+        value, err, done = g.piecewise.pair_expectation(F, G, np.array(a), np.array(b), np.array(c))
+        if done:
+            compared += 1
+            ref = references.piecewise_pair_by_mpmath(F, G, a, b, c, kf, kg)
+            assert abs(float(value) - ref) <= float(err), (first, second, sign, gap, float(value) - ref, float(err))
+    assert compared >= 8
+
+
 @pytest.mark.parametrize("pair", [("hard_tanh", "hard_tanh"), ("clip(x, −0.5, 2)", "step(x − 0.3)"),
                                   ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"), ("elu(α = 0.4)", "hard_tanh")])
 def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds(pair):
