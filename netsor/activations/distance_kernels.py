@@ -174,8 +174,6 @@ class JumpDistance:
         return value, scale * ang.width() + 4 * _EPS * value
 
 
-
-
 def combination(parts: Iterable[tuple[float, float, DistanceRule]]) -> DistanceRule | None:
     """The distance rule of ``Σ α φ(k x)`` (plus any constant, which no distance sees) from the parts
     ``(α, k, rule of φ)``, when every ``φ`` is piecewise linear with its kink at 0 or every ``φ`` jumps at 0
