@@ -43,6 +43,7 @@ from threadpoolctl import ThreadpoolController
 
 from netsor.activations import Activation, distance_kernels, identity, relu, step
 from netsor.activations.kernels import known_supplement, remembered_angles
+from netsor.activations.registry import from_ufunc
 from netsor.allocator import reused_memory
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
 from netsor.gaussian import conditioned, joint, piecewise
@@ -857,8 +858,9 @@ def _normalizer_of(scalars: dict[Vector, Any], theta: Vector) -> Vector | None:
     """``u`` when the scalar ``theta`` is ``1/√σ`` with ``σ = E[u u]`` or ``E[u u] − E[u]²`` of one vector ``u``."""
     expr = scalars.get(theta)
     expr = expr.expr if isinstance(expr, FunctionForm) else None
-    if not (isinstance(expr, Apply) and expr.act.name == "reciprocal" and isinstance(expr.child, Apply)
-            and expr.child.act.name == "sqrt" and isinstance(expr.child.child, Var)):
+    reciprocal, sqrt = from_ufunc(np.reciprocal), from_ufunc(np.sqrt)  # (not a user's function of that name)
+    if not (isinstance(expr, Apply) and expr.act is reciprocal and isinstance(expr.child, Apply)
+            and expr.child.act is sqrt and isinstance(expr.child.child, Var)):
         return None
     sigma = expr.child.child.vector
     form = scalars.get(sigma)
