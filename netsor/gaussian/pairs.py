@@ -116,11 +116,6 @@ _NESTED_REFINE_BUDGET = 4096
 #: ~1e-14 of their scale there); discontinuous ones are ½-Hölder in ρ — sign's kernel moves by 2.8e-8 at
 #: 1 − ρ = 1e-15 — and only exactly colinear pairs are (:func:`_colinear_reach`).
 _COLINEAR = 1e-14
-
-
-def _colinear_reach(phi: Activation, psi: Activation) -> float:
-    """The smallest ``|ρ|`` taken as colinear for the pair ``(φ, ψ)`` (see :data:`_COLINEAR`)."""
-    return 1.0 - _COLINEAR if phi.continuous and psi.continuous else 1.0
 #: Pairs processed at once by the nested 2-D rule.
 _PAIR_CHUNK = 512
 #: Inner-rule values (outer nodes × inner nodes) held at once by the nested 2-D rule: 16 MB an array.
@@ -412,6 +407,11 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
 def _full(x: Array, shape: tuple[int, ...]) -> Array:
     x = np.asarray(x, dtype=float)
     return x if x.shape == shape else np.broadcast_to(x, shape).copy()
+
+
+def _colinear_reach(phi: Activation, psi: Activation) -> float:
+    """The smallest ``|ρ|`` taken as colinear for the pair ``(φ, ψ)`` (see :data:`_COLINEAR`)."""
+    return 1.0 - _COLINEAR if phi.continuous and psi.continuous else 1.0
 
 
 def _regular_pair(phi: Activation, psi: Activation, a: Array, b: Array, c: Array,

@@ -862,22 +862,26 @@ def _normalizer_of(scalars: dict[Vector, Any], theta: Vector) -> Vector | None:
     if not (isinstance(expr, Apply) and expr.act is reciprocal and isinstance(expr.child, Apply)
             and expr.child.act is sqrt and isinstance(expr.child.child, Var)):
         return None
-    sigma = expr.child.child.vector
-    form = scalars.get(sigma)
-    if isinstance(form, FunctionForm) and isinstance(form.expr, Sum) and form.expr.const == 0.0 and \
-            len(form.expr.terms) == 2 and form.expr.terms[0][0] == 1.0 and form.expr.terms[1][0] == -1.0 and \
-            isinstance(form.expr.terms[0][1], Var) and isinstance(form.expr.terms[1][1], Var):
-        second, square = (t[1].vector for t in form.expr.terms)
-        u = _second_moment_of(scalars, second)
-        squared = scalars.get(square)
-        if (u is None or not isinstance(squared, FunctionForm) or not isinstance(squared.expr, Prod)
-                or len(squared.expr.factors) != 2 or not all(isinstance(f, Var) for f in squared.expr.factors)
-                or squared.expr.factors[0].vector != squared.expr.factors[1].vector):
-            return None
-        mean = scalars.get(squared.expr.factors[0].vector)
-        ok = isinstance(mean, MomentForm) and isinstance(mean.expr, Var) and mean.expr.vector == u
-        return u if ok else None
-    return _second_moment_of(scalars, sigma)
+    sigma = scalars.get(expr.child.child.vector)
+    if isinstance(sigma, MomentForm):
+        return _square_of(sigma.expr)  # E[u u]
+    terms = sigma.expr.terms if isinstance(sigma, FunctionForm) and isinstance(sigma.expr, Sum) else ()
+    if [c for c, _ in terms] != [1.0, -1.0] or sigma.expr.const != 0.0 or not all(isinstance(t, Var) for _, t in terms):
+        return None
+    second, squared = (scalars.get(t.vector) for _, t in terms)  # E[u u] − m·m with m = E[u]
+    u = _square_of(second.expr) if isinstance(second, MomentForm) else None
+    m = _square_of(squared.expr) if isinstance(squared, FunctionForm) else None
+    mean = None if m is None else scalars.get(m)
+    ok = u is not None and isinstance(mean, MomentForm) and isinstance(mean.expr, Var) and mean.expr.vector == u
+    return u if ok else None
+
+
+def _square_of(expr: Expr) -> Vector | None:
+    """``v`` when ``expr`` is the product ``v · v`` of one variable."""
+    if isinstance(expr, Prod) and len(expr.factors) == 2 and all(isinstance(f, Var) for f in expr.factors) \
+            and expr.factors[0].vector == expr.factors[1].vector:
+        return expr.factors[0].vector
+    return None
 
 
 def _common_scale(unscaled: dict[Vector, pointcoef.Coefficient], coefs: dict[Vector, pointcoef.Coefficient]
@@ -896,16 +900,6 @@ def _common_scale(unscaled: dict[Vector, pointcoef.Coefficient], coefs: dict[Vec
             if w != scale * mine[ss]:
                 return None
     return scale
-
-
-def _second_moment_of(scalars: dict[Vector, Any], s: Vector) -> Vector | None:
-    """``u`` when the scalar ``s`` is the moment ``E[u u]``."""
-    form = scalars.get(s)
-    if (isinstance(form, MomentForm) and isinstance(form.expr, Prod) and len(form.expr.factors) == 2
-            and all(isinstance(f, Var) for f in form.expr.factors)
-            and form.expr.factors[0].vector == form.expr.factors[1].vector):
-        return form.expr.factors[0].vector
-    return None
 
 
 #: Two forms are taken as proportional when each coefficient is within this share of the multiple of the other's
