@@ -5,7 +5,7 @@ built from it, so that hypothesis can shrink a failing program to a small one. S
 layers (with and without bias), biases, MatMuls by a new or an already used matrix (weight
 sharing), LinCombs of G-vectors, one-argument activations (kinked, discontinuous, smooth),
 products of vectors, constant shifts, traced multi-argument functions (max, where, clip,
-products of activations), NetsorK steps (LayerNorm of a G-vector, a G-vector scaled by a moment,
+products of activations), NetsorK steps (LayerNorm of a G-vector, an RMS norm, a G-vector scaled by a moment,
 attention over two G-vectors), rarely an opaque function the tracer cannot see through, and on
 request an activation of a BatchNorm output across the pool's G-vectors (``batchnorm=True``), a
 product of normal-CDF gates of two pool vectors (``gates=True``) or a G-vector times a function of a form
@@ -107,6 +107,7 @@ def step_strategy() -> st.SearchStrategy:
         st.tuples(st.just("traced"), idx, idx, st.sampled_from(sorted(TRACED))),
         st.tuples(st.just("bias"), st.sampled_from([0.2, 0.5])),
         st.tuples(st.just("layernorm"), idx),
+        st.tuples(st.just("rmsnorm"), idx, st.sampled_from([1.0, 2.0])),
         st.tuples(st.just("moment-scale"), idx, idx),
         st.tuples(st.just("attention"), idx, idx, st.sampled_from([0.5, 1.0])),
     )
@@ -216,6 +217,10 @@ def build(recipe: Recipe) -> netsor.Program:
             pool.append(p.bias(n, step[1]))
         elif op == "layernorm":
             pool.append(netsor.layernorm(pick(step[1], "G")))
+        elif op == "rmsnorm":  # λ g / √(gᵀg/n): a normalised G-vector (exact variance λ²) not written by layernorm
+            _, i, gain = step
+            g = pick(i, "G")
+            pool.append((gain * g) * netsor.inner(g, g) ** -0.5)
         elif op == "moment-scale":  # θ = (1/n) Σ tanh(x_α)², a per-input coefficient of a G-vector
             _, i, j = step
             pool.append(netsor.moment(lambda x: np.tanh(x) ** 2, pick(i, "G")) * pick(j, "G"))

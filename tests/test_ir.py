@@ -35,6 +35,9 @@ def two_inputs():
     lambda u, v: np.clip(u + v, -1.0, 1.0),
     lambda u, v: np.abs(u - v) * np.tanh(v) ** 2,
     lambda u, v: (u >= 0.3) * np.exp(-v * v / 2),
+    # netsor's own activations inside the function (they were opaque: the tracer could not call them)
+    lambda u, v: netsor.relu(u) * netsor.step(v) + 0.01 * u,
+    lambda u, v: 2.0 * netsor.step(u - v) - netsor.activation("leaky_relu", alpha=0.1)(-v),
 ])
 def test_traced_functions_evaluate_like_numpy_and_keep_their_kinks_known(fn):
     p, n, a, b = two_inputs()

@@ -163,9 +163,14 @@ class PiecewiseLinearDistance:
 class JumpDistance:
     """The distance rule of a positively homogeneous function of degree 0 that jumps by ``jump`` at 0 (one
     value above, another below: step 1, sign 2): ``E[(φ(u) − φ(v))²] = jump² · θ/π`` (the two differ
-    exactly when the signs of u and v do, with probability θ/π)."""
+    exactly when the signs of u and v do, with probability θ/π).
+
+    ``levels``: the two values ``(above, below)`` where they are known (``above − below = jump``): step
+    ``(1, 0)``, sign ``(1, −1)``, ``2 step(x) − step(−x)`` ``(2, −1)``. Any pair of such functions of one
+    G-vector at two points is then linear in the points' angle (:func:`angle_pair_line`)."""
 
     jump: float
+    levels: tuple[float, float] | None = None
 
     def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
                  ) -> tuple[Array, Array]:
@@ -174,18 +179,26 @@ class JumpDistance:
         return value, scale * ang.width() + 4 * _EPS * value
 
 
-def combination(parts: Iterable[tuple[float, float, DistanceRule]]) -> DistanceRule | None:
-    """The distance rule of ``Σ α φ(k x)`` (plus any constant, which no distance sees) from the parts
-    ``(α, k, rule of φ)``, when every ``φ`` is piecewise linear with its kink at 0 or every ``φ`` jumps at 0
-    (``relu(x) + 0.01 x``, ``relu(−2x) + 3|x|``, ``2 step(x) − step(−x)``); None for a mix or another rule.
+def combination(parts: Iterable[tuple[float, float, DistanceRule]], const: float | None = None
+                ) -> DistanceRule | None:
+    """The distance rule of ``const + Σ α φ(k x)`` from the parts ``(α, k, rule of φ)``, when every ``φ`` is
+    piecewise linear with its kink at 0 or every ``φ`` jumps at 0 (``relu(x) + 0.01 x``, ``relu(−2x) + 3|x|``,
+    ``2 step(x) − step(−x)``); None for a mix or another rule.
 
-    ``φ(kx)`` with ``k < 0`` swaps the two slopes (times ``k``) or reverses the jump. The slopes and the
-    jump are summed in rational arithmetic and rounded once: a sum that cancels (``relu(x) − relu(x)``)
-    is 0, not a rounding residue."""
+    ``φ(kx)`` with ``k < 0`` swaps the two slopes (times ``k``) or the two levels. The slopes, the jump and the
+    levels are summed in rational arithmetic and rounded once: a sum that cancels (``relu(x) − relu(x)``)
+    is 0, not a rounding residue. No distance sees the constant; a jump rule has its levels only where
+    ``const`` is given (None: the sum is a function of x up to terms the rule does not describe) and every
+    part's levels are known."""
     above, below, jump = Fraction(0), Fraction(0), Fraction(0)
+    level_sums: list[Fraction] | None = None if const is None else [Fraction(const), Fraction(const)]
     kinds = set()
     for alpha, k, rule in parts:
-        if alpha == 0.0 or k == 0.0:  # a constant
+        if alpha == 0.0:
+            continue
+        if k == 0.0:  # the constant α φ(0), which a jump rule does not know
+            if isinstance(rule, JumpDistance):
+                level_sums = None
             continue
         scale = Fraction(alpha) * Fraction(k)
         if isinstance(rule, PiecewiseLinearDistance):
@@ -193,11 +206,26 @@ def combination(parts: Iterable[tuple[float, float, DistanceRule]]) -> DistanceR
             above, below = above + scale * Fraction(up), below + scale * Fraction(down)
         elif isinstance(rule, JumpDistance):
             jump += Fraction(alpha) * (1 if k > 0 else -1) * Fraction(rule.jump)
+            if rule.levels is None or level_sums is None:
+                level_sums = None
+            else:
+                up, down = rule.levels if k > 0 else rule.levels[::-1]
+                level_sums = [level_sums[0] + Fraction(alpha) * Fraction(up),
+                              level_sums[1] + Fraction(alpha) * Fraction(down)]
         else:
             return None
         kinds.add(type(rule))
     if len(kinds) > 1:
         return None
     if JumpDistance in kinds:
-        return JumpDistance(float(jump))
+        return JumpDistance(float(jump), None if level_sums is None else (float(level_sums[0]), float(level_sums[1])))
     return PiecewiseLinearDistance(float(above), float(below))
+
+
+def angle_pair_line(left: tuple[float, float], right: tuple[float, float]) -> tuple[float, float]:
+    """``(A, B)`` with ``E[φ(u) ψ(v)] = A + B θ`` for functions of degree 0 with levels ``left = (φ₊, φ₋)``
+    and ``right = (ψ₊, ψ₋)`` (values where the argument is positive, negative) of two centred Gaussians ``u, v``
+    at the angle θ: the signs agree with probability ``(π − θ)/π``, half of it on each orthant, so
+    ``A = (φ₊ψ₊ + φ₋ψ₋)/2`` and ``B = −(φ₊ − φ₋)(ψ₊ − ψ₋)/(2π)``. Step with itself: ``(π − θ)/(2π)``."""
+    (lp, lm), (rp, rm) = left, right
+    return 0.5 * (lp * rp + lm * rm), -(lp - lm) * (rp - rm) / (2.0 * np.pi)

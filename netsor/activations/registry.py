@@ -368,7 +368,7 @@ _FIXED: dict[str, Activation] = {
                    image=(0.0, 1.0, True, True),
                    kernel_modulus=arccos_kernel_0_modulus, mean=lambda a: np.full(np.shape(a), 0.5), smooth=False,
                    kinks=(0.0,), continuous=False,
-                   homogeneous=0.0, distance_kernel=JumpDistance(1.0)),
+                   homogeneous=0.0, distance_kernel=JumpDistance(1.0, (1.0, 0.0))),
         Activation("erf", fn=special.erf, zeros=(0.0,), **_SIGN_OF_X, image=_OPEN_UNIT,
                    deriv=lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
                    kernel=erf_kernel, kernel_modulus=erf_kernel_modulus, mean=np.zeros_like, odd=True, local=True,
@@ -459,7 +459,7 @@ _UFUNCS: dict[Any, Activation] = {
     np.sign: Activation("sign", fn=np.sign, zeros=(0.0,), **_SIGN_OF_X, kernel=sign_kernel,
                         kernel_modulus=sign_kernel_modulus, mean=np.zeros_like, image=_CLOSED_UNIT,
                         deriv=np.zeros_like, smooth=False, odd=True, kinks=(0.0,),
-                        continuous=False, homogeneous=0.0, distance_kernel=JumpDistance(2.0)),
+                        continuous=False, homogeneous=0.0, distance_kernel=JumpDistance(2.0, (1.0, -1.0))),
     special.ndtr: Activation("ndtr", fn=special.ndtr, zeros=(), image=(0.0, 1.0, False, False),
                              deriv=lambda x: np.exp(-0.5 * x * x) / np.sqrt(_TWO_PI), local=True),
 }

@@ -62,7 +62,7 @@ def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:
         if act.distance_kernel is None or k is None:
             return None
         parts.append((alpha, k, act.distance_kernel))
-    return distance_kernels.combination(parts)
+    return distance_kernels.combination(parts, expr.const if isinstance(expr, Sum) else 0.0)
 
 
 def _multiple_of(expr: Expr, arg: Vector) -> float | None:

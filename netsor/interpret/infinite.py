@@ -779,23 +779,23 @@ class Analysis:
         return None if hit is None else (hit[0], pivot / hit[1])
 
     def angle_pair(self, comp: Component) -> Vector | None:
-        """The G-vector ``g`` when both sides of ``comp`` are one positively homogeneous activation of degree
-        0 (step, sign) of the same ``k · g``: the pair is then linear in the angle of ``g`` at the two points
-        (:meth:`Run.angle_pair`), which the engine takes from ``g``'s distance (:class:`Distance`)."""
+        """The G-vector ``g`` when both sides of ``comp`` are functions of degree 0 with known levels (step,
+        sign, ``2·step(g) − step(−g) + c``: :func:`_levels`) of multiples of the same ``g``: the pair is then
+        linear in the angle of ``g`` at the two points (:meth:`Run.angle_pair`), which the engine takes from
+        ``g``'s distance (:class:`Distance`)."""
         if comp.left is None or comp.right is None:
             return None
         pl, pr = self.projection(comp.left), self.projection(comp.right)
-        if (pl is None or pr is None or len(pl.args) != 1 or pl.args != pr.args or pl.coefs[0] != pr.coefs[0]
-                or pl.act.key != pr.act.key or pl.act.homogeneous != 0 or pl.act.kernel is None
-                or pl.args[0] not in self.sources):
+        if (pl is None or pr is None or len(pl.args) != 1 or pl.args != pr.args or _levels(pl) is None
+                or _levels(pr) is None or pl.args[0] not in self.sources):
             return None
         return pl.args[0]
 
     @functools.cached_property
     def has_angle_pairs(self) -> bool:
-        """Some monomial is a positively homogeneous function of degree 0 of one G-vector (step, sign): the
-        program may have angle pairs (:meth:`angle_pair`)."""
-        return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and proj.act.homogeneous == 0
+        """Some monomial is a function of degree 0 with known levels of one G-vector (step, sign): the program
+        may have angle pairs (:meth:`angle_pair`)."""
+        return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and _levels(proj) is not None
                    for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
@@ -2347,22 +2347,20 @@ class Run:
         value[todo[done]], err[todo[done]] = v[done], e[done]
         return ~done
 
-    def angle_pair(self, g: Vector, proj: Projection, a: Array, da: Array, b: Array, db: Array, env_l: Array,
-                   env_r: Array) -> tuple[Array, bounds.Bound] | None:
-        """``E[φ(k·g(x)) φ(k·g(x'))]`` of a positively homogeneous φ of degree 0 (:meth:`Analysis.angle_pair`):
+    def angle_pair(self, g: Vector, pl: Projection, pr: Projection, a: Array, da: Array, b: Array, db: Array,
+                   env_l: Array, env_r: Array) -> tuple[Array, bounds.Bound] | None:
+        """``E[φ(k·g(x)) ψ(k'·g(x'))]`` of functions of degree 0 with known levels (:meth:`Analysis.angle_pair`):
         ``A + Bθ``, linear in the angle θ of the two points (each sign orthant of the pair has a probability
-        linear in θ), ``A = E φ²`` (θ = 0) and ``A + Bπ/2 = (E φ)²`` (θ = π/2). θ is ``g``'s (:class:`PairAngle`),
-        with an interval that holds the true angle; the bound is ``|B|`` times its width. None where a variance
-        ``a, b`` of the form may vanish within its bound (the covariance rules take those)."""
+        linear in θ; :func:`~netsor.activations.distance_kernels.angle_pair_line`). θ is ``g``'s
+        (:class:`PairAngle`), with an interval that holds the true angle; the bound is ``|B|`` times its width.
+        None where a variance ``a, b`` of the form may vanish within its bound (the covariance rules take those)."""
         if np.any(a <= da) or np.any(b <= db):
             return None
         ang = self.get(("A", g))[0]
         theta = ang.theta
-        act = proj.act
-        at_one, at_zero = (float(act.kernel(np.ones(1), np.ones(1), np.full(1, r))[0]) for r in (1.0, 0.0))
-        slope = (at_zero - at_one) / (0.5 * np.pi)
+        at_one, slope = distance_kernels.angle_pair_line(_levels(pl), _levels(pr))
         value = at_one + slope * theta
-        # the rounding of A + Bθ, and of A and B (kernels at θ = 0 and π/2)
+        # the rounding of A + Bθ, and of A and B (from levels rounded once)
         dense = abs(slope) * ang.width() + 4 * _EPS * np.abs(value) + 8 * _EPS * (abs(at_one) + abs(slope) * np.pi)
         if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
             np.fill_diagonal(dense, 0.0)
@@ -2390,7 +2388,7 @@ class Run:
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
             g = an.angle_pair(comp) if self.distances else None
-            by_angle = None if g is None else self.angle_pair(g, pl, a, da, b, db, env_l, env_r)
+            by_angle = None if g is None else self.angle_pair(g, pl, pr, a, da, b, db, env_l, env_r)
             phi, psi = pl.act, pr.act
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
@@ -2510,6 +2508,18 @@ def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
             key = _geometry_key(pl, pr)
             uses[key] = uses.get(key, 0) + 1
     return uses
+
+
+def _levels(proj: Projection) -> tuple[float, float] | None:
+    """``(above, below)``: the values of ``φ(k·g)`` where ``g`` is positive and negative, for a projection of
+    one G-vector whose φ is a function of degree 0 with known levels (its jump rule's), else None."""
+    rule = proj.act.distance_kernel
+    if len(proj.args) != 1 or not isinstance(rule, distance_kernels.JumpDistance) or rule.levels is None:
+        return None
+    k = float(proj.coefs[0])
+    if k == 0.0:
+        return None
+    return rule.levels if k > 0 else rule.levels[::-1]
 
 
 def _linear_pair(pl: Projection | None, pr: Projection | None) -> bool:

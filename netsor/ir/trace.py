@@ -2,7 +2,8 @@
 
 ``netsor.nonlin(fn, a, b)`` calls ``fn`` once on :class:`Tracer` objects instead of arrays.
 A tracer records numpy arithmetic, the elementwise ufuncs the activation registry knows
-(``np.tanh``, ``np.exp``, ``scipy.special.erf``, ...), ``np.maximum``/``np.minimum``,
+(``np.tanh``, ``np.exp``, ``scipy.special.erf``, ...), netsor's own activations
+(``netsor.activation("step")(u)``), ``np.maximum``/``np.minimum``,
 comparisons, ``np.where`` and ``np.clip`` as nodes of :mod:`netsor.ir.expr`, rewriting the
 non-smooth ones through kinked activations of *affine* arguments so that their kinks are
 known hyperplanes:
@@ -130,6 +131,11 @@ class Tracer:
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise TraceError("the function converts its argument to a plain array")
+
+    def __netsor_apply__(self, act: Any) -> Tracer:
+        """``act(self)`` for a netsor activation (``netsor.activation("step")``, ``netsor.relu``, a
+        parametrised leaky_relu) called inside the traced function: a node with the activation's own rules."""
+        return Tracer(apply(act, self.expr))
 
     def __bool__(self) -> bool:
         raise TraceError("the function branches on values")
