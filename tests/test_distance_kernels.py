@@ -35,6 +35,10 @@ SUMS = {
     "relu(−2x) + 3|x| + x/2": lambda g: netsor.relu(-2.0 * g) + 3.0 * abs(g) + 0.5 * g,
     "2 step(x) − step(−x) + 1": lambda g: 2.0 * netsor.step(g) - netsor.step(-1.0 * g) + 1.0,
     "relu(x) + step(x)": lambda g: netsor.relu(g) + netsor.step(g),
+    # the same kinds of sums as one traced function (netsor's activations inside netsor.nonlin)
+    "traced 2 step(u) − step(−u) + 1": lambda g: netsor.nonlin(lambda u: 2.0 * netsor.step(u) - netsor.step(-u) + 1.0,
+                                                               g),
+    "traced relu(u) − 0.3 relu(−u)": lambda g: netsor.nonlin(lambda u: netsor.relu(u) - 0.3 * netsor.relu(-u), g),
 }
 
 

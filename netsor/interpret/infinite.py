@@ -374,12 +374,18 @@ class Analysis:
         variance of ``v`` at every input is then exactly ``λ²``. Taken as ``θ(x)² Var u(x)`` with ``θ``'s own bound,
         the variance's relative bound doubled a layer (a LayerNorm ReLU MLP at σ_w = 1: 1e-7 at depth 20, refused
         at the default rtol; 2 at depth 50). None otherwise."""
+        found = self.normalization(v)
+        return None if found is None else found[0]
+
+    def normalization(self, v: Vector) -> tuple[float, Vector] | None:
+        """``(λ², u)`` when the G-vector ``v`` is ``λ · u · θ`` normalising ``u`` (:meth:`normalized_variance`),
+        else None."""
         key = ("normalized", v)
         if key not in self._functions:
-            self._functions[key] = self._normalized_variance(v)
+            self._functions[key] = self._normalization(v)
         return self._functions[key]
 
-    def _normalized_variance(self, v: Vector) -> float | None:
+    def _normalization(self, v: Vector) -> tuple[float, Vector] | None:
         coefs = self.sources.get(v, {})
         if not coefs or v in self.source_errors:
             return None
@@ -391,7 +397,7 @@ class Analysis:
                 continue
             scale = _common_scale({s: pointcoef.scale(theta, c) for s, c in self.sources[u].items()}, coefs)
             if scale is not None:
-                return scale * scale
+                return scale * scale, u
         return None
 
     def coefficient_scalars(self, g: Vector) -> list[Vector]:
@@ -685,8 +691,10 @@ class Analysis:
         (``w`` = coefficient² · σ²; sources that are the same vector at every input — biases, Gaussians of
         the program — drop out); ``("act", rule, g)`` for a NonLin ``c + Σ α act(k · g)`` whose activations'
         distance kernels combine into one ``rule`` of ``g`` (:meth:`_function_distance`); ``("data", step)``
-        for an input; None where it is ``a + b − 2c`` of the covariances (point coefficients, Netsor⊤
-        corrections with numerical errors, correlated sources, other functions)."""
+        for an input; ``("norm", λ², u)`` for a normalised G-vector ``λ · u · θ`` (:meth:`normalization`: a
+        LayerNorm or RMS norm), whose distance is ``λ² · 4 sin²(θᵤ/2)`` in the angle of ``u``; None where it is
+        ``a + b − 2c`` of the covariances (other point coefficients, Netsor⊤ corrections with numerical errors,
+        correlated sources, other functions)."""
         key = ("distance", v)
         if key not in self._functions:
             self._functions[key] = self._distance_rule(v)
@@ -697,6 +705,8 @@ class Analysis:
             return ("data", self.steps[v])
         if v in self.sources:
             items = list(self.sources[v].items())
+            if (found := self.normalization(v)) is not None:
+                return ("norm", *found)
             if v in self.source_errors or any(isinstance(c, pointcoef.PointCoefficient) for _, c in items):
                 return None
             terms = []
@@ -722,6 +732,9 @@ class Analysis:
         (:func:`~netsor.activations.distance_kernels.combination`): ``relu(w) + 0.01 w`` is one piecewise-linear
         function of ``w``. The linear terms may differ from a multiple of ``w`` by sources that are the same vector
         at every input (biases: they drop out of a distance), ``c`` is any constant."""
+        one = self._one_vector_distance(poly)
+        if one is not None:
+            return one
         linear: dict[Vector, float] = {}
         kinked: list[tuple[float, dict[Vector, float], Any]] = []
         for alpha, m in poly.terms:
@@ -762,6 +775,23 @@ class Analysis:
             return None
         rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
         return None if rule is None else ("act", rule, g)
+
+    def _one_vector_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
+        """``("act", rule, g)`` when every term of ``poly`` is ``α φ(k · g)`` of one G-vector ``g`` itself (not
+        only of its form over sources: a LayerNorm's output, whose sources carry per-input coefficients)."""
+        parts, args = [], set()
+        for alpha, m in poly.terms:
+            proj = self.projection(m)
+            if (isinstance(alpha, pointcoef.PointCoefficient) or proj is None or len(proj.args) != 1
+                    or proj.act.distance_kernel is None):
+                return None
+            args.add(proj.args[0])
+            parts.append((float(alpha), float(proj.coefs[0]), proj.act.distance_kernel))
+        if len(args) != 1:
+            return None
+        (g,) = args
+        rule = distance_kernels.combination(parts)
+        return None if rule is None or g not in self.sources else ("act", rule, g)
 
     def _vector_of_form(self, form: dict[Vector, float]) -> tuple[Vector, float] | None:
         """A G-vector ``g`` of the program and ``scale`` with ``form = scale · (g's form over sources)``, or None."""
@@ -1411,6 +1441,8 @@ class Distance(Quantity):
             return [], []
         if rule[0] == "sum":
             return [("D", h) for _, h in rule[1]], []
+        if rule[0] == "norm":
+            return [("A", rule[2])], []
         g = rule[2]
         return [("D", g), ("A", g)], [("g", g, g)]
 
@@ -1431,6 +1463,8 @@ class Distance(Quantity):
                 Dh, dDh = run.get(("D", h))
                 D, dD = D + weight * Dh, dD + weight * dDh
             dD += (len(rule[1]) + 2) * _EPS * D
+        elif rule[0] == "norm":
+            D, dD = _normalized_distance(rule[1], run.get(("A", rule[2]))[0])
         else:
             _, distance, g = rule
             Dg, dDg = run.get(("D", g))
@@ -1444,6 +1478,18 @@ class Distance(Quantity):
         same = run.identical  # the same vector at the same input
         D[same] = dD[same] = 0.0
         return D, dD
+
+
+def _normalized_distance(square: float, ang: distance_kernels.Angle) -> tuple[Array, Array]:
+    """``E[(λ θ(x) u(x) − λ θ(x') u(x'))²] = λ² (2 − 2ρᵤ) = 4 λ² sin²(θᵤ/2)`` of a normalised vector
+    (``θ(x)² Var u(x) = 1``), from the angle of ``u``: no cancellation at small angles; its bound the
+    change of the increasing ``sin²(t/2)`` over the angle's interval, and the rounding."""
+    def at(theta: Array) -> Array:
+        return 4.0 * square * np.sin(0.5 * np.clip(theta, 0.0, np.pi)) ** 2
+
+    D = at(ang.theta)
+    dD = np.maximum(at(ang.hi) - D, D - at(ang.lo)) + 8 * _EPS * D
+    return D, dD
 
 
 class PairAngle(Quantity):
