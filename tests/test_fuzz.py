@@ -353,15 +353,26 @@ def test_random_programs_with_growing_or_cusped_functions_have_consistent_kernel
     check_kernel_properties(recipe, B, d, seed, duplicate=False)
 
 
-@settings(FAST, max_examples=30)
-@given(recipe=recipes(max_steps=4, separable=True), B=st.integers(2, 4), d=st.integers(3, 6),
-       seed=st.integers(0, 2**16), near=st.sampled_from([-0.05, 0.02, 0.1, 0.0]))
+SEPARABLE_PROGRAMS = dict(recipe=recipes(max_steps=4, separable=True), B=st.integers(2, 4), d=st.integers(3, 6),
+                          seed=st.integers(0, 2**16), near=st.sampled_from([-0.05, 0.02, 0.1, 0.0]))
+
+
+@settings(FAST, max_examples=6)
+@given(**SEPARABLE_PROGRAMS)
 def test_random_programs_with_separable_products_have_consistent_kernels(recipe, B, d, seed, near):
     """One function of two G-vectors separable given one of them in every program (hard_tanh·step with an
     offset, relu(· − ½)·relu, tanh·erf(· + 0.2), tanh(v + relu(u)), relu(v − 0.2 + step(u + 0.3)/2), relu(v +
     tanh(u)), kinked on a curve), read out, on inputs two of which are nearly colinear (their pairs are
     conditioned on one argument per side): finite, symmetric, PSD within the bounds, cross blocks equal to the
     blocks of the joint kernel."""
+    check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
+
+
+@pytest.mark.slow
+@settings(FAST, max_examples=40)
+@given(**SEPARABLE_PROGRAMS)
+def test_more_random_programs_with_separable_products_have_consistent_kernels(recipe, B, d, seed, near):
+    """The same on 40 programs (the default suite keeps 6, for time: ~7 s each)."""
     check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
 
 
@@ -470,10 +481,24 @@ GATED_RELUS_OF_A_LAYERNORM = Recipe(
     readouts=(((164, 849), 0.7, 0.0, False), ((164, 849), 0.7, 0.0, True)))
 
 
-@NTK_SETTINGS
+@settings(NTK_SETTINGS, max_examples=25)
 @given(recipe=recipes(max_steps=4), B=st.integers(2, 3), seed=st.integers(0, 2**16))
 @example(recipe=GATED_RELUS_OF_A_LAYERNORM, B=3, seed=825)
 def test_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, seed):
+    check_ntk_dominates_nngp(recipe, B, seed)
+
+
+@pytest.mark.slow
+@NTK_SETTINGS
+@given(recipe=recipes(max_steps=4), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+def test_more_random_programs_have_symmetric_ntks_dominating_their_nngp(recipe, B, seed):
+    """The same on 60 programs (the default suite keeps 25, for time)."""
+    check_ntk_dominates_nngp(recipe, B, seed)
+
+
+def check_ntk_dominates_nngp(recipe, B, seed):
+    """The NTK is symmetric and ``NTK − NNGP`` is PSD within the two kernels' bounds (the NNGP is the readout's
+    own term of the NTK)."""
     p = build(recipe)
     X = inputs(B, 4, seed)
     for rtol in (netsor.interpret.infinite.DEFAULT_RTOL, 1e-3):
@@ -695,7 +720,7 @@ ZERO_VARIANCE_GATE = Recipe(sigmas=((0.8, 0.0),), steps=(("attention", 0, 0, 0.5
                             readouts=(((0, 86), 1.0, 0.0, False),))
 
 
-@settings(SIMULATION_SETTINGS, max_examples=60)
+@settings(SIMULATION_SETTINGS, max_examples=15)
 @given(recipe=recipes(max_steps=3, gates=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
 @example(recipe=ZERO_VARIANCE_GATE, B=2, seed=0)
 @example(recipe=dataclasses.replace(ZERO_VARIANCE_GATE, readouts=(((86,), 1.0, 0.0, False),)), B=2, seed=0)
@@ -704,6 +729,14 @@ def test_random_programs_with_gate_products_simulated_limit_agrees_with_the_expe
     gate forms: the Genz rule, or nested quadrature and the Mehler series where smooth and of rank ≤ 2):
     the engine and the simulation agree within the sum of their bounds (tracing three gates found a
     same-point product evaluated with its covariance in the wrong argument order, off by 0.12)."""
+    assert_engine_agrees_with_simulation(build(recipe), inputs(B, 3, seed), seed)
+
+
+@pytest.mark.slow
+@settings(SIMULATION_SETTINGS, max_examples=60)
+@given(recipe=recipes(max_steps=3, gates=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+def test_more_random_programs_with_gate_products_simulated_limit_agrees_with_the_expectation_engine(recipe, B, seed):
+    """The same on 60 programs (the default suite keeps 15, for time)."""
     assert_engine_agrees_with_simulation(build(recipe), inputs(B, 3, seed), seed)
 
 
@@ -742,7 +775,7 @@ BATCHNORM_WITH_A_ZERO_MEMBER = Recipe(
     readouts=(((53, 1), 1.0, 0.0, False), ((0, 487), 1.0, 0.0, False)))
 
 
-@settings(SIMULATION_SETTINGS, max_examples=25)
+@settings(SIMULATION_SETTINGS, max_examples=8)
 @given(**BATCHNORM_PROGRAMS)
 @example(recipe=BATCHNORM_WITH_A_ZERO_MEMBER, seed=1, points=1)
 def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed, points):
@@ -754,7 +787,7 @@ def test_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_e
 @settings(SIMULATION_SETTINGS, max_examples=100)
 @given(**BATCHNORM_PROGRAMS)
 def test_more_random_batchnorm_programs_simulated_limit_agrees_with_the_expectation_engine(recipe, seed, points):
-    """The same on 100 more BatchNorm programs (the default suite keeps 25, for time: ~2.5 s each)."""
+    """The same on 100 more BatchNorm programs (the default suite keeps 8, for time: ~2 s each)."""
     assert_batchnorm_engine_agrees_with_simulation(recipe, seed, points)
 
 

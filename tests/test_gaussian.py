@@ -601,6 +601,7 @@ def test_two_kink_lines_at_any_angle_nearly_parallel_included_give_their_orthant
         assert abs(value[0] - want) <= err[0] + 1e-15 and err[0] <= 1e-9, trial  # rtol 1e-8 within reach
 
 
+@pytest.mark.slow  # ~10 s
 def test_one_kink_plane_of_three_arguments_is_turned_normal_to_the_outer_axis():
     """``E[1{n·u > o}·u₁u₂]`` of three correlated arguments for random laws, normals (every third nearly along
     an eigenvector) and offsets: ``αβ E[z² 1{z > o}] + Cov(u₁, u₂ | z) P(z > o)`` with ``z = n·u``, as in the
@@ -1185,7 +1186,8 @@ _PIECEWISE = {
 @pytest.mark.parametrize("pair", [("hard_tanh", "hard_tanh"), ("clip(x, −0.5, 2)", "step(x − 0.3)"),
                                   ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"),
                                   ("step(x − 0.3)", "step(x − 0.3)"), ("elu", "elu"), ("elu(α = 0.4)", "hard_tanh"),
-                                  ("step(x − 0.3)", "elu"), ("elu′", "elu′")])
+                                  pytest.param(("step(x − 0.3)", "elu"), marks=pytest.mark.slow),  # 6–9 s each
+                                  pytest.param(("elu′", "elu′"), marks=pytest.mark.slow)])
 def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
     """Kinks and jumps off the origin: Tallis' truncated moments with Owen's T, against nested adaptive
     quadrature, from far apart to nearly colinear (1 − ρ² = 1e-6) and a variance small against the kinks;
@@ -1266,8 +1268,10 @@ def test_piecewise_pairs_at_random_rounded_near_colinear_covariances_are_within_
     assert compared >= 8
 
 
-@pytest.mark.parametrize("pair", [("hard_tanh", "hard_tanh"), ("clip(x, −0.5, 2)", "step(x − 0.3)"),
-                                  ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"), ("elu(α = 0.4)", "hard_tanh")])
+@pytest.mark.parametrize("pair", [pytest.param(("hard_tanh", "hard_tanh"), marks=pytest.mark.slow),  # 6–7 s
+                                  ("clip(x, −0.5, 2)", "step(x − 0.3)"),
+                                  ("relu(x − 1)", "|x + 0.5| + 2·1{x > 1} − 0.3x"),
+                                  pytest.param(("elu(α = 0.4)", "hard_tanh"), marks=pytest.mark.slow)])
 def test_piecewise_linear_pairs_with_means_have_closed_forms_within_their_bounds(pair):
     """``E[φ(u + μ) ψ(v + ν)]`` (the conditional pairs of separable functions): means shift the thresholds
     and, with elu's exponential piece, the tilt; against nested adaptive quadrature of the shifted
@@ -1330,6 +1334,7 @@ def test_a_hard_tanh_mlp_equals_its_recursion_by_nested_quadrature():
     assert np.all(np.abs(K - ref) <= E + 2e-14)
 
 
+@pytest.mark.slow  # ~10 s
 def test_the_nested_pair_rule_holds_a_bounded_working_set():
     """512 nearly colinear elu pairs at once (the nested 2-D rule's chunk): the inner rule is taken in slices
     of outer nodes, so the working set stays near 100 MiB (it held every inner value of the chunk: 12 GiB
@@ -1483,9 +1488,10 @@ def test_nearly_colinear_pairs_of_analytic_functions_by_gauss_hermite_inner_rule
 
 # (activation, a, b, ρ): relu-like φ at large variances (and their derivatives, the NTK's) at the correlations of deep
 # ordered networks, whose series need orders beyond 255
-@pytest.mark.parametrize("name, a, b, rho", [("gelu", 30.0, 24.0, 0.999), ("gelu'", 100.0, 80.0, 0.99),
-                                             ("softplus", 300.0, 240.0, 0.99), ("silu'", 300.0, 240.0, 0.95),
-                                             ("softplus'", 100.0, 80.0, 0.999)])
+@pytest.mark.parametrize("name, a, b, rho", [
+    ("softplus", 300.0, 240.0, 0.99), ("softplus'", 100.0, 80.0, 0.999),
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # 7 s each
+        ("gelu", 30.0, 24.0, 0.999), ("gelu'", 100.0, 80.0, 0.99), ("silu'", 300.0, 240.0, 0.95)])])
 def test_series_of_order_beyond_255_take_the_pairs_of_relu_like_functions_at_high_correlation(name, a, b, rho,
                                                                                               monkeypatch):
     """E[φ(u) φ(v)] against nested quadrature (``references.piecewise_pair``) where the Mehler series of order

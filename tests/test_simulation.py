@@ -133,6 +133,7 @@ def test_deterministic_given_the_seed() -> None:
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.slow  # ~14 s
 def test_ntk_by_simulation_agrees_with_the_expectation_engine() -> None:
     """The NTK's sum of products of forward and backward second moments, combined replicate by
     replicate: within its bound of the engine's NTK (weight-shared RNN and a 2-step GRU)."""

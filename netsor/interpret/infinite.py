@@ -809,23 +809,55 @@ class Analysis:
         return None if hit is None else (hit[0], pivot / hit[1])
 
     def angle_pair(self, comp: Component) -> Vector | None:
-        """The G-vector ``g`` when both sides of ``comp`` are functions of degree 0 with known levels (step,
-        sign, ``2·step(g) − step(−g) + c``: :func:`_levels`) of multiples of the same ``g``: the pair is then
-        linear in the angle of ``g`` at the two points (:meth:`Run.angle_pair`), which the engine takes from
-        ``g``'s distance (:class:`Distance`)."""
+        """The G-vector ``g`` of :meth:`step_like_pair` when there is one: the pair is then linear in the angle of
+        ``g`` at the two points (:meth:`Run.angle_pair`), which the engine takes from ``g``'s distance
+        (:class:`Distance`)."""
+        found = self.step_like_pair(comp)
+        return None if found is None else found[0]
+
+    def step_like_pair(self, comp: Component) -> tuple[Vector | None, tuple[float, float], tuple[float, float]] | None:
+        """``(g, left levels, right levels)`` when both sides of ``comp`` are functions of degree 0 with known
+        levels (step, sign, ``2·step(w) − step(−w) + c``: their jump rule's) of forms proportional to each other,
+        exactly (``step(g + b)·step(−g − b)``): each side's levels are its values where the *left* form is
+        positive and negative, and ``g`` is a G-vector of the program whose form that is up to a factor (None if
+        none is), whose angle is the forms' angle between two points."""
         if comp.left is None or comp.right is None:
             return None
-        pl, pr = self.projection(comp.left), self.projection(comp.right)
-        if (pl is None or pr is None or len(pl.args) != 1 or pl.args != pr.args or _levels(pl) is None
-                or _levels(pr) is None or pl.args[0] not in self.sources):
+        key = ("step-like", comp.left.key, comp.right.key)
+        if key not in self._functions:
+            self._functions[key] = self._step_like_pair(self.projection(comp.left), self.projection(comp.right))
+        return self._functions[key]
+
+    def _step_like_pair(self, pl: Projection | None, pr: Projection | None
+                        ) -> tuple[Vector | None, tuple[float, float], tuple[float, float]] | None:
+        if pl is None or pr is None:
             return None
-        return pl.args[0]
+        levels = [proj.act.distance_kernel.levels if isinstance(proj.act.distance_kernel, distance_kernels.JumpDistance)
+                  else None for proj in (pl, pr)]
+        if None in levels:
+            return None
+        left, right = levels
+        if len(pl.args) == 1 and pl.args == pr.args and pl.args[0] in self.sources:  # k·g, k'·g (g: a LayerNorm's too)
+            k, k2 = float(pl.coefs[0]), float(pr.coefs[0])
+            return (pl.args[0], left, right if k * k2 > 0 else right[::-1]) if k * k2 != 0 else None
+        (fl, el), (fr, er) = self.source_form(pl), self.source_form(pr)
+        if el or er or not fl or fl.keys() != fr.keys() or any(
+                isinstance(k, pointcoef.PointCoefficient) for k in (*fl.values(), *fr.values())):
+            return None
+        pivot = next(iter(fl))
+        if any(float(fr[s]) * float(fl[pivot]) != float(fl[s]) * float(fr[pivot]) for s in fl):
+            return None  # not exactly proportional
+        if float(fr[pivot]) * float(fl[pivot]) < 0:  # ψ(λw), λ < 0: its value where w > 0 is ψ's below 0
+            right = right[::-1]
+        found = self._vector_of_form({s: float(k) for s, k in fl.items()})
+        return (None if found is None else found[0]), left, right
 
     @functools.cached_property
     def has_angle_pairs(self) -> bool:
-        """Some monomial is a function of degree 0 with known levels of one G-vector (step, sign): the program
-        may have angle pairs (:meth:`angle_pair`)."""
-        return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and _levels(proj) is not None
+        """Some monomial is a function of degree 0 with known levels (step, sign) of a form of the program's
+        G-vectors: the program may have angle pairs (:meth:`angle_pair`)."""
+        return any((proj := self.projection(m)) is not None and isinstance(
+            rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None
                    for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
@@ -1954,6 +1986,13 @@ class Run:
             a, da = _quadratic(cl, cov, d_cov, cl)
             b, db = _quadratic(cr, cov, d_cov, cr)
             c, dc = _quadratic(cl, cov, d_cov, cr)
+            step_like = an.step_like_pair(comp)
+            if step_like is not None and np.all(a > da):
+                # step-like functions of proportional forms at one point (step(g + b)·step(−g − b)): the angle is 0,
+                # the pair (φ₊ψ₊ + φ₋ψ₋)/2 exactly — the two-form rules saw correlation ±1 to rounding, ½-Hölder
+                # there (a depth-3 MLP of 2·step(g) − step(−g) + 1 with biases: bound 1.5e-2 relative, refused)
+                at_one = distance_kernels.angle_pair_line(*step_like[1:])[0]
+                return np.full(np.shape(a), at_one), np.full(np.shape(a), 8 * _EPS * abs(at_one))
             value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
             if np.array_equal(cl, cr):  # one linear form: E[(φψ)(w)], whose change in a is tighter
                 h = product_activation(pl.act, pr.act)  # than the partials in a, b, c
@@ -2393,18 +2432,19 @@ class Run:
         value[todo[done]], err[todo[done]] = v[done], e[done]
         return ~done
 
-    def angle_pair(self, g: Vector, pl: Projection, pr: Projection, a: Array, da: Array, b: Array, db: Array,
-                   env_l: Array, env_r: Array) -> tuple[Array, bounds.Bound] | None:
+    def angle_pair(self, g: Vector, levels: tuple[tuple[float, float], tuple[float, float]], a: Array, da: Array,
+                   b: Array, db: Array, env_l: Array, env_r: Array) -> tuple[Array, bounds.Bound] | None:
         """``E[φ(k·g(x)) ψ(k'·g(x'))]`` of functions of degree 0 with known levels (:meth:`Analysis.angle_pair`):
         ``A + Bθ``, linear in the angle θ of the two points (each sign orthant of the pair has a probability
-        linear in θ; :func:`~netsor.activations.distance_kernels.angle_pair_line`). θ is ``g``'s
+        linear in θ; :func:`~netsor.activations.distance_kernels.angle_pair_line`; ``levels``: both sides' values
+        where the left form is positive and negative, :meth:`Analysis.step_like_pair`). θ is ``g``'s
         (:class:`PairAngle`), with an interval that holds the true angle; the bound is ``|B|`` times its width.
         None where a variance ``a, b`` of the form may vanish within its bound (the covariance rules take those)."""
         if np.any(a <= da) or np.any(b <= db):
             return None
         ang = self.get(("A", g))[0]
         theta = ang.theta
-        at_one, slope = distance_kernels.angle_pair_line(_levels(pl), _levels(pr))
+        at_one, slope = distance_kernels.angle_pair_line(*levels)
         value = at_one + slope * theta
         # the rounding of A + Bθ, and of A and B (from levels rounded once)
         dense = abs(slope) * ang.width() + 4 * _EPS * np.abs(value) + 8 * _EPS * (abs(at_one) + abs(slope) * np.pi)
@@ -2433,8 +2473,9 @@ class Run:
             return value, c_bound.to(env_l, env_r)
         if pl is not None and pr is not None:
             (a, da, b, db, c, c_bound, exact), angles = self.geometry(pl, pr)
-            g = an.angle_pair(comp) if self.distances else None
-            by_angle = None if g is None else self.angle_pair(g, pl, pr, a, da, b, db, env_l, env_r)
+            step_like = an.step_like_pair(comp) if self.distances else None
+            by_angle = (None if step_like is None or step_like[0] is None
+                        else self.angle_pair(step_like[0], step_like[1:], a, da, b, db, env_l, env_r))
             phi, psi = pl.act, pr.act
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
@@ -2555,17 +2596,6 @@ def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
             uses[key] = uses.get(key, 0) + 1
     return uses
 
-
-def _levels(proj: Projection) -> tuple[float, float] | None:
-    """``(above, below)``: the values of ``φ(k·g)`` where ``g`` is positive and negative, for a projection of
-    one G-vector whose φ is a function of degree 0 with known levels (its jump rule's), else None."""
-    rule = proj.act.distance_kernel
-    if len(proj.args) != 1 or not isinstance(rule, distance_kernels.JumpDistance) or rule.levels is None:
-        return None
-    k = float(proj.coefs[0])
-    if k == 0.0:
-        return None
-    return rule.levels if k > 0 else rule.levels[::-1]
 
 
 def _linear_pair(pl: Projection | None, pr: Projection | None) -> bool:
