@@ -23,7 +23,7 @@ from netsor.activations.distance_kernels import (
     combination,
 )
 from netsor.activations.registry import from_ufunc
-from netsor.interpret.infinite import Limit, analysis_of, data_distance
+from netsor.interpret.infinite import Limit, analysis_of, data_angle, data_distance
 
 #: activation: (slope above 0, slope below 0) of the piecewise-linear ones; step and sign jump
 PIECEWISE = {"relu": (1.0, 0.0), "leaky_relu": (1.0, 0.2), "abs": (1.0, -1.0), "identity": (1.0, 1.0)}
@@ -141,6 +141,28 @@ def test_input_distances_keep_their_digits_for_inputs_a_perturbation_apart():
             exact = sum((Fraction(x) - Fraction(y)) ** 2 for x, y in zip(A[i], B[j], strict=True)) / 7
             assert abs(Fraction(D[i, j]) - exact) <= Fraction(dD[i, j])
     assert dD[0, 0] <= 1e-14 * D[0, 0]
+
+
+def test_the_angle_of_inputs_from_their_directions_holds_the_true_angle():
+    """Rows nearly parallel or anti-parallel with different norms (``2x + δ``, ``−3x + δ``, ``x·(1 + 1e-13)``),
+    orthogonal-ish, and a zero row: the interval holds the 50-digit angle of the float rows, and is a few ulps
+    wide (absolute) where the rows are within 0.1 of (anti-)parallel."""
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((3, 7))
+    B = np.vstack([2.0 * A[0] + 1e-9 * rng.standard_normal(7), -3.0 * A[1] + 1e-12 * rng.standard_normal(7),
+                   A[2] * (1.0 + 1e-13), rng.standard_normal(7), np.zeros(7)])
+    ang = data_angle(A, B)
+    for i in range(3):
+        for j in range(4):
+            with mpmath.workdps(50):
+                x, y = ([mpmath.mpf(float(v)) for v in row] for row in (A[i], B[j]))
+                rho = mpmath.fsum(u * v for u, v in zip(x, y, strict=True)) / mpmath.sqrt(
+                    mpmath.fsum(u * u for u in x) * mpmath.fsum(v * v for v in y))
+                true = float(mpmath.acos(rho))
+            assert ang.lo[i, j] <= true <= ang.hi[i, j]
+            if min(true, np.pi - true) < 0.1:
+                assert ang.hi[i, j] - ang.lo[i, j] <= 64 * np.finfo(float).eps
+    assert np.all(ang.lo[:, 4] == 0.0) and np.all(ang.hi[:, 4] == np.pi)
 
 
 def test_the_rules_of_a_sum_of_functions_of_one_vector_combine_into_the_rule_of_the_sum():

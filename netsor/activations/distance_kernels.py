@@ -48,6 +48,13 @@ class Angle:
         """``max(hi − θ, θ − lo)``: a bound on the error of ``θ``."""
         return np.maximum(self.hi - self.theta, self.theta - self.lo)
 
+    def within(self, other: Angle) -> Angle:
+        """The angle in the intersection of two intervals that both hold the true angle (its value clipped
+        into it): the tighter of two enclosures at every entry."""
+        lo, hi = np.maximum(self.lo, other.lo), np.minimum(self.hi, other.hi)
+        hi = np.maximum(hi, lo)  # disjoint only by their own roundings: keep a valid interval
+        return Angle(np.clip(self.theta, lo, hi), lo, hi)
+
     def at(self, rows: Array, cols: Array, exact: Array) -> Angle:
         """The angle with the entries ``(rows, cols)`` known exactly (``exact``, no interval)."""
         theta, lo, hi = (np.array(np.broadcast_to(x, np.shape(self.theta))) for x in (self.theta, self.lo, self.hi))

@@ -776,6 +776,17 @@ class Analysis:
         rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
         return None if rule is None else ("act", rule, g)
 
+    def data_direction(self, g: Vector) -> Vector | None:
+        """The input ``x`` when the G-vector ``g`` is a multiple of ``U x`` alone (no bias, one input): its angle
+        between two points is then the inputs' angle (:func:`data_angle`)."""
+        items = list(self.sources.get(g, {}).items())
+        if len(items) != 1 or g in self.source_errors or isinstance(items[0][1], pointcoef.PointCoefficient):
+            return None
+        cov = self.source_cov(items[0][0], items[0][0])
+        if cov is None or cov.moment is None or cov.moment[0] is not cov.moment[1]:
+            return None
+        return cov.moment[0] if cov.moment[0] in self.steps else None
+
     def _one_vector_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
         """``("act", rule, g)`` when every term of ``poly`` is ``α φ(k · g)`` of one G-vector ``g`` itself (not
         only of its form over sources: a LayerNorm's output, whose sources carry per-input coefficients)."""
@@ -1540,6 +1551,9 @@ class PairAngle(Quantity):
         D, dD = run.get(("D", g))
         (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
         ang = distance_kernels.angle(a, da, b, db, D, dD)
+        if (x := run.an.data_direction(g)) is not None:  # inputs nearly proportional, of different norms
+            step = run.an.steps[x]
+            ang = ang.within(data_angle(data_view(run.X_left, step), data_view(run.X_right, step)))
         if (exact := run.colinear((g,))) is not None:
             ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
         return ang, None
@@ -1548,6 +1562,39 @@ class PairAngle(Quantity):
 #: Pairs of inputs whose squared distance is below this share of their squared norms' sum are recomputed from
 #: their differences (the Gram form ‖x‖² + ‖x'‖² − 2x·x' holds it to (2d + 4) ulps of that sum only).
 DIRECT_DISTANCE_SHARE = 1e-2
+
+
+def data_angle(A: Array, B: Array) -> distance_kernels.Angle:
+    """The angle between the rows of ``A`` (B1, d) and of ``B`` (B2, d), with an interval that holds it: from the
+    chord ``‖a/‖a‖ ∓ b/‖b‖‖`` of the normalised rows where they are within 0.1 of (anti-)parallel — ~(d + 4) ulps
+    absolute, where the distance form ``(D − (√a − √b)²)/(4√(ab))`` of rows of different norms cancels to
+    ½-Hölder (x and 3x rounded, or 2x + δ, in a bias-free network) — and from their Gram correlation elsewhere.
+    Zero rows: any angle."""
+    d = A.shape[1]
+    norm_a, norm_b = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
+    zero = (norm_a[:, None] == 0.0) | (norm_b[None, :] == 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        U, V = A / norm_a[:, None], B / norm_b[:, None]
+        rho = np.clip(U @ V.T, -1.0, 1.0)
+    d_rho = (2 * d + 8) * _EPS
+    theta = np.arccos(rho)
+    # arccos' slope 1/√(1 − ρ²) at the interval's end nearer ±1
+    slope = 1.0 / np.sqrt(np.maximum(1.0 - (np.abs(rho) + d_rho) ** 2, 1e-300))
+    width = d_rho * slope + 4 * _EPS * theta
+    close = np.argwhere((np.abs(rho) > 0.99) & ~zero)
+    rows = max(1, 2**22 // max(1, d))
+    for start in range(0, len(close), rows):
+        i, j = close[start:start + rows].T
+        sign = np.sign(rho[i, j])[:, None]
+        chord = np.linalg.norm(U[i] - sign * V[j], axis=1)  # of the nearer direction: small, no cancellation
+        half = 2.0 * np.arcsin(np.minimum(0.5 * chord, 1.0))
+        theta[i, j] = np.where(sign[:, 0] > 0, half, np.pi - half)
+        # each normalised row within (d/2 + 3) ulps, the difference and its norm within (d + 2) more
+        d_chord = (2 * d + 10) * _EPS * (1.0 + chord)
+        width[i, j] = d_chord / np.sqrt(np.maximum(1.0 - (0.5 * (chord + d_chord)) ** 2, 1e-300)) + 4 * _EPS * half
+    lo, hi = np.maximum(theta - width, 0.0), np.minimum(theta + width, np.pi)
+    lo, hi = np.where(zero, 0.0, lo), np.where(zero, np.pi, hi)
+    return distance_kernels.Angle(np.where(zero, 0.5 * np.pi, theta), lo, hi)
 
 
 def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
@@ -2595,7 +2642,6 @@ def _geometry_uses(an: Analysis, plan: Plan) -> dict[Hashable, int]:
             key = _geometry_key(pl, pr)
             uses[key] = uses.get(key, 0) + 1
     return uses
-
 
 
 def _linear_pair(pl: Projection | None, pr: Projection | None) -> bool:
