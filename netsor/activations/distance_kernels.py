@@ -166,6 +166,40 @@ class PiecewiseLinearDistance:
         return np.maximum(value, 0.0), err
 
 
+def piecewise_linear_angle(rule: PiecewiseLinearDistance, ang: Angle) -> Angle | None:
+    """The angle of ``(φ(u), φ(v))`` — of their second moments, ``cos θ_φ = E[φ(u)φ(v)]/√(E φ(u)² E φ(v)²)``, the
+    angle of ``W φ(g)`` between two points — from the angle ``θ`` of ``(u, v)``, for ``φ`` of :class:`rule
+    <PiecewiseLinearDistance>` (positively homogeneous: the variances drop out). With ``Q = β² + βγ + γ²/2``::
+
+        (1 − cos θ_φ)/2 = sin²(θ/2) − γ² (sin θ − θ cos θ)/(4π Q)
+
+    (``O(θ²)`` minus ``O(θ³)``: nothing cancels at small angles, whatever the two points' variances — where the
+    distance form of the angle, ``(D − (√a − √b)²)/(4√(ab))``, cancels for points of different norms). The map
+    increases up to ``θ* = 2πQ/γ²`` and decreases beyond (abs: θ* = π/2), which the interval follows. None for
+    ``φ = 0``."""
+    beta, gamma = rule.below, rule.above - rule.below
+    q = beta * beta + beta * gamma + 0.5 * gamma * gamma
+    if q <= 0.0:
+        return None
+    weight = gamma * gamma / (4.0 * np.pi * q)
+
+    def half_versine(theta: Array) -> tuple[Array, Array]:
+        gap, magnitude = sine_gap(theta)
+        square = np.sin(0.5 * theta) ** 2
+        return np.maximum(square - weight * gap, 0.0), 16 * _EPS * (square + weight * magnitude)
+
+    value, _ = half_versine(ang.theta)
+    (at_lo, pad_lo), (at_hi, pad_hi) = half_versine(ang.lo), half_versine(ang.hi)
+    peak = np.pi if gamma == 0.0 else min(2.0 * np.pi * q / (gamma * gamma), np.pi)
+    at_peak, pad_peak = half_versine(np.clip(peak, ang.lo, ang.hi))
+    low = np.minimum(at_lo - pad_lo, at_hi - pad_hi)
+    high = np.maximum(np.maximum(at_lo + pad_lo, at_hi + pad_hi), at_peak + pad_peak)
+    theta = _angle(value)
+    lo = np.minimum(_angle(np.maximum(low, 0.0)) * (1.0 - 4 * _EPS), theta)
+    hi = np.maximum(np.minimum(_angle(high) * (1.0 + 4 * _EPS), np.pi), theta)
+    return Angle(theta, lo, hi)
+
+
 @dataclass(frozen=True)
 class JumpDistance:
     """The distance rule of a positively homogeneous function of degree 0 that jumps by ``jump`` at 0 (one

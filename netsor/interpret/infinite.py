@@ -787,6 +787,22 @@ class Analysis:
             return None
         return cov.moment[0] if cov.moment[0] in self.steps else None
 
+    def angle_through(self, g: Vector) -> tuple[distance_kernels.PiecewiseLinearDistance, Vector] | None:
+        """``(rule, g')`` when the G-vector ``g`` is a multiple of ``W h`` alone (no bias) and ``h = φ(g')`` is
+        piecewise linear with its kink at 0 (its distance rule ``rule``): the angle of ``g`` between two points
+        is then a function of the angle of ``g'``
+        (:func:`~netsor.activations.distance_kernels.piecewise_linear_angle`)."""
+        items = list(self.sources.get(g, {}).items())
+        if len(items) != 1 or g in self.source_errors or isinstance(items[0][1], pointcoef.PointCoefficient):
+            return None
+        cov = self.source_cov(items[0][0], items[0][0])
+        if cov is None or cov.moment is None or cov.moment[0] is not cov.moment[1]:
+            return None
+        rule = self.distance_rule(cov.moment[0])
+        if rule is None or rule[0] != "act" or not isinstance(rule[1], distance_kernels.PiecewiseLinearDistance):
+            return None
+        return rule[1], rule[2]
+
     def _one_vector_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
         """``("act", rule, g)`` when every term of ``poly`` is ``α φ(k · g)`` of one G-vector ``g`` itself (not
         only of its form over sources: a LayerNorm's output, whose sources carry per-input coefficients)."""
@@ -1544,16 +1560,23 @@ class PairAngle(Quantity):
 
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         g = key[1]
-        return [("D", g)], [("g", g, g)]
+        through = an.angle_through(g)
+        return [("D", g), *([] if through is None else [("A", through[1])])], [("g", g, g)]
 
     def compute(self, key: Key, run: Run) -> Value:
         g = key[1]
         D, dD = run.get(("D", g))
         (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
         ang = distance_kernels.angle(a, da, b, db, D, dD)
-        if (x := run.an.data_direction(g)) is not None:  # inputs nearly proportional, of different norms
+        # points of different variances (inputs nearly proportional in a bias-free network): the distance form
+        # cancels, the inputs' directions and the angle map of a homogeneous layer do not
+        if (x := run.an.data_direction(g)) is not None:
             step = run.an.steps[x]
             ang = ang.within(data_angle(data_view(run.X_left, step), data_view(run.X_right, step)))
+        if (through := run.an.angle_through(g)) is not None:
+            mapped = distance_kernels.piecewise_linear_angle(through[0], run.get(("A", through[1]))[0])
+            if mapped is not None:
+                ang = ang.within(mapped)
         if (exact := run.colinear((g,))) is not None:
             ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
         return ang, None
