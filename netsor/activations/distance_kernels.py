@@ -52,7 +52,10 @@ class Angle:
         """The angle in the intersection of two intervals that both hold the true angle (its value clipped
         into it): the tighter of two enclosures at every entry."""
         lo, hi = np.maximum(self.lo, other.lo), np.minimum(self.hi, other.hi)
-        hi = np.maximum(hi, lo)  # disjoint only by their own roundings: keep a valid interval
+        apart = lo > hi  # cannot be if both hold the angle; should one not, their union still does
+        if np.any(apart):
+            lo = np.where(apart, np.minimum(self.lo, other.lo), lo)
+            hi = np.where(apart, np.maximum(self.hi, other.hi), hi)
         return Angle(np.clip(self.theta, lo, hi), lo, hi)
 
     def at(self, rows: Array, cols: Array, exact: Array) -> Angle:
