@@ -776,29 +776,29 @@ class Analysis:
         rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
         return None if rule is None else ("act", rule, g)
 
-    def data_direction(self, g: Vector) -> Vector | None:
-        """The input ``x`` when the G-vector ``g`` is a multiple of ``U x`` alone (no bias, one input): its angle
-        between two points is then the inputs' angle (:func:`data_angle`)."""
+    def _only_product(self, g: Vector) -> Vector | None:
+        """``h`` when the G-vector ``g`` is a multiple of one MatMul ``W h`` alone (no bias, no other source)."""
         items = list(self.sources.get(g, {}).items())
         if len(items) != 1 or g in self.source_errors or isinstance(items[0][1], pointcoef.PointCoefficient):
             return None
         cov = self.source_cov(items[0][0], items[0][0])
         if cov is None or cov.moment is None or cov.moment[0] is not cov.moment[1]:
             return None
-        return cov.moment[0] if cov.moment[0] in self.steps else None
+        return cov.moment[0]
+
+    def data_direction(self, g: Vector) -> Vector | None:
+        """The input ``x`` when the G-vector ``g`` is a multiple of ``U x`` alone (no bias, one input): its angle
+        between two points is then the inputs' angle (:func:`data_angle`)."""
+        h = self._only_product(g)
+        return h if h is not None and h in self.steps else None
 
     def angle_through(self, g: Vector) -> tuple[distance_kernels.PiecewiseLinearDistance, Vector] | None:
         """``(rule, g')`` when the G-vector ``g`` is a multiple of ``W h`` alone (no bias) and ``h = φ(g')`` is
         piecewise linear with its kink at 0 (its distance rule ``rule``): the angle of ``g`` between two points
         is then a function of the angle of ``g'``
         (:func:`~netsor.activations.distance_kernels.piecewise_linear_angle`)."""
-        items = list(self.sources.get(g, {}).items())
-        if len(items) != 1 or g in self.source_errors or isinstance(items[0][1], pointcoef.PointCoefficient):
-            return None
-        cov = self.source_cov(items[0][0], items[0][0])
-        if cov is None or cov.moment is None or cov.moment[0] is not cov.moment[1]:
-            return None
-        rule = self.distance_rule(cov.moment[0])
+        h = self._only_product(g)
+        rule = None if h is None else self.distance_rule(h)
         if rule is None or rule[0] != "act" or not isinstance(rule[1], distance_kernels.PiecewiseLinearDistance):
             return None
         return rule[1], rule[2]
