@@ -1589,8 +1589,8 @@ DIRECT_DISTANCE_SHARE = 1e-2
 
 def data_angle(A: Array, B: Array) -> distance_kernels.Angle:
     """The angle between the rows of ``A`` (B1, d) and of ``B`` (B2, d), with an interval that holds it: from the
-    chord ``‖a/‖a‖ ∓ b/‖b‖‖`` of the normalised rows where they are within 0.1 of (anti-)parallel — ~(d + 4) ulps
-    absolute, where the distance form ``(D − (√a − √b)²)/(4√(ab))`` of rows of different norms cancels to
+    chord ``‖a/‖a‖ ∓ b/‖b‖‖`` of the normalised rows where their correlation exceeds 0.99 in size — ~(2d + 10)
+    ulps absolute, where the distance form ``(D − (√a − √b)²)/(4√(ab))`` of rows of different norms cancels to
     ½-Hölder (x and 3x rounded, or 2x + δ, in a bias-free network) — and from their Gram correlation elsewhere.
     Zero rows: any angle."""
     d = A.shape[1]
@@ -1612,7 +1612,8 @@ def data_angle(A: Array, B: Array) -> distance_kernels.Angle:
         chord = np.linalg.norm(U[i] - sign * V[j], axis=1)  # of the nearer direction: small, no cancellation
         half = 2.0 * np.arcsin(np.minimum(0.5 * chord, 1.0))
         theta[i, j] = np.where(sign[:, 0] > 0, half, np.pi - half)
-        # each normalised row within (d/2 + 3) ulps, the difference and its norm within (d + 2) more
+        # each normalised row within (d + 2) ulps of its direction (its norm's rounding), their difference within
+        # (2d + 4), and the difference's norm within (d + 2) ulps of itself
         d_chord = (2 * d + 10) * _EPS * (1.0 + chord)
         width[i, j] = d_chord / np.sqrt(np.maximum(1.0 - (0.5 * (chord + d_chord)) ** 2, 1e-300)) + 4 * _EPS * half
     lo, hi = np.maximum(theta - width, 0.0), np.minimum(theta + width, np.pi)
