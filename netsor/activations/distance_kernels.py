@@ -140,7 +140,25 @@ class PiecewiseLinearDistance:
     above: float
     below: float
 
+    @property
+    def even(self) -> bool:
+        """``φ(−x) = φ(x)`` (abs): the distance of ``(u, v)`` is that of ``(u, −v)``."""
+        return self.above == -self.below and self.above != 0.0
+
     def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
+                 ) -> tuple[Array, Array]:
+        value, err = self._formula(a, da, b, db, D, dD, ang)
+        if self.even:
+            # nearly anti-parallel points: the formula's two terms (each ~4√(ab)) cancel to a distance of order
+            # (π − θ)²; for an even φ it is the distance of (u, −v), whose angle π − θ is small — no cancellation
+            flip = np.asarray(ang.theta) > 0.5 * np.pi
+            if np.any(flip):
+                D_m, dD_m, psi = _antipodal(a, da, b, db, ang)
+                value_m, err_m = self._formula(a, da, b, db, D_m, dD_m, psi)
+                value, err = np.where(flip, value_m, value), np.where(flip, err_m, err)
+        return value, err
+
+    def _formula(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
                  ) -> tuple[Array, Array]:
         beta, gamma = float(self.below), float(self.above) - float(self.below)
         linear, g2 = beta * beta + beta * gamma, gamma * gamma
@@ -191,6 +209,8 @@ def piecewise_linear_angle(rule: PiecewiseLinearDistance, ang: Angle) -> Angle |
         square = np.sin(0.5 * theta) ** 2
         return np.maximum(square - weight * gap, 0.0), 16 * _EPS * (square + weight * magnitude)
 
+    if rule.even:  # φ(u) = φ(−u): the map is symmetric about π/2 (its peak), read from min(θ, π − θ)
+        ang = _folded(ang)
     value, _ = half_versine(ang.theta)
     (at_lo, pad_lo), (at_hi, pad_hi) = half_versine(ang.lo), half_versine(ang.hi)
     peak = np.pi if gamma == 0.0 else min(2.0 * np.pi * q / (gamma * gamma), np.pi)
@@ -201,6 +221,49 @@ def piecewise_linear_angle(rule: PiecewiseLinearDistance, ang: Angle) -> Angle |
     lo = np.minimum(_angle(np.maximum(low, 0.0)) * (1.0 - 4 * _EPS), theta)
     hi = np.maximum(np.minimum(_angle(high) * (1.0 + 4 * _EPS), np.pi), theta)
     return Angle(theta, lo, hi)
+
+
+#: ``π − np.pi`` rounded up: the float π is below the true one by 1.2e-16.
+_PI_DEFECT = 1.3e-16
+
+
+def _supplement(ang: Angle) -> Angle:
+    """The angle ``π − θ`` with its interval (exact differences: θ ≥ π/2 where it is used)."""
+    return Angle(np.pi - ang.theta, np.maximum(np.pi - ang.hi, 0.0), np.pi - ang.lo + _PI_DEFECT)
+
+
+def _folded(ang: Angle) -> Angle:
+    """``min(θ, π − θ)`` with its interval: an interval on one side of π/2 is mirrored onto [0, π/2], one
+    across it becomes ``[min(lo, π − hi), π/2]``."""
+    theta, lo, hi = (np.asarray(x, dtype=float) for x in (ang.theta, ang.lo, ang.hi))
+    mirrored = _supplement(ang)
+    half = 0.5 * np.pi
+    upper = lo >= half
+    across = (lo < half) & (hi > half)
+    return Angle(np.where(theta > half, mirrored.theta, theta),
+                 np.where(upper, mirrored.lo, np.where(across, np.minimum(lo, mirrored.lo), lo)),
+                 np.where(upper, mirrored.hi, np.where(across, half, hi)))
+
+
+def _antipodal(a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Array, Array, Angle]:
+    """The distance ``E[(u + v)²] = (√a − √b)² + 4√(ab) sin²(ψ/2)`` of ``(u, −v)``, its bound, and its angle
+    ``ψ = π − θ``, from the variances' box and the angle's interval (each part is monotone in its arguments,
+    so the ends of the box give the distance's interval)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    psi = _supplement(ang)
+    a_lo, b_lo = np.maximum(a - da, 0.0), np.maximum(b - db, 0.0)
+    a_hi, b_hi = a + da, b + db
+    diff = np.abs(a - b)
+    diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
+    s = diff * diff / np.maximum((np.sqrt(a) + np.sqrt(b)) ** 2, 1e-300)
+    s_lo = diff_lo * diff_lo / np.maximum((np.sqrt(a_hi) + np.sqrt(b_hi)) ** 2, 1e-300)
+    s_hi = diff_hi * diff_hi / np.maximum((np.sqrt(a_lo) + np.sqrt(b_lo)) ** 2, 1e-300)
+    D = s + 4.0 * np.sqrt(a * b) * np.sin(0.5 * psi.theta) ** 2
+    D_lo = s_lo + 4.0 * np.sqrt(a_lo * b_lo) * np.sin(0.5 * psi.lo) ** 2
+    D_hi = s_hi + 4.0 * np.sqrt(a_hi * b_hi) * np.sin(0.5 * np.minimum(psi.hi, np.pi)) ** 2
+    # rounding: the quotient, the square root, the sine and the products to 16 ulps of the largest end
+    dD = np.maximum(D_hi - D, D - D_lo) + 16 * _EPS * D_hi
+    return D, dD, psi
 
 
 @dataclass(frozen=True)
