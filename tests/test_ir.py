@@ -384,3 +384,44 @@ def test_joint_functions_evaluate_each_function_node_once_per_call():
     assert calls.count("fn") == 1
     np.testing.assert_allclose(grad[:, 0], -3 * u[:, 0] ** 2, rtol=1e-12)
     np.testing.assert_allclose(grad[:, 1], 0.0, atol=1e-12 * np.max(np.abs(c)))
+
+
+def test_a_jump_times_a_factor_that_vanishes_on_it_is_continuous():
+    """``f·step(ℓ)`` is continuous where a continuous factor ``f`` vanishes on the plane ``ℓ = 0`` (the same plane
+    up to a nonzero factor: ``step(−2g)``); not where it does not, or where the jumping factor is unbounded."""
+    p = netsor.Program()
+    n = p.dim("n")
+    g, h = p.input(n), p.input(n)
+    cases = {
+        lambda u, v: u * netsor.step(u): True,
+        lambda u, v: netsor.gelu(u) * netsor.step(-2.0 * u): True,
+        lambda u, v: netsor.relu(u - 1.0) * netsor.step(u - 1.0) * netsor.tanh(v): True,
+        lambda u, v: netsor.tanh(u) * netsor.step(u) * netsor.step(-u): True,
+        lambda u, v: netsor.tanh(v) * netsor.step(u): False,
+        lambda u, v: netsor.relu(u - 1.0) * netsor.step(u): False,
+        lambda u, v: np.cosh(u) * netsor.step(u): False,
+    }
+    for fn, continuous in cases.items():
+        netsor.nonlin(fn, g, h)
+        assert p.lines[-1].expr.continuous is continuous, p.lines[-1].expr.describe()
+
+
+def test_gelu_times_its_own_step_at_nearly_identical_and_anti_parallel_inputs():
+    """``gelu(g)·step(g) + gelu(g)·step(−g) = gelu(g)``: the four covariances of the two pieces sum to gelu's kernel
+    within their bounds, at inputs 1e-6 apart and nearly anti-parallel ones, at the default rtol — where the pieces
+    were taken for jumps (½-Hölder in the correlation: refused, bounds 1e-2 … 5e-2)."""
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal(6)
+    X = np.stack([x, x + 1e-6 * rng.standard_normal(6), -x + 1e-6 * rng.standard_normal(6), rng.standard_normal(6)])
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n, sigma=1.2, bias=0.3)
+    up = netsor.nonlin(lambda u: netsor.gelu(u) * netsor.step(u), g)
+    down = netsor.nonlin(lambda u: netsor.gelu(u) * netsor.step(-u), g)
+    whole = netsor.gelu(g)
+    p.readout(up, down, whole)
+    lim = netsor.limit(p, X)
+    parts = [lim.cov(a, b, with_error=True) for a, b in ((up, up), (up, down), (down, up), (down, down))]
+    K, E = lim.cov(whole, with_error=True)
+    total = sum(k for k, _ in parts)
+    assert np.all(np.abs(total - K) <= sum(e for _, e in parts) + E + 1e-15 * np.abs(K).max())

@@ -203,6 +203,21 @@ def _once(key: Key, compute: Callable[[], Any]) -> Any:
     return memo[key]
 
 
+def _bounded(image: Image) -> bool:
+    return bool(np.isfinite(image[0]) and np.isfinite(image[1]))
+
+
+def _same_plane(p: AffineForm, q: AffineForm) -> bool:
+    """The two affine forms vanish on the same hyperplane: ``q = λ p`` for some ``λ ≠ 0`` (exactly, in floats)."""
+    (p_terms, p_offset), (q_terms, q_offset) = p, q
+    pc, qc = dict(p_terms), dict(q_terms)
+    if not pc or set(pc) != set(qc):
+        return False
+    v = next(iter(pc))
+    ratio = qc[v] / pc[v]
+    return ratio != 0.0 and all(qc[u] == ratio * pc[u] for u in pc) and q_offset == ratio * p_offset
+
+
 def _plane_key(plane: AffineForm) -> Key:
     terms, offset = plane
     return (tuple((v.index, c) for v, c in terms), offset)
@@ -526,6 +541,19 @@ class Prod(Expr):
                         part = part * v
                 out = out + part
         return np.asarray(out, dtype=float)
+
+    @property
+    def continuous(self) -> bool:
+        """Also where a bounded factor jumps only on hyperplanes on which another, continuous factor
+        vanishes: ``gelu(g)·step(g)``, ``g·step(g)`` (= relu g) are continuous (their weak derivative has no δ:
+        ``f δ(ℓ) = 0`` where ``f = 0`` on ``ℓ = 0``), and their kernels Lipschitz, not ½-Hölder, in the correlation."""
+        jumping = [f for f in self.factors if not f.continuous]
+        if not jumping:
+            return True
+        if any(f.hidden_kinks or not _bounded(f.image()) for f in jumping):
+            return False
+        zeros = [p for f in self.factors if f.continuous for p in (f.zero_planes() or ())]
+        return all(any(_same_plane(jump, zero) for zero in zeros) for f in jumping for jump in f.jump_planes())
 
     def zero_planes(self) -> tuple[AffineForm, ...] | None:
         planes: dict[Key, AffineForm] = {}
