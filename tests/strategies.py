@@ -87,6 +87,21 @@ GATES = {
     "gate2*u": lambda u, v: u * gate(v) * gate(0.5 * u + v),
 }
 
+#: Traced sums and products of netsor's own activations (traced as Apply nodes with their rules, not opaque:
+#: netsor.ir.trace), drawn only with ``recipes(activation_sums=True)``: step-like sums whose levels the engine sums
+#: exactly, piecewise-linear sums with a linear part, a kink plus a smooth function, differences of saturating
+#: functions, and a parametrised activation.
+ACTIVATION_SUMS = {
+    "step-levels": lambda u, v: 2.0 * netsor.step(u) - netsor.step(-u) + 1.0,
+    "odd-steps": lambda u, v: netsor.step(u - v) - netsor.step(v - u),
+    "relu+linear": lambda u, v: netsor.relu(u) + 0.01 * u,
+    "leaky": lambda u, v: netsor.activation("leaky_relu", alpha=0.2)(u) - 0.5 * v,
+    "relu+tanh": lambda u, v: netsor.relu(u) + 0.1 * netsor.tanh(v),
+    "hard_tanh-diff": lambda u, v: netsor.hard_tanh(u) - netsor.hard_tanh(v),
+    "gelu*step": lambda u, v: netsor.gelu(u) * netsor.step(v),
+    "abs-relu": lambda u, v: netsor.abs_(u) - netsor.relu(u),
+}
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -115,7 +130,8 @@ def step_strategy() -> st.SearchStrategy:
 
 @st.composite
 def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = False, gates: bool = False,
-            growth: bool = False, factors: bool = False, separable: bool = False) -> Recipe:
+            growth: bool = False, factors: bool = False, separable: bool = False,
+            activation_sums: bool = False) -> Recipe:
     n_inputs = draw(st.integers(1, 2))
     sigmas = tuple(draw(st.tuples(st.sampled_from([0.8, 1.0, 1.2]), st.sampled_from([0.0, 0.3])))
                    for _ in range(n_inputs))
@@ -136,6 +152,10 @@ def recipes(draw, max_steps: int = 5, opaque: bool = False, batchnorm: bool = Fa
         at = draw(st.integers(0, len(steps)))
         steps.insert(at, ("gates", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
                           draw(st.sampled_from(sorted(GATES)))))
+    if activation_sums:  # a traced sum or product of netsor activations of two pool vectors, at a drawn place
+        at = draw(st.integers(0, len(steps)))
+        steps.insert(at, ("activation-sum", draw(st.integers(0, 1000)), draw(st.integers(0, 1000)),
+                          draw(st.sampled_from(sorted(ACTIVATION_SUMS)))))
     if opaque and draw(st.booleans()):
         steps.append(("opaque", draw(st.integers(0, 1000)), draw(st.integers(0, 1000))))
     if batchnorm:  # BatchNorm across the distinct G-vectors of the pool, then an activation
@@ -183,6 +203,10 @@ def build(recipe: Recipe) -> netsor.Program:
         elif op == "traced":
             _, i, j, name = step
             pool.append(netsor.nonlin(TRACED[name], pick(i), pick(j), name=name))
+        elif op == "activation-sum":
+            _, i, j, name = step
+            pool.append(netsor.nonlin(ACTIVATION_SUMS[name], pick(i), pick(j), name=name))
+            factors.append(pool[-1])  # read out (below)
         elif op == "growth":  # of G-vectors: exp of a product g·g' or exp(exp g) would have no finite limit
             _, i, j, name = step
             pool.append(netsor.nonlin(CUSPS[name], pick(i, "G"), pick(j, "G"), name=name))

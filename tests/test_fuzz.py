@@ -843,3 +843,42 @@ def test_random_batchnorm_ntks_integrated_radius_agrees_with_sampled_radius(acti
         ntk_module.radial_program = original
     assert np.all(np.isfinite(integrated.ntk)) and np.all(np.isfinite(integrated.ntk_error))
     assert np.all(np.abs(integrated.ntk - sampled.ntk) <= integrated.ntk_error + sampled.ntk_error)
+
+
+# ---- traced sums and products of netsor's activations --------------------------------------------------------
+ACTIVATION_SUM_PROGRAMS = dict(recipe=recipes(max_steps=4, activation_sums=True), B=st.integers(2, 4),
+                               d=st.integers(3, 6), seed=st.integers(0, 2**16),
+                               near=st.sampled_from([0.0, 1e-6, -1e-6]))
+
+
+@settings(FAST, max_examples=10)
+@given(**ACTIVATION_SUM_PROGRAMS)
+def test_random_programs_with_activation_sums_have_consistent_kernels(recipe, B, d, seed, near):
+    """A traced function of netsor's activations in every program (``2·step(u) − step(−u) + 1``, ``relu(u) +
+    0.01u``, ``gelu(u)·step(v)``, ...: Apply nodes with their own rules since the tracer reads them), a third of
+    them on a nearly identical or nearly anti-parallel pair of inputs: finite, symmetric, PSD kernels whose cross
+    blocks equal the blocks of the joint kernel within their bounds."""
+    check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
+
+
+@pytest.mark.slow
+@settings(FAST, max_examples=50)
+@given(**ACTIVATION_SUM_PROGRAMS)
+def test_more_random_programs_with_activation_sums_have_consistent_kernels(recipe, B, d, seed, near):
+    check_kernel_properties(recipe, B, d, seed, duplicate=False, near=near)
+
+
+@settings(SIMULATION_SETTINGS, max_examples=8)
+@given(recipe=recipes(max_steps=3, activation_sums=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+def test_random_programs_with_activation_sums_simulated_limit_agrees_with_the_expectation_engine(recipe, B, seed):
+    """The same programs: the expectation engine (levels, kinks and closed forms read from the traced
+    activations) against the joint QMC simulation, an interpreter that evaluates them as plain functions."""
+    assert_engine_agrees_with_simulation(build(recipe), inputs(B, 3, seed), seed)
+
+
+@pytest.mark.slow
+@settings(SIMULATION_SETTINGS, max_examples=50)
+@given(recipe=recipes(max_steps=3, activation_sums=True), B=st.integers(2, 3), seed=st.integers(0, 2**16))
+def test_more_random_programs_with_activation_sums_simulated_limit_agrees_with_the_expectation_engine(recipe, B,
+                                                                                                        seed):
+    assert_engine_agrees_with_simulation(build(recipe), inputs(B, 3, seed), seed)
