@@ -425,3 +425,37 @@ def test_gelu_times_its_own_step_at_nearly_identical_and_anti_parallel_inputs():
     K, E = lim.cov(whole, with_error=True)
     total = sum(k for k, _ in parts)
     assert np.all(np.abs(total - K) <= sum(e for _, e in parts) + E + 1e-15 * np.abs(K).max())
+
+
+#: comparisons whose two sides tie with positive probability (relu(g) is 0 on a half-space), and heaviside:
+#: (function, E h² in the limit at Var g = 1, computed by hand)
+TIES = {
+    "relu(g) >= 0": (lambda u: (np.maximum(u, 0.0) >= 0.0) * 1.0, 1.0),
+    "relu(g) > 0": (lambda u: (np.maximum(u, 0.0) > 0.0) * 1.0, 0.5),
+    "0 <= relu(g)": (lambda u: (0.0 <= np.maximum(u, 0.0)) * 1.0, 1.0),
+    "relu(g) <= 0": (lambda u: (np.maximum(u, 0.0) <= 0.0) * 1.0, 0.5),
+    "clip(g, 0, 1) >= 1": (lambda u: (np.clip(u, 0.0, 1.0) >= 1.0) * 1.0, 0.15865525393145707),  # P(g ≥ 1)
+    "heaviside(g, 0.5)": (lambda u: np.heaviside(u, 0.5), 0.5),
+    "heaviside(relu(g), 1)": (lambda u: np.heaviside(np.maximum(u, 0.0), 1.0), 1.0),
+    "heaviside(−relu(g), 0.3)": (lambda u: np.heaviside(-np.maximum(u, 0.0), 0.3), 0.045),
+}
+
+
+@pytest.mark.parametrize("name", list(TIES))
+def test_comparisons_and_heaviside_are_traced_exactly_at_ties(name):
+    """``a ≥ b`` is ``1 − step(b − a)``, not ``step(a − b)``: they differ where ``a = b``, an event of probability
+    1/2 for ``relu(g) ≥ 0`` (traced before as ``step(g)``: E h² = 0.5 instead of 1, in the limit and at finite
+    width alike); ``np.heaviside`` is traced (it was opaque). The expression equals the user's function on values
+    with exact zeros and ties, and its limit second moment the value by hand."""
+    fn, second_moment = TIES[name]
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    h = netsor.nonlin(fn, g)
+    expr = p.lines[-1].expr
+    assert not isinstance(expr, netsor.ir.expr.Opaque)
+    z = np.concatenate([np.random.default_rng(0).standard_normal(50), [0.0, 1.0, -1.0, -0.0]])
+    np.testing.assert_array_equal(expr.evaluate({g: z}), fn(z))
+    p.readout(h)
+    K, E = netsor.limit(p, np.ones((1, 3))).nngp(with_error=True)
+    assert abs(K[0, 0] - second_moment) <= E[0, 0] + 1e-15

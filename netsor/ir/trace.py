@@ -3,13 +3,15 @@
 ``netsor.nonlin(fn, a, b)`` calls ``fn`` once on :class:`Tracer` objects instead of arrays.
 A tracer records numpy arithmetic, the elementwise ufuncs the activation registry knows
 (``np.tanh``, ``np.exp``, ``scipy.special.erf``, ...), netsor's own activations
-(``netsor.activation("step")(u)``), ``np.maximum``/``np.minimum``,
+(``netsor.activation("step")(u)``), ``np.maximum``/``np.minimum``, ``np.heaviside``,
 comparisons, ``np.where`` and ``np.clip`` as nodes of :mod:`netsor.ir.expr`, rewriting the
 non-smooth ones through kinked activations of *affine* arguments so that their kinks are
 known hyperplanes:
 
 * ``max(a, b) = b + relu(a − b)``, ``min(a, b) = a − relu(a − b)``, ``|a|`` = ``abs(a)``;
-* ``a > b`` is ``step(a − b)`` (a comparison is 0/1 almost everywhere);
+* ``a > b`` is ``step(a − b)`` and ``a ≥ b`` is ``1 − step(b − a)`` (exact at ties too, which have positive
+  probability where ``a − b`` vanishes on a set of positive measure: ``relu(g) ≥ 0`` is 1, ``relu(g) > 0`` is
+  ``step(g)``); ``np.heaviside(a, c) = step(a) + c·1{a = 0}`` with ``1{a = 0} = 1 − step(a) − step(−a)``;
 * ``where(c, x, y) = y + c·(x − y)``; ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)``.
 
 Anything else (Python branching on values, unknown functions, reductions) stops the trace:
@@ -58,6 +60,16 @@ def _minimum(a: Expr, b: Expr) -> Expr:
     return linear(0.0, [(1.0, a), (-1.0, apply(relu, _sub(a, b)))])
 
 
+def _not(indicator: Expr) -> Expr:
+    return linear(1.0, [(-1.0, indicator)])
+
+
+def _is_zero(a: Expr) -> Expr:
+    """``1{a = 0} = 1 − step(a) − step(−a)``: an event of positive probability where ``a`` vanishes on a set of
+    positive measure (``relu(g)``, a clip)."""
+    return linear(1.0, [(-1.0, apply(step, a)), (-1.0, apply(step, linear(0.0, [(-1.0, a)])))])
+
+
 def _power(a: Expr, b: Expr) -> Expr:
     if isinstance(b, Const) and float(b.value).is_integer() and 0 <= b.value <= 8:
         return product([a] * int(b.value)) if b.value else constant(1.0)
@@ -83,9 +95,10 @@ _BINARY: dict[Any, Callable[[Expr, Expr], Expr]] = {
     np.fmin: _minimum,
     np.power: _power,
     np.greater: lambda a, b: apply(step, _sub(a, b)),
-    np.greater_equal: lambda a, b: apply(step, _sub(a, b)),
+    np.greater_equal: lambda a, b: _not(apply(step, _sub(b, a))),
     np.less: lambda a, b: apply(step, _sub(b, a)),
-    np.less_equal: lambda a, b: apply(step, _sub(b, a)),
+    np.less_equal: lambda a, b: _not(apply(step, _sub(a, b))),
+    np.heaviside: lambda a, b: linear(0.0, [(1.0, apply(step, a)), (1.0, product([b, _is_zero(a)]))]),
 }
 _UNARY: dict[Any, Callable[[Expr], Expr]] = {
     np.negative: lambda a: linear(0.0, [(-1.0, a)]),
