@@ -250,6 +250,10 @@ STEP_LIKE = {
     "nonlin 3 step(u) − 1": (lambda g: netsor.nonlin(lambda u: 3.0 * netsor.step(u) - 1.0, g), (2.0, -1.0)),
     "vectors 2 step(g) − step(−g)": (lambda g: 2.0 * netsor.step(g) - netsor.step(-1.0 * g), (2.0, -1.0)),
     "vectors step(g) − step(−g)": (lambda g: netsor.step(g) - netsor.step(-1.0 * g), (1.0, -1.0)),
+    # comparisons and where: products of steps, levels read through them
+    "nonlin where(u >= 0, 2, −1)": (lambda g: netsor.nonlin(lambda u: np.where(u >= 0, 2.0, -1.0), g), (2.0, -1.0)),
+    "nonlin 3 (u > 0)(u >= 0) − 1": (lambda g: netsor.nonlin(lambda u: 3.0 * (u > 0) * (u >= 0) - 1.0, g),
+                                     (2.0, -1.0)),
 }
 
 
@@ -260,15 +264,19 @@ TRACED_AND_SUMMED = {
                                  SUMS["2 step(x) − step(−x) + 1"]),
     "relu(u) − 0.3 relu(−u)": (lambda u: netsor.relu(u) - 0.3 * netsor.relu(-u),
                                lambda g: netsor.relu(g) - 0.3 * netsor.relu(-1.0 * g)),
+    # piecewise-linear functions written with comparisons: products of a linear factor and steps
+    "where(u > 0, u, 0.2 u)": (lambda u: np.where(u > 0, u, 0.2 * u), activation("leaky_relu", alpha=0.2)),
+    "u·(u >= 0)": (lambda u: u * (u >= 0), netsor.relu),
 }
 
 
 @pytest.mark.parametrize("name", TRACED_AND_SUMMED)
 def test_a_traced_sum_of_functions_of_one_vector_is_the_sum_of_vectors_at_inputs_a_perturbation_apart(name):
     """A depth-3 MLP (σ_w = 1, σ_b = 0.1) on inputs 1e-6 apart, its activation written once as one traced function
-    and once as a sum of vectors: both meet the default rtol and agree within their bounds. (The traced one was
-    opaque; the sum of steps had per-point pairs step(g + b)·step(−g − b) of correlation −1 to rounding, bounded
-    ½-Hölder: 1.5e-2 relative on the diagonal at depth 3.)"""
+    and once as a sum of vectors (or the registry's activation): both meet the default rtol and agree within their
+    bounds. (The traced one was opaque; the sum of steps had per-point pairs step(g + b)·step(−g − b) of
+    correlation −1 to rounding, bounded ½-Hölder: 1.5e-2 relative on the diagonal at depth 3; a piecewise-linear
+    function written with comparisons had no distance rule: its NTK was refused.)"""
     traced, summed = TRACED_AND_SUMMED[name]
     X = inputs(3, 4, 0, False, 1e-6)
     kernels = []

@@ -9,6 +9,7 @@ them from expression trees over G-vectors, with their kinks, derivatives and con
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable
+from fractions import Fraction
 from itertools import product
 
 import numpy as np
@@ -52,17 +53,65 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
 
 
 def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:
-    """The distance rule of ``expr = c + Σ α act(k · arg)`` when its activations' rules combine
-    (:func:`netsor.activations.distance_kernels.combination`: ``relu(g) + 0.01 g`` is one piecewise-linear
-    function of ``g``), else None."""
-    parts = []
-    for alpha, term in expr.terms if isinstance(expr, Sum) else ((1.0, expr),):
-        act, inner = (term.act, term.child) if isinstance(term, Apply) else (identity, term)
-        k = _multiple_of(inner, arg)
-        if act.distance_kernel is None or k is None:
+    """The distance rule of ``expr`` when it is ``c + f(arg)`` with ``f`` positively homogeneous and piecewise
+    linear with its kink at 0, or of degree 0 with known levels (:func:`_homogeneous`): ``relu(g) + 0.01 g``,
+    ``np.where(g > 0, g, 0.2 g)``, ``g·(g > 0)``, ``2·step(g) − step(−g) + 1`` — one rule of
+    :mod:`netsor.activations.distance_kernels`, else None."""
+    const = expr.const if isinstance(expr, Sum) else 0.0
+    body = Sum(0.0, expr.terms) if isinstance(expr, Sum) else expr
+    found = _homogeneous(body, arg)
+    if found is None:
+        return None
+    degree, above, below = found
+    if degree == 1:
+        return distance_kernels.PiecewiseLinearDistance(float(above), float(below))
+    if above == below:  # a constant: no distance rule needed, none given
+        return None
+    return distance_kernels.JumpDistance(float(above - below), (float(above + Fraction(const)),
+                                                                float(below + Fraction(const))))
+
+
+def _homogeneous(expr: Expr, arg: Vector) -> tuple[int, Fraction, Fraction] | None:
+    """``(d, A, B)`` with ``expr = A·x^d`` for ``x = arg > 0`` and ``B·x^d`` for ``x < 0``, ``d ∈ {0, 1}`` (values at
+    ``x = 0`` aside: a Gaussian argument is never 0), in exact rational arithmetic (``relu(x) − relu(x)`` is 0, not
+    a rounding residue); None when ``expr`` is not of this kind. Leaves: constants, ``k·x``, and activations of
+    ``k·x`` whose distance rule is piecewise linear or a jump with known levels; sums of leaves of one degree (a
+    constant counts as degree 0), products of total degree at most 1."""
+    if isinstance(expr, Const):
+        return 0, Fraction(expr.value), Fraction(expr.value)
+    k = _multiple_of(expr, arg)
+    if k is not None:
+        return 1, Fraction(k), Fraction(k)
+    if isinstance(expr, Apply):
+        k = _multiple_of(expr.child, arg)
+        rule = expr.act.distance_kernel
+        if k is None or k == 0.0:
             return None
-        parts.append((alpha, k, act.distance_kernel))
-    return distance_kernels.combination(parts, expr.const if isinstance(expr, Sum) else 0.0)
+        if isinstance(rule, distance_kernels.PiecewiseLinearDistance):  # φ(kx) = k·(slope on kx's side)·x
+            up, down = (rule.above, rule.below) if k > 0 else (rule.below, rule.above)
+            return 1, Fraction(k) * Fraction(up), Fraction(k) * Fraction(down)
+        if isinstance(rule, distance_kernels.JumpDistance) and rule.levels is not None:
+            up, down = rule.levels if k > 0 else rule.levels[::-1]
+            return 0, Fraction(up), Fraction(down)
+        return None
+    if isinstance(expr, Sum):
+        parts = [(Fraction(alpha), _homogeneous(term, arg)) for alpha, term in expr.terms]
+        if any(part is None for _, part in parts):
+            return None
+        degrees = {part[0] for _, part in parts} | ({0} if expr.const != 0.0 else set())
+        if len(degrees) != 1:
+            return None
+        return (degrees.pop(), Fraction(expr.const) + sum(alpha * part[1] for alpha, part in parts),
+                Fraction(expr.const) + sum(alpha * part[2] for alpha, part in parts))
+    if isinstance(expr, Prod):
+        degree, above, below = 0, Fraction(1), Fraction(1)
+        for factor in expr.factors:
+            part = _homogeneous(factor, arg)
+            if part is None:
+                return None
+            degree, above, below = degree + part[0], above * part[1], below * part[2]
+        return (degree, above, below) if degree <= 1 else None
+    return None
 
 
 def _multiple_of(expr: Expr, arg: Vector) -> float | None:
