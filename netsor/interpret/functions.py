@@ -61,14 +61,25 @@ def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:
     body = Sum(0.0, expr.terms) if isinstance(expr, Sum) else expr
     found = _homogeneous(body, arg)
     if found is None:
-        return None
+        return _sum_rule(expr, arg)
     degree, above, below = found
     if degree == 1:
         return distance_kernels.PiecewiseLinearDistance(float(above), float(below))
-    if above == below:  # a constant: no distance rule needed, none given
-        return None
     return distance_kernels.JumpDistance(float(above - below), (float(above + Fraction(const)),
                                                                 float(below + Fraction(const))))
+
+
+def _sum_rule(expr: Expr, arg: Vector) -> DistanceRule | None:
+    """The rule of ``c + Σ α act(k · arg)`` by :func:`netsor.activations.distance_kernels.combination`, for the
+    sums :func:`_homogeneous` does not read (a jump rule without levels, which still has its distances)."""
+    parts = []
+    for alpha, term in expr.terms if isinstance(expr, Sum) else ((1.0, expr),):
+        act, inner = (term.act, term.child) if isinstance(term, Apply) else (identity, term)
+        k = _multiple_of(inner, arg)
+        if act.distance_kernel is None or k is None:
+            return None
+        parts.append((alpha, k, act.distance_kernel))
+    return distance_kernels.combination(parts, expr.const if isinstance(expr, Sum) else 0.0)
 
 
 def _homogeneous(expr: Expr, arg: Vector) -> tuple[int, Fraction, Fraction] | None:
