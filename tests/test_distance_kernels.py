@@ -490,3 +490,32 @@ def test_abs_networks_at_nearly_anti_parallel_inputs_meet_the_default_rtol(depth
         scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
         assert np.all(np.abs(K - ref) <= E + 1e-15 * scale)
         assert np.max(E / scale) <= 1e-8
+
+
+def test_the_rule_of_a_function_of_one_vector_is_read_through_comparisons_and_products():
+    """The distance rule of a traced function of one G-vector, from its values above and below 0 in exact
+    arithmetic: piecewise-linear functions written with where / comparisons / products, step-like ones with their
+    levels, a constant (zero jump); a jump rule without levels still combines in a sum (levels unknown); degree 2 has
+    no rule."""
+    from netsor.activations.registry import Activation
+    from netsor.interpret.functions import activation_of
+
+    no_levels = Activation(name="jump_without_levels", fn=lambda x: (np.asarray(x) > 0) * 1.0,
+                           deriv=lambda x: np.zeros_like(np.asarray(x, dtype=float)), smooth=False, kinks=(0.0,),
+                           continuous=False, distance_kernel=JumpDistance(1.0))
+    cases = {
+        lambda u: np.where(u > 0, u, 0.2 * u): PiecewiseLinearDistance(1.0, 0.2),
+        lambda u: u * (u >= 0): PiecewiseLinearDistance(1.0, 0.0),
+        lambda u: np.where(u >= 0, -u, 0.5 * u) * 2.0: PiecewiseLinearDistance(-2.0, 1.0),
+        lambda u: 3.0 * (u > 0) * (u >= 0) - 1.0: JumpDistance(3.0, (2.0, -1.0)),
+        lambda u: netsor.step(u) + netsor.step(-u): JumpDistance(0.0, (1.0, 1.0)),
+        lambda u: no_levels(u) + 0.5 * netsor.step(u): JumpDistance(1.5),
+        lambda u: u * netsor.relu(u): None,
+    }
+    p = netsor.Program()
+    n = p.dim("n")
+    g = p.input(n)
+    for fn, rule in cases.items():
+        netsor.nonlin(fn, g)
+        expr = p.lines[-1].expr
+        assert activation_of(expr, g).distance_kernel == rule, expr.describe()
