@@ -76,6 +76,18 @@ def _angle(one_minus_cos_half: Array) -> Array:
     return 2.0 * np.arcsin(np.sqrt(x))
 
 
+def _root_gap(a: Array, da: Array, b: Array, db: Array, a_lo: Array, b_lo: Array) -> tuple[Array, Array, Array]:
+    """``s = (√a − √b)²`` written ``(a − b)²/(√a + √b)²`` — second order in ``a − b``, so nothing cancels where
+    the variances are nearly equal — and its ends over the variances' box ``[a_lo, a + da] × [b_lo, b + db]``
+    (``|a − b|`` moves by at most ``da + db`` in it), the ends' rounding included (8 ulps)."""
+    diff = np.abs(a - b)
+    diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
+    s = diff * diff / np.maximum((np.sqrt(a) + np.sqrt(b)) ** 2, 1e-300)
+    s_lo = diff_lo * diff_lo / np.maximum((np.sqrt(a + da) + np.sqrt(b + db)) ** 2, 1e-300) * (1.0 - 8 * _EPS)
+    s_hi = diff_hi * diff_hi / np.maximum((np.sqrt(a_lo) + np.sqrt(b_lo)) ** 2, 1e-300) * (1.0 + 8 * _EPS)
+    return s, s_lo, s_hi
+
+
 def angle(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array) -> Angle:
     """The angle of a pair from ``(a, b, D)`` with its interval (see :class:`Angle`).
 
@@ -85,19 +97,14 @@ def angle(a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array) -> Angl
     in that ratio, whose extremes over the arguments' box give the interval. Requires ``a > da`` and
     ``b > db`` (else the interval is [0, π])."""
     a, b, D = (np.asarray(x, dtype=float) for x in (a, b, D))
-    root_ab = np.sqrt(a * b)
-    diff = np.abs(a - b)
-    s = diff * diff / (np.sqrt(a) + np.sqrt(b)) ** 2
-    theta = _angle((D - s) / (4.0 * root_ab))
     a_lo, b_lo = a - da, b - db
     positive = bool(np.all(a_lo > 0.0) and np.all(b_lo > 0.0))  # else a (full) mask of the pairs that are
     if not positive:
         positive = (a_lo > 0.0) & (b_lo > 0.0)
         a_lo, b_lo = np.where(a_lo > 0.0, a_lo, 1.0), np.where(b_lo > 0.0, b_lo, 1.0)  # no NaN where refused
     a_hi, b_hi = a + da, b + db
-    diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
-    s_lo = diff_lo * diff_lo / (np.sqrt(a_hi) + np.sqrt(b_hi)) ** 2 * (1.0 - 8 * _EPS)
-    s_hi = diff_hi * diff_hi / (np.sqrt(a_lo) + np.sqrt(b_lo)) ** 2 * (1.0 + 8 * _EPS)
+    s, s_lo, s_hi = _root_gap(a, da, b, db, a_lo, b_lo)
+    theta = _angle((D - s) / (4.0 * np.sqrt(a * b)))
     # rounding: the differences to an ulp of their largest term, the quotients to 16 ulps, asin and the
     # doubling to 4 more
     pad = dD + 2 * _EPS * (D + dD + s_hi)
@@ -139,6 +146,12 @@ class PiecewiseLinearDistance:
 
     above: float
     below: float
+
+    def sides(self, k: float) -> tuple[int, Fraction, Fraction]:
+        """``(1, A, B)`` with ``φ(k x) = A x`` for ``x > 0`` and ``B x`` for ``x < 0`` (``k ≠ 0``; a negative
+        ``k`` swaps the slopes), in exact rationals."""
+        up, down = (self.above, self.below) if k > 0 else (self.below, self.above)
+        return 1, Fraction(k) * Fraction(up), Fraction(k) * Fraction(down)
 
     @property
     def even(self) -> bool:
@@ -253,11 +266,7 @@ def _antipodal(a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Ar
     psi = _supplement(ang)
     a_lo, b_lo = np.maximum(a - da, 0.0), np.maximum(b - db, 0.0)
     a_hi, b_hi = a + da, b + db
-    diff = np.abs(a - b)
-    diff_lo, diff_hi = np.maximum(diff - da - db, 0.0), diff + da + db
-    s = diff * diff / np.maximum((np.sqrt(a) + np.sqrt(b)) ** 2, 1e-300)
-    s_lo = diff_lo * diff_lo / np.maximum((np.sqrt(a_hi) + np.sqrt(b_hi)) ** 2, 1e-300)
-    s_hi = diff_hi * diff_hi / np.maximum((np.sqrt(a_lo) + np.sqrt(b_lo)) ** 2, 1e-300)
+    s, s_lo, s_hi = _root_gap(a, da, b, db, a_lo, b_lo)
     D = s + 4.0 * np.sqrt(a * b) * np.sin(0.5 * psi.theta) ** 2
     D_lo = s_lo + 4.0 * np.sqrt(a_lo * b_lo) * np.sin(0.5 * psi.lo) ** 2
     D_hi = s_hi + 4.0 * np.sqrt(a_hi * b_hi) * np.sin(0.5 * np.minimum(psi.hi, np.pi)) ** 2
@@ -279,6 +288,14 @@ class JumpDistance:
     jump: float
     levels: tuple[float, float] | None = None
 
+    def sides(self, k: float) -> tuple[int, Fraction, Fraction] | None:
+        """``(0, A, B)`` with ``φ(k x) = A`` for ``x > 0`` and ``B`` for ``x < 0`` (``k ≠ 0``; a negative ``k``
+        swaps the levels), in exact rationals; None where the levels are not known."""
+        if self.levels is None:
+            return None
+        up, down = self.levels if k > 0 else self.levels[::-1]
+        return 0, Fraction(up), Fraction(down)
+
     def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
                  ) -> tuple[Array, Array]:
         scale = float(self.jump) ** 2 / np.pi
@@ -297,35 +314,30 @@ def combination(parts: Iterable[tuple[float, float, DistanceRule]], const: float
     is 0, not a rounding residue. No distance sees the constant; a jump rule has its levels only where
     ``const`` is given (None: the sum is a function of x up to terms the rule does not describe) and every
     part's levels are known."""
-    above, below, jump = Fraction(0), Fraction(0), Fraction(0)
-    level_sums: list[Fraction] | None = None if const is None else [Fraction(const), Fraction(const)]
+    above, below, jump = Fraction(0), Fraction(0), Fraction(0)  # slopes or levels; the jump
+    levels_known = const is not None
     kinds = set()
     for alpha, k, rule in parts:
         if alpha == 0.0:
             continue
         if k == 0.0:  # the constant α φ(0), which a jump rule does not know
-            if isinstance(rule, JumpDistance):
-                level_sums = None
+            levels_known = levels_known and not isinstance(rule, JumpDistance)
             continue
-        scale = Fraction(alpha) * Fraction(k)
-        if isinstance(rule, PiecewiseLinearDistance):
-            up, down = (rule.above, rule.below) if k > 0 else (rule.below, rule.above)
-            above, below = above + scale * Fraction(up), below + scale * Fraction(down)
-        elif isinstance(rule, JumpDistance):
-            jump += Fraction(alpha) * (1 if k > 0 else -1) * Fraction(rule.jump)
-            if rule.levels is None or level_sums is None:
-                level_sums = None
-            else:
-                up, down = rule.levels if k > 0 else rule.levels[::-1]
-                level_sums = [level_sums[0] + Fraction(alpha) * Fraction(up),
-                              level_sums[1] + Fraction(alpha) * Fraction(down)]
-        else:
+        if not isinstance(rule, (PiecewiseLinearDistance, JumpDistance)):
             return None
         kinds.add(type(rule))
+        if isinstance(rule, JumpDistance):
+            jump += Fraction(alpha) * (1 if k > 0 else -1) * Fraction(rule.jump)
+        sides = rule.sides(k)
+        if sides is None:
+            levels_known = False
+        else:
+            above, below = above + Fraction(alpha) * sides[1], below + Fraction(alpha) * sides[2]
     if len(kinds) > 1:
         return None
     if JumpDistance in kinds:
-        return JumpDistance(float(jump), None if level_sums is None else (float(level_sums[0]), float(level_sums[1])))
+        levels = (float(Fraction(const) + above), float(Fraction(const) + below)) if levels_known else None
+        return JumpDistance(float(jump), levels)
     return PiecewiseLinearDistance(float(above), float(below))
 
 

@@ -96,15 +96,10 @@ def _homogeneous(expr: Expr, arg: Vector) -> tuple[int, Fraction, Fraction] | No
     if isinstance(expr, Apply):
         k = _multiple_of(expr.child, arg)
         rule = expr.act.distance_kernel
-        if k is None or k == 0.0:
+        if k is None or k == 0.0 or not isinstance(rule, (distance_kernels.PiecewiseLinearDistance,
+                                                          distance_kernels.JumpDistance)):
             return None
-        if isinstance(rule, distance_kernels.PiecewiseLinearDistance):  # φ(kx) = k·(slope on kx's side)·x
-            up, down = (rule.above, rule.below) if k > 0 else (rule.below, rule.above)
-            return 1, Fraction(k) * Fraction(up), Fraction(k) * Fraction(down)
-        if isinstance(rule, distance_kernels.JumpDistance) and rule.levels is not None:
-            up, down = rule.levels if k > 0 else rule.levels[::-1]
-            return 0, Fraction(up), Fraction(down)
-        return None
+        return rule.sides(k)
     if isinstance(expr, Sum):
         parts = [(Fraction(alpha), _homogeneous(term, arg)) for alpha, term in expr.terms]
         if any(part is None for _, part in parts):
