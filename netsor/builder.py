@@ -22,7 +22,7 @@ from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, TransposedMatrix, Vector
 from netsor.ir.expr import Const, Expr, Opaque, Var, apply, constant, linear, product
-from netsor.ir.trace import trace
+from netsor.ir.trace import applied, trace
 
 
 def expression_of(v: Vector) -> Expr:
@@ -218,7 +218,7 @@ def apply_nonlin(act: Activation, v: Vector) -> Vector:
     expr = expression_of(v)
     if act is identity:
         return v
-    return _new_nonlin(v, apply(act, expr))
+    return _new_nonlin(v, applied(act, expr))
 
 
 def nonlin(fn: Callable[..., Any], *vectors: Vector, name: str | None = None) -> Vector:

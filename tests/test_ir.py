@@ -142,6 +142,25 @@ def test_nonnegative_factors_leave_positively_homogeneous_functions(fn, outside)
     assert isinstance(kept, Apply) and kept.act.name == "step" and isinstance(kept.child, Prod)
 
 
+def test_logaddexp_is_traced_as_a_shifted_softplus():
+    """``np.logaddexp(a, b) = a + softplus(b − a)`` (exact): traced, so ``lambda x: np.logaddexp(0, x)`` is
+    netsor's softplus (closed-form derivative for the NTK) and a two-vector one a NonLin of known parts.
+    Values equal numpy's to rounding, far out on both sides included."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(np.logaddexp, a, b)).expr
+
+    def nodes(e):
+        yield e
+        for child in e.children():
+            yield from nodes(child)
+
+    assert not any(isinstance(node, Opaque) for node in nodes(expr))
+    u, v = np.random.default_rng(2).standard_normal((2, 1000)) * [[1.0], [40.0]]
+    np.testing.assert_allclose(expr.evaluate({a: u, b: v}), np.logaddexp(u, v), rtol=1e-14, atol=1e-14)
+    one = p.line_of(netsor.nonlin(lambda x: np.logaddexp(0.0, x), a)).expr
+    assert isinstance(one, Apply) and one.act.name == "softplus"
+
+
 def branching(u, v):
     return u if float(np.mean(u)) > 0 else v  # Python control flow on values
 

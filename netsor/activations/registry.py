@@ -201,6 +201,11 @@ class Activation:
         with power 0 or 1, when it is one: elu is ``x·1{x > 0} + α e^x 1{x < 0} − α 1{x < 0}``. Pairs of such
         functions have closed forms (:mod:`netsor.gaussian.piecewise`); piecewise-linear φ are recognised
         without it.
+    source : callable, optional
+        The user's vectorised callable of a :func:`custom` φ given without ``deriv``. Programs trace it when
+        they apply φ to a vector (:func:`netsor.ir.trace.applied`): a φ written with numpy arithmetic and
+        elementwise functions (``np.tanh``, ``lambda x: np.maximum(x + 0.3, 0)``) then has exact kinks,
+        derivative and closed forms; one the tracer cannot see through stays this opaque activation.
     """
 
     name: str
@@ -228,6 +233,7 @@ class Activation:
     second: Callable[[Array], Array] | None = None
     exact_slope: bool = True
     distance_kernel: DistanceRule | None = None
+    source: Callable[[Array], Array] | None = None
 
     @property
     def at_zero(self) -> float:
@@ -564,4 +570,5 @@ def custom(
         continuous=(deriv is not None) if continuous is None else bool(continuous),
         registered=False,
         exact_slope=deriv is not None,
+        source=fn if deriv is None else None,
     )

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor.activations import abs_, relu, step
+from netsor.activations import Activation, abs_, relu, softplus, step
 from netsor.activations.registry import from_ufunc
 from netsor.ir.expr import Const, Expr, apply, constant, linear, product
 
@@ -94,6 +94,7 @@ _BINARY: dict[Any, Callable[[Expr, Expr], Expr]] = {
     np.fmax: _maximum,
     np.fmin: _minimum,
     np.power: _power,
+    np.logaddexp: lambda a, b: linear(0.0, [(1.0, a), (1.0, apply(softplus, _sub(b, a)))]),  # log(eᵃ + eᵇ)
     np.greater: lambda a, b: apply(step, _sub(a, b)),
     np.greater_equal: lambda a, b: _not(apply(step, _sub(b, a))),
     np.less: lambda a, b: apply(step, _sub(b, a)),
@@ -148,7 +149,7 @@ class Tracer:
     def __netsor_apply__(self, act: Any) -> Tracer:
         """``act(self)`` for a netsor activation (``netsor.activation("step")``, ``netsor.relu``, a
         parametrised leaky_relu) called inside the traced function: a node with the activation's own rules."""
-        return Tracer(apply(act, self.expr))
+        return Tracer(applied(act, self.expr))
 
     def __bool__(self) -> bool:
         raise TraceError("the function branches on values")
@@ -193,3 +194,15 @@ def trace(fn: Callable[..., Any], operands: list[Expr]) -> Expr | None:
         return None
     except Exception:  # noqa: BLE001 - user code raising on tracers: fall back to an opaque node
         return None
+
+
+def applied(act: Activation, x: Expr) -> Expr:
+    """``act(x)`` as an expression: the trace of a custom φ's callable (:attr:`Activation.source`) where it can
+    be traced — its kinks, derivative and closed forms are then exact (``np.tanh`` is netsor's tanh; the
+    derivative of an opaque φ is a finite difference whose rounding noise no kink locator can tell from
+    kinks, so the NTK of ``mlp(2, np.tanh)`` was refused) — else the activation's own node."""
+    if act.source is not None:
+        traced = trace(act.source, [x])
+        if traced is not None:
+            return traced
+    return apply(act, x)
