@@ -3247,7 +3247,7 @@ class Limit:
         """``1 − |K_ij| / √(K_ii K_jj)`` of a symmetric result ``value`` (None where not known)."""
         if value is None or not self.symmetric or value.ndim != 2 or value.shape[0] != value.shape[1]:
             return None
-        scale = float(np.sqrt(abs(value[i, i] * value[j, j])))
+        scale = float(np.sqrt(abs(value[i, i])) * np.sqrt(abs(value[j, j])))  # no overflow at extreme scales
         return None if not scale > 0.0 else max(0.0, 1.0 - abs(float(value[i, j])) / scale)
 
     def _variances(self, pairs: list[tuple[Vector, Vector]]) -> list[tuple[Array, Array]]:
