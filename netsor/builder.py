@@ -288,7 +288,8 @@ def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | Non
     if not isinstance(label, str) or not label:
         raise ProgramError(f"name must be a non-empty string, got {label!r}")
     probe = tuple(np.linspace(-1.0, 1.0, 3) + 0.1 * i for i in range(len(vectors)))
-    out = call_user_function(fn, probe, label)
+    with np.errstate(all="ignore"):  # values out of a domain (log of a negative) show later, where they matter
+        out = call_user_function(fn, probe, label)
     if out.shape != (3,):
         kind = "nonlinearity" if what == "nonlin" else "moment function"
         raise ProgramError(f"custom {kind} {label!r} must be vectorised and elementwise")

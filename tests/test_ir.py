@@ -161,6 +161,28 @@ def test_logaddexp_is_traced_as_a_shifted_softplus():
     assert isinstance(one, Apply) and one.act.name == "softplus"
 
 
+@pytest.mark.parametrize("fn", [special.erfc, special.log_expit, np.exp2, np.log2, np.log10, np.fabs])
+def test_ufuncs_with_exact_identities_onto_the_registry_are_traced(fn):
+    """``erfc = 1 − erf``, ``log_expit(x) = −softplus(−x)``, ``exp2(x) = exp(x ln 2)``, ``log2``/``log10`` = log
+    over a constant, ``fabs`` = abs: traced (no opaque node, so exact derivatives and closed forms), values equal to
+    numpy's to rounding — where defined (the logarithms on positive values)."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a)).expr
+    assert not isinstance(expr, Opaque) and not expr.hidden_kinks
+    x = np.random.default_rng(3).standard_normal(500) * 4.0
+    if fn in (np.log2, np.log10):
+        x = np.abs(x) + 1e-3
+    np.testing.assert_allclose(expr.evaluate({a: x}), fn(x), rtol=1e-14, atol=1e-15)
+
+
+def test_activation_of_a_known_ufunc_is_the_registered_activation():
+    """``netsor.activation(np.tanh)`` is netsor's tanh (closed forms, exact derivative) — also where no program
+    traces it (``matrixlaws.jacobian_spectrum(np.tanh, ...)``) — not an opaque callable."""
+    for fn, name in ((np.tanh, "tanh"), (special.erf, "erf"), (np.sin, "sin"), (special.expit, "sigmoid")):
+        act = netsor.activation(fn)
+        assert act.registered and act is netsor.activation(name)
+
+
 def branching(u, v):
     return u if float(np.mean(u)) > 0 else v  # Python control flow on values
 

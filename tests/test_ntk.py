@@ -477,5 +477,10 @@ def test_the_ntk_of_an_untraceable_activation_without_a_derivative_says_to_give_
     X = np.random.default_rng(6).standard_normal((3, 3))
     program = netsor.zoo.mlp(2, lambda x: np.tanh(np.asarray(x, dtype=float)))
     assert netsor.nngp(program, X).shape == (3, 3)
-    with pytest.raises(netsor.NumericalError, match=r"derivative of the opaque function.*deriv="):
+    with pytest.raises(netsor.NumericalError, match=r"derivative of an opaque function.*deriv="):
         netsor.ntk(program, X)
+    p = netsor.Program()
+    g = p.input(p.dim("n"))
+    p.readout(netsor.nonlin(lambda x: np.tanh(np.asarray(x, dtype=float)), g))  # ∂fn by central differences
+    with pytest.raises(netsor.NumericalError, match=r"derivative of an opaque function.*deriv="):
+        netsor.ntk(p, X)

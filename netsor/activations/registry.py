@@ -491,7 +491,9 @@ def activation(spec: str | Activation | Callable[[Array], Array], **params: Any)
     ----------
     spec : str, Activation or callable
         A registry name such as ``"relu"`` or ``"leaky_relu"``, an existing
-        :class:`Activation`, or a vectorised callable (see :func:`custom`).
+        :class:`Activation`, a numpy/scipy ufunc the registry knows (``np.tanh`` is netsor's tanh,
+        with its closed forms), or a vectorised callable (see :func:`custom`; a program that applies
+        it to a vector traces it, :func:`netsor.ir.trace.applied`).
     **params
         Parameters of parametric activations: ``alpha`` for leaky_relu and elu.
     """
@@ -500,7 +502,8 @@ def activation(spec: str | Activation | Callable[[Array], Array], **params: Any)
             return activation(spec.name, **{**spec.params, **params})
         return spec
     if callable(spec):
-        return custom(spec, **params)
+        known = None if params else from_ufunc(spec)
+        return known if known is not None else custom(spec, **params)  # np.tanh is netsor's tanh
     if not isinstance(spec, str):
         raise HyperParameterError(f"activation must be a name or a callable, got {type(spec).__name__}")
     name = _ALIASES.get(spec.lower(), spec.lower())

@@ -206,16 +206,17 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
             break
         if 2 * int(bad.sum()) > MAX_LOCATOR_PANELS:
             origin = act.cache_key[0] if isinstance(act.cache_key, tuple) and act.cache_key else None
-            if origin == "expr":
+            # derivatives of opaque functions (netsor.ir.differentiate): φ' of a custom φ, ∂ᵢfn of a nonlin
+            if origin == "finite difference" or (origin == "expr" and "∂" in act.name):
+                advice = ("it holds the derivative of an opaque function (for the NTK), a finite difference whose "
+                          "rounding noise shows on every panel: give the derivative (netsor.activation(fn, "
+                          "deriv=...)), or write the function with numpy arithmetic and elementwise functions "
+                          "(np.tanh, np.maximum, np.where, ...) so that the tracer sees it")
+            elif origin == "expr":
                 advice = ("it is a traced expression, whose value likely flickers — e.g. a step of an argument that "
                           "is 0 on a whole interval in exact arithmetic but, as evaluated, further from 0 than the "
                           "rounding of its terms (values within 16 ulps of them are taken as on the jump): write that "
                           "argument so that it is exactly 0 there")
-            elif origin == "derivative" and not act.exact_slope and act.name.endswith("'"):
-                advice = (f"it is the derivative of the opaque function {act.name[:-1]} (for the NTK), a finite "
-                          "difference whose rounding noise shows on every panel: give the derivative "
-                          "(netsor.activation(fn, deriv=...)), or write the function with numpy arithmetic and "
-                          "elementwise functions (np.tanh, np.maximum, np.where, ...) so that the tracer sees it")
             else:
                 advice = ("declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), "
                           "or write it with netsor's own functions so that the tracer sees it")

@@ -109,7 +109,8 @@ _DERIVED: dict[Any, Activation] = {}
 
 def derived_activation(act: Activation) -> Activation:
     """φ' as an activation of its own (cached per φ, so its cache key is stable)."""
-    key = ("derivative", act.key)
+    # a finite difference where φ' was not given (an opaque custom φ): its values carry rounding noise
+    key = ("derivative" if act.exact_slope else "finite difference", act.key)
     found = _DERIVED.get(key)
     if found is None:
         name = act.name + "'"

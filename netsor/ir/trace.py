@@ -26,8 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from scipy import special
 
-from netsor.activations import Activation, abs_, relu, softplus, step
+from netsor.activations import Activation, abs_, erf, exp, relu, softplus, step
 from netsor.activations.registry import from_ufunc
 from netsor.ir.expr import Const, Expr, apply, constant, linear, product
 
@@ -105,7 +106,14 @@ _UNARY: dict[Any, Callable[[Expr], Expr]] = {
     np.negative: lambda a: linear(0.0, [(-1.0, a)]),
     np.positive: lambda a: a,
     np.absolute: lambda a: apply(abs_, a),
+    np.fabs: lambda a: apply(abs_, a),
     np.square: lambda a: product([a, a]),
+    # exact identities onto the registry's functions
+    special.erfc: lambda a: linear(1.0, [(-1.0, apply(erf, a))]),
+    special.log_expit: lambda a: linear(0.0, [(-1.0, apply(softplus, linear(0.0, [(-1.0, a)])))]),
+    np.exp2: lambda a: apply(exp, linear(0.0, [(np.log(2.0), a)])),
+    np.log2: lambda a: linear(0.0, [(1.0 / np.log(2.0), apply(from_ufunc(np.log), a))]),
+    np.log10: lambda a: linear(0.0, [(1.0 / np.log(10.0), apply(from_ufunc(np.log), a))]),
 }
 
 
