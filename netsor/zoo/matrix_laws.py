@@ -14,8 +14,9 @@ from netsor.activations import Activation
 from netsor.activations import activation as resolve_activation
 from netsor.builder import expression_line
 from netsor.ir.differentiate import differentiate
-from netsor.ir.expr import Var, apply
+from netsor.ir.expr import Var
 from netsor.ir.program import Program
+from netsor.ir.trace import applied
 from netsor.validate import check_count, check_real
 from netsor.zoo.naming import number
 
@@ -96,7 +97,7 @@ def jacobian_moments(k: int, depth: int, activation: str | Activation = "tanh", 
     slopes = []
     for W in Ws:
         g = W @ x + p.bias(n, sigma_b) if sigma_b > 0 else W @ x
-        slopes.append(expression_line(g, differentiate(apply(act, Var(g)), g)))  # φ'(g_l)
+        slopes.append(expression_line(g, differentiate(applied(act, Var(g)), g)))  # φ'(g_l)
         x = act(g)
     u = v = p.gaussian(n)
     krylov = [v]
