@@ -170,7 +170,7 @@ def _continuous(pieces: tuple[piecewise.Piece, ...]) -> bool:
     sizes — a jump that small moves no kernel entry beyond rounding)."""
     for t in {t for _, _, _, t, _ in pieces if np.isfinite(t)}:
         parts = [(c if above else -c) * t**p * np.exp(r * t) for c, p, r, cut, above in pieces if cut == t]
-        if abs(sum(parts)) > 64 * np.finfo(float).eps * sum(abs(x) for x in parts):
+        if not np.all(np.isfinite(parts)) or abs(sum(parts)) > 64 * np.finfo(float).eps * sum(abs(x) for x in parts):
             return False
     return True
 
@@ -225,14 +225,13 @@ def _composed(act: Activation, k: float, m: float) -> list[_Term] | None:
         weight = c * float(np.exp(r * m))
         if not np.isfinite(weight):
             return None
-        # kx + m > t  ⇔  x > (t − m)/k for k > 0 (the side flips for k < 0)
-        cut = (t - m) / k
-        if above == (k > 0):
-            lo, hi = cut, np.inf
-        else:
-            lo, hi = -np.inf, cut
-        if t == -np.inf:
+        if not np.isfinite(t):  # no indicator (x > −∞, x < +∞), or an empty one
+            if above != (t < 0):
+                continue
             lo, hi = -np.inf, np.inf
+        else:  # kx + m > t  ⇔  x > (t − m)/k for k > 0 (the side flips for k < 0)
+            cut = (t - m) / k
+            lo, hi = (cut, np.inf) if above == (k > 0) else (-np.inf, cut)
         out += [(weight * k, 1, r * k, lo, hi), (weight * m, 0, r * k, lo, hi)] if p == 1 else [
             (weight, 0, r * k, lo, hi)]
     return out
