@@ -584,3 +584,20 @@ def test_the_exact_backward_program_refused_by_the_engine_points_to_the_default(
     with pytest.raises(netsor.errors.UnsupportedError, match="keep backward='auto'"):
         netsor.ntk(p, X, backward="exact")
     assert np.all(np.isfinite(netsor.ntk(p, X)))
+
+
+def test_an_error_bound_is_never_nan():
+    """``relu(0.14·relu(x + 0.27) − 1.2878) + 0.39`` (a kink ~23σ out at the second layer): a part whose second
+    moment underflowed to 0 got an infinite error relative to that envelope, and ``inf · 0`` made the NNGP's error
+    bound NaN, returned silently (found by a campaign of random activations). A bound is finite, or the kernel is
+    refused with a NumericalError."""
+    def fn(x):
+        return np.maximum(0.14 * np.maximum(x, -0.27) - 0.86, 0.39)
+
+    for seed in range(2, 5):
+        X = np.random.default_rng(seed).standard_normal((3, 4)) * 1.3
+        try:
+            k = netsor.kernel(netsor.zoo.mlp(2, fn), X, rtol=1e-6, get="nngp")
+        except NumericalError:
+            continue
+        assert np.all(np.isfinite(k.nngp_error)) and np.isfinite(k.error)

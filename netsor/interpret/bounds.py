@@ -37,7 +37,10 @@ class Bound:
     dense: Array | None = None
 
     def array(self) -> Array:
-        """The bound of every entry, shape (b1, b2)."""
+        """The bound of every entry, shape (b1, b2) (inf everywhere for an infinite ``eta``: on an envelope of 0 it
+        bounds nothing, and ``inf · 0`` would be NaN)."""
+        if np.isinf(self.eta):
+            return np.full(np.broadcast_shapes(np.shape(self.left), np.shape(self.right)), np.inf)
         out = self.eta * (self.left * self.right)
         return out if self.dense is None else out + self.dense
 
@@ -45,6 +48,8 @@ class Bound:
         """``eta'`` with ``eta · self.left ⊗ self.right ≤ eta' · left ⊗ right`` (the scalar part only)."""
         if self.eta == 0.0:
             return 0.0
+        if np.isinf(self.eta):  # an error relative to an envelope of 0 (a second moment that underflowed): unbounded
+            return np.inf
         return self.eta * largest_ratio(self.left, left) * largest_ratio(self.right, right)
 
     def largest(self) -> float:
