@@ -354,3 +354,57 @@ def build_transposed(recipe: TransposeRecipe) -> netsor.Program:
         seen[current.dim].append(current)
     p.readout(current, sigma=1.0)
     return p
+
+
+# ---- activations written with numpy: random expression trees of one argument -------------------------
+#: A constant of the trees, to two decimals (ties between constants, e.g. a kink at a clip's level, are common).
+_CONSTANTS = st.integers(-100, 100).map(lambda k: k / 100)
+
+
+def activation_trees(max_leaves: int = 6) -> st.SearchStrategy:
+    """Expression trees of one argument ``x`` as nested tuples (``evaluate`` applies one to an array): sums,
+    products by a leaf, max with a constant, tanh, erf, sin, softplus (``np.logaddexp``), ``e^(−t²)``, a
+    ``where`` on ``x`` against a constant, clip, ``|t − c|`` and affine maps — the activations users write as
+    lambdas, kinked at levels of other functions, saturating, periodic."""
+    leaf = st.one_of(st.just(("x",)), st.tuples(st.just("c"), _CONSTANTS))
+
+    def extend(tree: st.SearchStrategy) -> st.SearchStrategy:
+        return st.one_of(
+            st.tuples(st.just("add"), tree, tree),
+            st.tuples(st.just("mul"), tree, leaf),
+            st.tuples(st.just("max"), tree, _CONSTANTS),
+            st.tuples(st.sampled_from(["tanh", "erf", "sin", "softplus", "gauss"]), tree),
+            st.tuples(st.just("where"), tree, _CONSTANTS, tree),
+            st.tuples(st.just("clip"), tree, _CONSTANTS, _CONSTANTS),
+            st.tuples(st.just("abs"), tree, _CONSTANTS),
+            st.tuples(st.just("scale"), tree, _CONSTANTS),
+        )
+
+    return st.recursive(st.just(("x",)), extend, max_leaves=max_leaves)
+
+
+def evaluate(tree: tuple, x):
+    """The value of an activation tree at ``x`` (an array, or a tracer: only numpy functions are used)."""
+    op, *args = tree
+    if op == "x":
+        return x
+    if op == "c":
+        return args[0] + 0 * x
+    value = evaluate(args[0], x)
+    if op == "add":
+        return value + evaluate(args[1], x)
+    if op == "mul":
+        return value * evaluate(args[1], x)
+    if op == "max":
+        return np.maximum(value, args[1])
+    if op == "where":
+        return np.where(x > args[1], value, evaluate(args[2], x))
+    if op == "clip":  # the interval's ends in order, at least 1 apart
+        return np.clip(value, min(args[1], 0.0) - 0.5, max(args[2], 0.0) + 0.5)
+    if op == "abs":
+        return np.abs(value - args[1])
+    if op == "scale":
+        return (1.0 + args[1]) * value + args[1]
+    unary = {"tanh": np.tanh, "erf": special.erf, "sin": np.sin, "softplus": lambda t: np.logaddexp(0.0, t),
+             "gauss": lambda t: np.exp(-t * t)}
+    return unary[op](value)
