@@ -1148,17 +1148,25 @@ _PIECEWISE_EXPONENTIAL = {  # name: (function, its kinks, continuous)
     "clip(x, −1, 2) − 0.3·|x − 0.5|": (lambda x: np.clip(x, -1, 2) - 0.3 * np.abs(x - 0.5), (-1.0, 0.5, 2.0), True),
     "e^(x/3)·step(0.5 − x) + x·(x > 2)": (lambda x: np.exp(x / 3) * (x < 0.5) + x * (x > 2), (0.5, 2.0), False),
     "where(x > 0, x, e^x)": (lambda x: np.where(x > 0, x, np.exp(x)), (0.0,), False),
+    # piecewise-linear functions of piecewise-linear arguments: the outer clip's argument is constant on half-lines
+    "min(|x − 0.37|, 0.5) as nested clips": (
+        lambda x: np.clip(np.clip(np.abs(x - 0.37), -0.63, 0.5), -0.52, 0.5), (-0.13, 0.37, 0.87), True),
+    "clip(clip(x, −0.87, 0.5), −1.01, 0.5)": (
+        lambda x: np.clip(np.clip(x, -0.87, 0.5), -1.01, 0.5), (-0.87, 0.5), True),
+    "where(clip(x, −1, 0.5) > 0.2, 1, −x)·e^(−x/4)": (
+        lambda x: np.where(np.clip(x, -1.0, 0.5) > 0.2, 1.0, -x) * np.exp(-0.25 * x), (0.2,), False),
 }
 
 
 @pytest.mark.parametrize("name", sorted(_PIECEWISE_EXPONENTIAL))
 def test_traced_piecewise_exponential_functions_are_read_as_pieces(name):
     """A traced function of one vector built from constants, x, exp/expm1 and piecewise-linear activations of affine
-    arguments is a sum of pieces ``c·x^p·e^(rx)·1{x ≷ k}`` (a growing exponential written on the side where it stays
-    bounded), so its pairs take the closed forms of ``netsor.gaussian.piecewise`` (a traced elu went to the Mehler
-    series: 25× slower). The pieces equal the function at random points; their pair expectations equal nested
-    quadrature of the function itself (split at its kinks) at three correlations, within their bounds; continuity is
-    read from the pieces (``step(x)·(x − expm1 x)`` has no jump: the tracer alone took it for one)."""
+    (or piecewise-linear: nested clips) arguments is a sum of pieces ``c·x^p·e^(rx)·1{x ≷ k}`` (a growing exponential
+    written on the side where it stays bounded), so its pairs take the closed forms of ``netsor.gaussian.piecewise``
+    (a traced elu went to the Mehler series: 25× slower). The pieces equal the function at random points; their pair
+    expectations equal nested quadrature of the function itself (split at its kinks) at three correlations, within
+    their bounds; continuity is read from the pieces (``step(x)·(x − expm1 x)`` has no jump: the tracer alone took it
+    for one)."""
     from netsor.gaussian import piecewise
     from netsor.interpret.functions import activation_of
 

@@ -486,6 +486,21 @@ def test_an_opaque_activation_whose_derivative_has_a_narrow_bump_has_the_ntk_of_
         assert np.all(np.abs(a - b) <= ea + eb)
 
 
+@pytest.mark.parametrize(("nested", "flat"), [
+    (lambda x: np.clip(np.clip(np.abs(x - 0.37), -0.63, 0.5), -0.52, 0.5), lambda x: np.minimum(np.abs(x - 0.37), 0.5)),
+    (lambda x: np.clip(np.clip(x, -0.87, 0.5), -1.01, 0.5) * x, lambda x: np.clip(x, -0.87, 0.5) * x),
+])
+def test_nested_clips_have_the_kernels_of_the_function_written_once(nested, flat):
+    """The outer clip of ``clip(clip(·))`` has an argument that is constant on a half-line, where the step in its
+    derivative flickered with the rounding: the NTK was refused with bounds of 1e19 … 5e38 (random numpy
+    activations). Read as exact pieces, NNGP and NTK meet the default rtol and equal those of the same function
+    written with one clip (or min), within the two bounds."""
+    X = np.random.default_rng(9).standard_normal((4, 3)) * 1.3
+    a, b = (netsor.kernel(netsor.zoo.mlp(2, fn, sigma_b=0.2), X) for fn in (nested, flat))
+    for got, e1, ref, e2 in ((a.nngp, a.nngp_error, b.nngp, b.nngp_error), (a.ntk, a.ntk_error, b.ntk, b.ntk_error)):
+        assert np.all(np.abs(got - ref) <= e1 + e2)
+
+
 def test_the_ntk_of_an_untraceable_activation_without_a_derivative_says_to_give_one():
     """A callable the tracer cannot see through (it converts its argument to an array) stays opaque; its
     finite-difference derivative is too noisy for the engine's bounds, and the refusal says what to pass."""

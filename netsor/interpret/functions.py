@@ -184,7 +184,9 @@ def _piece_terms(expr: Expr, arg: Vector) -> list[_Term] | None:
         return None if k is None else [(m, 0, 0.0, *whole), (k, 1, 0.0, *whole)]
     if isinstance(expr, Apply):
         form = expr.child.affine()
-        k, m = (None, 0.0) if form is None else _affine_of(form, arg)
+        if form is None:
+            return _composed_on_cells(expr.act, _piece_terms(expr.child, arg))
+        k, m = _affine_of(form, arg)
         return None if k is None or k == 0.0 else _composed(expr.act, k, m)
     if isinstance(expr, Sum):
         out = [(expr.const, 0, 0.0, *whole)]
@@ -234,6 +236,50 @@ def _composed(act: Activation, k: float, m: float) -> list[_Term] | None:
             lo, hi = (cut, np.inf) if above == (k > 0) else (-np.inf, cut)
         out += [(weight * k, 1, r * k, lo, hi), (weight * m, 0, r * k, lo, hi)] if p == 1 else [
             (weight, 0, r * k, lo, hi)]
+    return out
+
+
+def _composed_on_cells(act: Activation, inner: list[_Term] | None) -> list[_Term] | None:
+    """The terms of ``φ(f(x))`` for a piecewise-linear ``f`` (terms of power ≤ 1, no exponential): on each cell
+    between ``f``'s thresholds ``f`` is ``ax + b``, and φ of it is :func:`_composed` cut to the cell (a constant
+    ``φ(b)`` where ``a = 0``). Nested clips — ``np.clip(np.clip(x, −0.87, 0.5), −1.01, 0.5)`` — are then exact
+    pieces: traced, the outer clip's ``relu(y − 0.5)`` has an argument that is 0 on a whole half-line, where its
+    derivative's step flickered with the rounding and the NTK was refused with a bound of 1e38. Slopes and
+    intercepts within rounding of their terms (16 ulps) are taken as 0 and as φ's thresholds: in exact arithmetic
+    they are (``(x + 0.87) − (x − 0.5) − 1.37``), and φ jumps or kinks there. None where ``f`` is not of that
+    kind or φ has no known pieces."""
+    if inner is None or any(p > 1 or r != 0.0 for _, p, r, _, _ in inner):
+        return None
+    pieces = piecewise.of(act)
+    if pieces is None or any(r != 0.0 for _, _, r, _, _ in pieces):
+        return None
+    thresholds = sorted({t for _, _, _, t, _ in pieces if np.isfinite(t)})
+    cuts = sorted({t for _, _, _, lo, hi in inner for t in (lo, hi) if np.isfinite(t)})
+    edges = [-np.inf, *cuts, np.inf]
+    out: list[_Term] = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        mid = 0.5 * (lo + hi) if np.isfinite(lo) and np.isfinite(hi) else (hi - 1.0 if np.isfinite(hi) else lo + 1.0)
+        if not np.isfinite(mid):  # the whole line: no cuts
+            mid = 0.0
+        active = [(c, p) for c, p, _, t_lo, t_hi in inner if t_lo < mid < t_hi]
+        slope = sum(c for c, p in active if p == 1)
+        intercept = sum(c for c, p in active if p == 0)
+        rounding = 16 * np.finfo(float).eps
+        if abs(slope) <= rounding * sum(abs(c) for c, p in active if p == 1):
+            slope = 0.0
+        near = [t for t in thresholds if abs(intercept - t) <= rounding * (sum(abs(c) for c, p in active if p == 0)
+                                                                            + abs(t))]
+        if slope == 0.0:
+            value = float(np.asarray(act.fn(np.array(near[0] if near else intercept))))
+            if value != 0.0:
+                out.append((value, 0, 0.0, lo, hi))
+            continue
+        for c, p, r, t_lo, t_hi in _composed(act, slope, intercept) or []:
+            cell_lo, cell_hi = max(lo, t_lo), min(hi, t_hi)
+            if cell_lo < cell_hi and c != 0.0:
+                out.append((c, p, r, cell_lo, cell_hi))
+        if len(out) > MAX_PIECES:
+            return None
     return out
 
 

@@ -2561,6 +2561,12 @@ class Run:
                 supplement = known_supplement(a, b, c)
             # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
             own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
+            if np.isinf(own.eta):
+                # an error on an envelope of 0 (a second moment that underflowed, e^(−130)): no relative bound
+                # holds, the absolute one does — kept dense (it was an infinite eta: the entry refused)
+                with remembered_angles(angles):
+                    _, dense_err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol)
+                own = bounds.from_dense(dense_err, env_l, env_r)
             diagonal = self.left is self.right and self.rows == self.cols
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
@@ -2593,7 +2599,7 @@ class Run:
                 if zero_l.any() or zero_r.any():  # a form exactly 0 at a point: its pairs are exact (modulus NaN)
                     dense = np.where(zero_l | zero_r, 0.0, dense)
                 prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
-            by_covariance = value, bounds.Bound(own.eta + prop.eta, env_l, env_r, prop.dense)
+            by_covariance = value, bounds.Bound(own.eta + prop.eta, env_l, env_r, _sum_dense(own.dense, prop.dense))
             if by_angle is None:
                 return by_covariance
             # both enclose the pair: the angle's where its distance was carried, the covariance's where it
@@ -2786,6 +2792,12 @@ def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Arra
             corner, _ = pair_expectation(phi, psi, a2, b2, np.clip(c + sign_c * dc, -limit, limit), errors=False)
             np.maximum(change, np.abs(corner - value), out=change)
     return change if skip is None else np.where(skip, 0.0, change)
+
+
+def _sum_dense(*parts: Array | None) -> Array | None:
+    """The sum of the dense parts of bounds that have one (None where none has)."""
+    present = [p for p in parts if p is not None]
+    return sum(present[1:], present[0]) if present else None
 
 
 def _exact_zero(a: Array, da: Array) -> Array:
