@@ -48,8 +48,10 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
             return np.broadcast_to(expr.derivative({arg: x}, arg), np.shape(x))
 
     pieces = _pieces(expr, arg)
+    if pieces is not None:  # exact, also where the tracer's planes are not (a relu of a clip: hidden kinks)
+        kinks = [t for _, _, _, t, _ in pieces if np.isfinite(t)]
     return Activation(name=expr.describe(), fn=fn, deriv=deriv, smooth=expr.smooth,
-                      kinks=tuple(sorted(set(kinks))), kinks_known=not expr.hidden_kinks,
+                      kinks=tuple(sorted(set(kinks))), kinks_known=pieces is not None or not expr.hidden_kinks,
                       # the pieces see a jump that cancels where the expression's factors do not (a traced elu,
                       # step(x)·(x − expm1 x): expm1's zero is not a plane the tracer knows)
                       continuous=expr.continuous or (pieces is not None and _continuous(pieces)),
