@@ -2566,6 +2566,9 @@ class Run:
                 # holds, the absolute one does — kept dense (it was an infinite eta: the entry refused)
                 with remembered_angles(angles):
                     _, dense_err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol)
+                # Cauchy–Schwarz where the envelope is 0: |E[LR]| ≤ √(E L² E R²) = 0, so the error is |value|
+                # (a vector that vanishes in the limit: |g − s·g| with a scalar s = 1 has the NNGP 0, bound 0)
+                dense_err = np.where(env_l * env_r == 0.0, np.minimum(dense_err, np.abs(value)), dense_err)
                 own = bounds.from_dense(dense_err, env_l, env_r)
             diagonal = self.left is self.right and self.rows == self.cols
             threshold = COMPACT_SHARE * self.term_rtol

@@ -244,8 +244,9 @@ class Moment:
         if bound.dense is not None:
             eta += largest_ratio(bound.dense, left * right)
         if not eta < np.inf and bound.dense is not None and np.all(np.isfinite(bound.array())):
-            # a finite absolute bound on an envelope of 0 (a second moment that underflowed, e^(−130)): kept dense
-            return cls(value, left, right, 0.0, bound.array())
+            # a finite absolute bound on an envelope of 0 (a second moment that underflowed, e^(−130)): kept dense,
+            # or Cauchy–Schwarz's |Â| + l·r (below) where that is smaller
+            return cls(value, left, right, 0.0, np.minimum(bound.array(), np.abs(value) + left * right))
         if not eta < np.inf:
             # no finite (or a NaN) bound from the rule — a kink of the backward pass at a form of zero
             # variance, e.g. |g − s·g| with a scalar s = 1: Cauchy–Schwarz still bounds the moment,
