@@ -501,6 +501,24 @@ def test_nested_clips_have_the_kernels_of_the_function_written_once(nested, flat
         assert np.all(np.abs(got - ref) <= e1 + e2)
 
 
+@pytest.mark.parametrize(("fn", "name", "options"), [
+    (np.tanh, "tanh", {"smooth": True}), (np.sin, "sin", {"smooth": True}), (special.erf, "erf", {"smooth": True}),
+    (lambda x: np.maximum(x, 0.0), "relu", {"kinks": (0.0,)})])
+def test_the_ntk_of_an_opaque_activation_by_central_differences_is_within_its_bound(fn, name, options):
+    """A custom φ given without ``deriv`` (opaque: it converts its argument to an array, so nothing traces it) has
+    φ' by central differences, off by ~1e-10 of φ' (rounding over the step): its NTK was within the default rtol
+    but up to 39× (sin) and 53× (relu, kink declared) beyond its reported bound. The difference's own error
+    (``central_difference_error``) is now counted: NTKs of 3 input sets equal the registered φ's within the two
+    bounds, at the default rtol."""
+    op = netsor.activation(lambda x: fn(np.asarray(x, dtype=float)), name=f"opaque {name}", **options)
+    for seed in range(3):
+        X = np.random.default_rng(seed).standard_normal((4, 3)) * 1.5
+        got = netsor.kernel(netsor.zoo.mlp(2, op, sigma_b=0.2), X)
+        ref = netsor.kernel(netsor.zoo.mlp(2, name, sigma_b=0.2), X)
+        assert np.all(np.abs(got.ntk - ref.ntk) <= got.ntk_error + ref.ntk_error)
+        assert np.all(np.abs(got.nngp - ref.nngp) <= got.nngp_error + ref.nngp_error)
+
+
 def test_the_ntk_of_an_untraceable_activation_without_a_derivative_says_to_give_one():
     """A callable the tracer cannot see through (it converts its argument to an array) stays opaque; its
     finite-difference derivative is too noisy for the engine's bounds, and the refusal says what to pass."""

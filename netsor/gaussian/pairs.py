@@ -326,7 +326,7 @@ def mean(act: Activation, variance: Array, rtol: float = PAIR_RTOL) -> tuple[Arr
     value, err = expect_1d_err(act.fn, var, features(act), atol=rtol * scale, what=f"E {act.name}(u)")
     # a floor at the rounding of φ's scale: a jump located numerically sits within an ulp of its place, which
     # moves E φ by |jump|·ulp·density — 5e-17 on a bump of mass 7e-4 whose quadrature bound was 5e-18
-    return value, err + _ROUNDING * scale
+    return value, err + _ROUNDING * scale + value_error_rms(act, var)
 
 
 def second_moment(act: Activation, variance: Array) -> tuple[Array, Array]:
@@ -336,7 +336,29 @@ def second_moment(act: Activation, variance: Array) -> tuple[Array, Array]:
         value = np.asarray(act.kernel(var, var, var), dtype=float) * np.ones(var.shape)
         return value, _ROUNDING * np.abs(value)
     act = with_located_kinks(act, float(np.sqrt(np.max(var, initial=0.0))))
-    return expect_1d_err(lambda x: act.fn(x) ** 2, var, features(act), what=f"E {act.name}(u)²")
+    value, err = expect_1d_err(lambda x: act.fn(x) ** 2, var, features(act), what=f"E {act.name}(u)²")
+    if act.value_error is None:
+        return value, err
+    rms = value_error_rms(act, var)  # |E φ̃² − E φ²| ≤ 2‖δ‖ ‖φ̃‖ + ‖δ‖²
+    return value, err + 2.0 * rms * np.sqrt(np.maximum(value, 0.0)) + rms**2
+
+
+#: Probabilists' Gauss–Hermite rule for :func:`value_error_rms` (an error bound's size, not a result).
+_ERROR_Z, _ERROR_W = hermite_rule(96)
+
+
+def value_error_rms(act: Activation, variance: Array) -> Array:
+    """``√(E δ(u)²)``, ``u ~ N(0, variance)``, for ``δ = act.value_error`` (0 where ``fn`` is φ itself), by a
+    Gauss–Hermite rule. Within 2h of a kink a central difference straddles it and is off by the slopes' size, but
+    the rules split their panels at φ's kinks (declared or located) and their nodes keep ~1e-3 of a panel away from
+    its ends: what they integrate is the difference off the kinks, whose error this measures."""
+    var = np.maximum(np.asarray(variance, dtype=float), 0.0)
+    if act.value_error is None:
+        return np.zeros(var.shape)
+    with np.errstate(all="ignore"):
+        delta = np.asarray(act.value_error(np.sqrt(var)[..., None] * _ERROR_Z), dtype=float)
+        rms = np.sqrt(np.sum(_ERROR_W * delta**2, axis=-1))
+    return np.where(np.isfinite(rms), rms, np.inf)
 
 
 def stein_identity(phi: Activation, a: Array, c: Array, rtol: float = PAIR_RTOL) -> tuple[Array, Array]:
@@ -400,16 +422,33 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         themselves are propagated by the caller), in the form ``errors`` asks for.
     """
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
-    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     sd_max = float(np.sqrt(max(np.max(a, initial=0.0), np.max(b, initial=0.0))))
     phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
-    zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
-    relative = errors == "relative"
     if errors not in (True, False, "relative"):
         raise HyperParameterError(f"errors must be True, False or 'relative', got {errors!r}")
-    if relative and envelope is None:
+    if errors == "relative" and envelope is None:
         raise HyperParameterError("errors='relative' needs envelope=(l, r): a column and a row of positive "
                                   "per-point factors (e.g. the square roots of E φ(u)² and E ψ(v)²)")
+    value, err = _pair_of_values(phi, psi, a, b, c, memo, rtol, errors, envelope)
+    if phi.value_error is None and psi.value_error is None:
+        return value, err
+    # φ or ψ only approximates its function (a central difference for φ'): |E φ̃ψ̃ − E φψ| ≤ ‖δ_φ‖ ‖ψ̃‖ + ‖δ_ψ‖ ‖φ̃‖
+    # + ‖δ_φ‖ ‖δ_ψ‖ in L²(Gauss)
+    d_phi, d_psi = value_error_rms(phi, a), value_error_rms(psi, b)
+    m_phi, m_psi = np.sqrt(second_moment(phi, a)[0]), np.sqrt(second_moment(psi, b)[0])
+    extra = d_phi * m_psi + d_psi * m_phi + d_phi * d_psi
+    if errors == "relative":
+        return value, (0.0 if err is None else err) + largest_ratio(extra * np.ones(value.shape),
+                                                                   envelope[0] * envelope[1])
+    return value, (_ROUNDING * np.abs(value) if err is None else err) + extra
+
+
+def _pair_of_values(phi: Activation, psi: Activation, a: Array, b: Array, c: Array, memo: CoefficientMemo | None,
+                    rtol: float, errors: bool | str, envelope: tuple[Array, Array] | None) -> tuple[Array, Any]:
+    """:func:`pair_expectation` of the functions as evaluated (kinks located, options checked)."""
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    zero_a, zero_b = a <= ZERO_VARIANCE, b <= ZERO_VARIANCE
+    relative = errors == "relative"
     if not (zero_a.any() or zero_b.any()):
         if errors is not True and same_kernel(phi, psi):
             return _full(phi.kernel(a, b, c), shape), None
@@ -420,7 +459,7 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         value, err = _full(value, shape), _full(err, shape)
         return value, (largest_ratio(err, envelope[0] * envelope[1]) if relative else err)
     if relative:
-        value, err = pair_expectation(phi, psi, a, b, c, memo=memo, rtol=rtol)
+        value, err = _pair_of_values(phi, psi, a, b, c, memo, rtol, True, None)
         return value, largest_ratio(err, envelope[0] * envelope[1])
     a, b, c, zero_a, zero_b = np.broadcast_arrays(a, b, c, zero_a, zero_b)
     value, err = np.empty(shape), np.empty(shape)
@@ -1282,7 +1321,21 @@ def product_activation(phi: Activation, psi: Activation) -> Activation:
         kinks_known=phi.kinks_known and psi.kinks_known, continuous=phi.continuous and psi.continuous,
         registered=False, cache_key=("product", phi.key, psi.key), exact_slope=phi.exact_slope and psi.exact_slope,
         homogeneous=(phi.homogeneous + psi.homogeneous
-                     if phi.homogeneous is not None and psi.homogeneous is not None else None))
+                     if phi.homogeneous is not None and psi.homogeneous is not None else None),
+        value_error=_product_error(phi, psi))
+
+
+def _product_error(phi: Activation, psi: Activation) -> Callable[[Array], Array] | None:
+    """``|φ̃ψ̃ − φψ| ≤ δ_φ |ψ̃| + δ_ψ |φ̃| + δ_φ δ_ψ`` (None when both are exact)."""
+    if phi.value_error is None and psi.value_error is None:
+        return None
+
+    def error(x: Array) -> Array:
+        d_phi = 0.0 if phi.value_error is None else phi.value_error(x)
+        d_psi = 0.0 if psi.value_error is None else psi.value_error(x)
+        return d_phi * np.abs(psi.fn(x)) + d_psi * np.abs(phi.fn(x)) + d_phi * d_psi
+
+    return error
 
 
 _UNIT_MOMENTS: dict[Any, dict[str, float]] = {}

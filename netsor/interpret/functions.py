@@ -84,7 +84,7 @@ def _sum_rule(expr: Expr, arg: Vector) -> DistanceRule | None:
     for alpha, term in expr.terms if isinstance(expr, Sum) else ((1.0, expr),):
         act, inner = (term.act, term.child) if isinstance(term, Apply) else (identity, term)
         k = _multiple_of(inner, arg)
-        if act.distance_kernel is None or k is None:
+        if act.distance_kernel is None or not k:  # not a multiple of arg, or a constant 0
             return None
         parts.append((alpha, k, act.distance_kernel))
     return distance_kernels.combination(parts, expr.const if isinstance(expr, Sum) else 0.0)
@@ -297,14 +297,12 @@ def _affine_of(form: tuple, arg: Vector) -> tuple[float | None, float]:
 
 
 def _multiple_of(expr: Expr, arg: Vector) -> float | None:
-    """``k`` when ``expr`` is ``k · arg``, else None."""
-    if isinstance(expr, Var) and expr.vector == arg:
-        return 1.0
-    if isinstance(expr, Sum) and expr.const == 0.0 and len(expr.terms) == 1:
-        k, inner = expr.terms[0]
-        if isinstance(inner, Var) and inner.vector == arg:
-            return float(k)
-    return None
+    """``k`` when ``expr`` is ``k · arg`` (an affine form of ``arg`` without offset), else None."""
+    form = expr.affine()
+    if form is None:
+        return None
+    k, m = _affine_of(form, arg)
+    return k if m == 0.0 else None
 
 
 def joint_function(expr: Expr, args: tuple[Vector, ...]) -> JointFunction:
@@ -628,4 +626,5 @@ def shifted(act: Activation, offset: float) -> Activation:
                       deriv=lambda x: act.deriv(x + offset), smooth=act.smooth,
                       kinks=tuple(k - offset for k in act.kinks), kinks_known=act.kinks_known,
                       continuous=act.continuous, registered=False, cache_key=("shift", act.key, offset),
-                      exact_slope=act.exact_slope)
+                      exact_slope=act.exact_slope,
+                      value_error=None if act.value_error is None else lambda x: act.value_error(x + offset))

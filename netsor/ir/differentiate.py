@@ -128,6 +128,7 @@ def derived_activation(act: Activation) -> Activation:
             kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
             local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
             pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
+            value_error=act.deriv_error,  # a central difference's error (a custom φ without deriv), counted
         )
     return found
 
