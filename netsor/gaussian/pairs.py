@@ -370,6 +370,8 @@ def stein_identity(phi: Activation, a: Array, c: Array, rtol: float = PAIR_RTOL)
                            what=f"E[u {phi.name}(u)]")
     ratio = np.asarray(c, dtype=float) / a
     value = ratio * m
+    # |E[u δ(u)]| ≤ √a ‖δ‖ for a φ that is only approximated (a central difference)
+    err = err + np.sqrt(a) * value_error_rms(phi, a)
     return value, np.abs(ratio) * err + _ROUNDING * np.abs(value)
 
 
