@@ -519,6 +519,23 @@ def test_the_ntk_of_an_opaque_activation_by_central_differences_is_within_its_bo
         assert np.all(np.abs(got.nngp - ref.nngp) <= got.nngp_error + ref.nngp_error)
 
 
+@pytest.mark.parametrize("name", ["identity", "tanh", "erf"])
+def test_a_users_continuous_derivative_keeps_nearly_parallel_ntk_pairs_lipschitz(name):
+    """An opaque φ with its derivative given (``deriv``): nobody declared φ' continuous, so pairs of φ' were
+    ½-Hölder at nearly parallel inputs — the NTK of an opaque identity (φ' = 1) at inputs 1e-6 apart was refused
+    with a bound of 4.7 of the kernel (random numpy activations at nearly parallel inputs). Where the locator finds
+    no jump in φ' it is continuous: the NTK meets the default rtol and equals the registered φ's within bounds."""
+    fn, deriv = {"identity": (lambda x: x, np.ones_like), "tanh": (np.tanh, lambda x: 1.0 - np.tanh(x) ** 2),
+                 "erf": (special.erf, lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x))}[name]
+    opaque = netsor.activation(lambda x: fn(np.asarray(x, dtype=float)), name=f"opaque {name}",
+                               deriv=lambda x: deriv(np.asarray(x, dtype=float)))
+    X = np.random.default_rng(40132).standard_normal((3, 4)) * 1.6
+    X[1] = X[0] * (1 + 1e-6)
+    got = netsor.kernel(netsor.zoo.mlp(2, opaque), X)
+    ref = netsor.kernel(netsor.zoo.mlp(2, name), X)
+    assert np.all(np.abs(got.ntk - ref.ntk) <= got.ntk_error + ref.ntk_error)
+
+
 def test_the_ntk_of_an_untraceable_activation_without_a_derivative_says_to_give_one():
     """A callable the tracer cannot see through (it converts its argument to an array) stays opaque; its
     finite-difference derivative is too noisy for the engine's bounds, and the refusal says what to pass."""

@@ -240,10 +240,12 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     kinks = sorted(list(act.kinks) + [k for k in _merge_points(found, gap)
                                       if all(abs(k - known) > gap for known in act.kinks)])
     # a traced expression the tracer could only call possibly discontinuous (a relu of an argument with a step,
-    # clip(where(x > −0.83, x, sin x), −0.5, 0.7): the jump is clipped away) is continuous where no jump shows on
-    # the range: its pairs then take the Mehler series, not nested quadrature (29 s → 0.04 s on 3 inputs); its
-    # derivative is exact (an opaque function's is a finite difference: it keeps its flag)
-    continuous = act.continuous or (_origin(act) == "expr" and jumps == 0)
+    # clip(where(x > −0.83, x, sin x), −0.5, 0.7): the jump is clipped away), or a user's φ' whose continuity
+    # nobody declared, is continuous where no jump shows on the range: its pairs then take the Mehler series, not
+    # nested quadrature (29 s → 0.04 s on 3 inputs), and nearly colinear pairs are Lipschitz, not ½-Hölder (the
+    # NTK of an opaque identity with φ' = 1 given, at inputs 1e-6 apart, was refused with a bound of 4.7 of the
+    # kernel); its values are exact (a finite difference's are not: it keeps its flag)
+    continuous = act.continuous or (_origin(act) in ("expr", "derivative") and jumps == 0)
     located = replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
     with _LOCATED_LOCK:
         _LOCATED.setdefault(key, located)
@@ -252,12 +254,12 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
 
 def _origin(act: Activation) -> str | None:
     """Where a composite activation comes from: ``"expr"`` (a traced expression, exact derivative), ``"finite
-    difference"`` (φ' of a custom φ, or a traced ``∂ᵢfn`` of an opaque nonlin: netsor.ir.differentiate), None
-    (a user's or the registry's function)."""
+    difference"`` (φ' of a custom φ, or a traced ``∂ᵢfn`` of an opaque nonlin: netsor.ir.differentiate),
+    ``"derivative"`` (φ' given by a user or in closed form), None (a user's or the registry's function)."""
     origin = act.cache_key[0] if isinstance(act.cache_key, tuple) and act.cache_key else None
     if origin == "expr" and "∂" in act.name:
         return "finite difference"
-    return origin if origin in ("expr", "finite difference") else None
+    return origin if origin in ("expr", "finite difference", "derivative") else None
 
 
 def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale: float) -> Array:
