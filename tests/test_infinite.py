@@ -1218,6 +1218,28 @@ def test_a_traced_function_whose_jump_is_clipped_away_is_continuous_once_its_kin
     assert np.all(np.abs(traced[0] - other[0]) <= traced[1] + other[1])
 
 
+def test_a_function_said_continuous_with_a_jump_found_is_not():
+    """``custom(fn, deriv=...)`` promises continuity by default; a φ with a jump (``where(x > 0.43, softplus x,
+    clip(x, −1.82, 1))``, its derivative given) was then integrated with the bounds of a continuous φ, and at
+    nearly parallel inputs it was met where the same function traced (possibly discontinuous) is refused. Its
+    kinks located, the jump makes it discontinuous; its kernels equal the traced function's within bounds."""
+    from netsor.gaussian.pairs import with_located_kinks
+
+    def fn(x):
+        return np.where(x > 0.43, np.logaddexp(0.0, x), np.clip(x, -1.82, 1.0))
+
+    def deriv(x):
+        x = np.asarray(x, dtype=float)
+        return np.where(x > 0.43, special.expit(x), ((x > -1.82) & (x < 1.0)).astype(float))
+
+    said = netsor.activation(lambda x: fn(np.asarray(x, dtype=float)), deriv=deriv, name="said continuous")
+    assert said.continuous and not with_located_kinks(said, 1.5).continuous
+    X = np.random.default_rng(3).standard_normal((3, 4))
+    got = netsor.limit(netsor.zoo.mlp(2, said, sigma_b=0.2), X).nngp(with_error=True)
+    ref = netsor.limit(netsor.zoo.mlp(2, fn, sigma_b=0.2), X).nngp(with_error=True)
+    assert np.all(np.abs(got[0] - ref[0]) <= got[1] + ref[1])
+
+
 def test_a_traced_elu_has_the_kernels_of_the_registered_elu():
     """NNGP and NTK of an MLP whose activation is elu written with np.where/np.expm1 (traced, read as pieces) equal
     those of the registered elu within the two bounds; the traced bounds are far below the default tolerance."""

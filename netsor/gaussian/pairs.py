@@ -245,7 +245,10 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     # nested quadrature (29 s → 0.04 s on 3 inputs), and nearly colinear pairs are Lipschitz, not ½-Hölder (the
     # NTK of an opaque identity with φ' = 1 given, at inputs 1e-6 apart, was refused with a bound of 4.7 of the
     # kernel); its values are exact (a finite difference's are not: it keeps its flag)
-    continuous = act.continuous or (_origin(act) in ("expr", "derivative") and jumps == 0)
+    # and a function said to be continuous (custom(fn, deriv=...) says so by default) with a jump found is not: its
+    # pairs then take the bounds of jumps (an opaque where(x > 0.43, softplus x, clip x) with φ' given was met at
+    # nearly parallel inputs within a bound that assumed continuity; traced, it is refused)
+    continuous = jumps == 0 and (act.continuous or _origin(act) in ("expr", "derivative"))
     located = replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
     with _LOCATED_LOCK:
         _LOCATED.setdefault(key, located)

@@ -58,6 +58,7 @@ from netsor.gaussian.pairs import (
     pair_expectation,
     product_activation,
     same_kernel,
+    with_located_kinks,
 )
 from netsor.gaussian.quadrature import expect_1d_err
 from netsor.groups import connected_groups
@@ -2057,6 +2058,7 @@ class Run:
             a, da = _quadratic(cl, cov, d_cov, cl)
             b, db = _quadratic(cr, cov, d_cov, cr)
             c, dc = _quadratic(cl, cov, d_cov, cr)
+            phi, psi = _located(pl.act, a, b), _located(pr.act, a, b)  # continuity is known once located
             step_like = an.step_like_pair(comp)
             if step_like is not None and np.all(a > da):
                 # step-like functions of proportional forms at one point (step(g + b)·step(−g − b)): the angle is 0,
@@ -2086,11 +2088,11 @@ class Run:
                     prop[vanishing] = _spread_at_zero(h, da[vanishing])
                 return value, err + prop
             # a jump at two forms proportional by their sources: one form (continuous pairs are Lipschitz at ρ = 1)
-            proportional = (None if pl.act.continuous and pr.act.continuous
+            proportional = (None if phi.continuous and psi.continuous
                             else self._proportional_point(pl, pr, a, da, b, db))
             if proportional is not None:
                 return proportional
-            if not (pl.act.continuous and pr.act.continuous):  # a jump: a closed form's change stays finite at
+            if not (phi.continuous and psi.continuous):  # a jump: a closed form's change stays finite at
                 change = _closed_form_change(pl.act, pr.act, a, da, b, db, c, dc, value)  # colinear forms
                 if change is not None:
                     return value, err + change
@@ -2554,7 +2556,7 @@ class Run:
             step_like = an.step_like_pair(comp) if self.distances else None
             by_angle = (None if step_like is None or step_like[0] is None
                         else self.angle_pair(step_like[0], step_like[1:], a, da, b, db, env_l, env_r))
-            phi, psi = pl.act, pr.act
+            phi, psi = _located(pl.act, a, b), _located(pr.act, a, b)  # continuity is known once located
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
                                               errors="relative", envelope=(env_l, env_r))
@@ -2795,6 +2797,13 @@ def _stein_change(phi: Activation, psi: Activation, a: Array, da: Array, b: Arra
             corner, _ = pair_expectation(phi, psi, a2, b2, np.clip(c + sign_c * dc, -limit, limit), errors=False)
             np.maximum(change, np.abs(corner - value), out=change)
     return change if skip is None else np.where(skip, 0.0, change)
+
+
+def _located(act: Activation, *variances: Array) -> Activation:
+    """``act`` with its kinks located on the range of ``variances`` (itself when they are known): a traced or a
+    user's φ' found without jumps is continuous there, a φ said continuous with a jump found is not."""
+    sd = float(np.sqrt(max(np.max(v, initial=0.0) for v in variances)))
+    return with_located_kinks(act, sd)
 
 
 def _sum_dense(*parts: Array | None) -> Array | None:
