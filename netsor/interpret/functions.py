@@ -276,7 +276,10 @@ def _composed_on_cells(act: Activation, inner: list[_Term] | None) -> list[_Term
             if value != 0.0:
                 out.append((value, 0, 0.0, lo, hi))
             continue
-        for c, p, r, t_lo, t_hi in _composed(act, slope, intercept) or []:
+        composed = _composed(act, slope, intercept)
+        if composed is None:
+            return None
+        for c, p, r, t_lo, t_hi in composed:
             cell_lo, cell_hi = max(lo, t_lo), min(hi, t_hi)
             if cell_lo < cell_hi and c != 0.0:
                 out.append((c, p, r, cell_lo, cell_hi))
