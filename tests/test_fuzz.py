@@ -531,24 +531,30 @@ def check_ntk_dominates_nngp(recipe, B, seed):
 NESTED_CLIP = ("clip", ("clip", ("abs", ("x",), 0.37), -0.13, 0.0), -0.02, 0.0)
 
 
+#: Input sets of the traced-against-opaque tests: random, or the second input 1e-3 from the first (nearly parallel:
+#: a user's φ' without a jump was taken as possibly discontinuous there, and an opaque identity's NTK was refused)
+NEAR = st.sampled_from([0.0, 0.0, 1e-3])
+
+
 @settings(NTK_SETTINGS, max_examples=60)
 @given(tree=activation_trees(), scale=st.sampled_from([0.6, 1.0, 1.7]), sigma_b=st.sampled_from([0.0, 0.3]),
-       seed=st.integers(0, 2**16))
-def test_random_numpy_activations_traced_have_the_kernels_of_the_same_function_opaque(tree, scale, sigma_b, seed):
-    check_traced_against_opaque(tree, scale, sigma_b, seed)
+       seed=st.integers(0, 2**16), near=NEAR)
+def test_random_numpy_activations_traced_have_the_kernels_of_the_same_function_opaque(tree, scale, sigma_b, seed,
+                                                                                      near):
+    check_traced_against_opaque(tree, scale, sigma_b, seed, near)
 
 
 @pytest.mark.slow
 @settings(NTK_SETTINGS, max_examples=300)
 @given(tree=activation_trees(max_leaves=10), scale=st.sampled_from([0.6, 1.0, 1.7]),
-       sigma_b=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**16))
+       sigma_b=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**16), near=NEAR)
 def test_more_random_numpy_activations_traced_have_the_kernels_of_the_same_function_opaque(tree, scale, sigma_b,
-                                                                                           seed):
+                                                                                           seed, near):
     """The same on 300 larger trees (the default suite keeps 60, for time)."""
-    check_traced_against_opaque(tree, scale, sigma_b, seed)
+    check_traced_against_opaque(tree, scale, sigma_b, seed, near)
 
 
-def check_traced_against_opaque(tree, scale, sigma_b, seed):
+def check_traced_against_opaque(tree, scale, sigma_b, seed, near=0.0):
     """An activation written with numpy (``zoo.mlp(2, fn)``) is traced: exact kinks, derivative and closed
     forms. The same function made opaque (its argument converted to an array), with the derivative given as
     the traced expression's, goes the other way: kinks located numerically, one-dimensional quadrature of the
@@ -567,7 +573,7 @@ def check_traced_against_opaque(tree, scale, sigma_b, seed):
         return np.broadcast_to(expr.derivative({g: x}, g), np.shape(x))
 
     opaque = netsor.activation(lambda x: fn(np.asarray(x, dtype=float)), deriv=deriv, name="opaque")
-    X = inputs(3, 4, seed) * scale
+    X = inputs(3, 4, seed, near=near) * scale
     try:
         traced = netsor.kernel(netsor.zoo.mlp(2, fn, sigma_b=sigma_b), X, rtol=1e-6)
         other = netsor.kernel(netsor.zoo.mlp(2, opaque, sigma_b=sigma_b), X, rtol=1e-6)
