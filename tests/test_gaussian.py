@@ -1533,3 +1533,24 @@ def test_series_of_order_beyond_255_take_the_pairs_of_relu_like_functions_at_hig
     assert max(built) == pairs._HUGE_TABLE and not nested
     assert abs(value[0] - want) <= err[0] + 1e-14 * scale
     assert err[0] <= 1e-8 * scale
+
+
+def test_what_is_derived_per_activation_is_held_in_bounded_memos(monkeypatch):
+    """Located kinks, pieces, segments, unit moments and derivatives-as-activations were kept in dicts that grew
+    with every activation a session made (a sweep over lambdas kept each one alive). They are bounded memos
+    (least recently used evicted): with room for 8, 20 custom activations leave 8 located, and the means are
+    still right (a closed form: E relu(u − t) = σ φ(t/σ) − t Φ(−t/σ))."""
+    from netsor.memo import BoundedMemo
+
+    memo = BoundedMemo(8)
+    monkeypatch.setattr(g.pairs, "_LOCATED", memo)
+    sd = 1.3
+    for i, t in enumerate(np.linspace(-1.0, 1.0, 20)):
+        act = activation(lambda u, t=t: np.maximum(u - t, 0.0), name=f"shifted relu {i}")
+        value, err = g.pairs.mean(act, np.array([sd * sd]), 1e-10)
+        want = sd * stats.norm.pdf(t / sd) - t * special.ndtr(-t / sd)
+        assert abs(value[0] - want) <= err[0] + 4 * np.finfo(float).eps * abs(want)
+    assert len(memo) == 8
+    calls = []
+    assert memo.get("new", lambda: calls.append(1) or 1.0) == 1.0 and memo.get("new", lambda: 2.0) == 1.0
+    assert len(calls) == 1 and len(memo) == 8

@@ -3,15 +3,12 @@ affine on every one (relu, |·|, step, leaky relu, hard tanh, clip, shifted relu
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import numpy as np
 
 from netsor.activations.registry import Activation
+from netsor.memo import BoundedMemo
 
-_SEGMENTS: dict[Any, tuple[tuple[float, float], ...] | None] = {}
-_LOCK = threading.Lock()
+_SEGMENTS: BoundedMemo[tuple[tuple[float, float], ...] | None] = BoundedMemo()
 #: Where φ is read on each interval between its kinks (fractions of the interval).
 _SAMPLE = np.array([0.03, 0.19, 0.42, 0.61, 0.88, 0.97])
 
@@ -21,9 +18,10 @@ def linear_segments(act: Activation) -> tuple[tuple[float, float], ...] | None:
     every one, else None; read from φ's values at six points of each interval (unbounded ones: width 3
     beside the last kink), once per activation. Values at a few points prove nothing of a user's φ
     between them: callers decide whom to trust."""
-    with _LOCK:
-        if act.key in _SEGMENTS:
-            return _SEGMENTS[act.key]
+    return _SEGMENTS.get(act.key, lambda: _segments(act))
+
+
+def _segments(act: Activation) -> tuple[tuple[float, float], ...] | None:
     edges = [-np.inf, *sorted(set(act.kinks)), np.inf]
     segments: list[tuple[float, float]] | None = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
@@ -43,7 +41,4 @@ def linear_segments(act: Activation) -> tuple[tuple[float, float], ...] | None:
             segments = None
             break
         segments.append((float(slope), float(intercept)))
-    found = None if segments is None else tuple(segments)
-    with _LOCK:
-        _SEGMENTS[act.key] = found
-    return found
+    return None if segments is None else tuple(segments)

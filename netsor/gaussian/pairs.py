@@ -50,6 +50,7 @@ from netsor.gaussian.quadrature import (
     rule_on_panels,
 )
 from netsor.linalg import largest_ratio
+from netsor.memo import BoundedMemo
 
 Array = np.ndarray
 
@@ -140,7 +141,7 @@ def features(act: Activation) -> tuple[float, ...]:
 
 
 # ------------------------------------------------------------------ kinks nobody declared
-_LOCATED: dict[tuple[Any, float], Activation] = {}
+_LOCATED: BoundedMemo[Activation] = BoundedMemo()
 _GRID_OFFSET = (3.0 - np.sqrt(5.0)) / 2.0  # 0.382: far from every simple fraction
 #: Located kinks are panels narrower than this fraction of the range (2⁻⁴⁹ ≈ 1.8e-15).
 LOCATE_TO = 2.0 ** -49
@@ -161,7 +162,6 @@ _NARROW = 1e-6
 #: rounding level anywhere on the range (``sin(x²)`` at |x| ~ 60: the rounding of x² alone is
 #: 1e-12), and bisecting every panel doubled them at each level until memory ran out.
 MAX_LOCATOR_PANELS = 1 << 14
-_LOCATED_LOCK = threading.Lock()
 
 
 def with_located_kinks(act: Activation, max_sd: float) -> Activation:
@@ -182,10 +182,11 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
         return act
     reach = Z_MAX * float(max_sd)
     bucket = float(2.0 ** np.ceil(np.log2(reach)))  # cache per power-of-two range
-    key = (act.key, bucket)
-    with _LOCATED_LOCK:
-        if key in _LOCATED:
-            return _LOCATED[key]
+    return _LOCATED.get((act.key, bucket), lambda: _located(act, reach, bucket))
+
+
+def _located(act: Activation, reach: float, bucket: float) -> Activation:
+    """:func:`with_located_kinks` on ``|x| ≤ bucket`` (``reach``: the range asked for, for messages)."""
     # panels over the range, offset by an irrational fraction of a panel (kinks at round numbers
     # then fall inside panels, not on shared edges)
     edges = -bucket + (np.arange(LOCATOR_PANELS + 2) - _GRID_OFFSET) * (2.0 * bucket / LOCATOR_PANELS)
@@ -249,10 +250,7 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     # pairs then take the bounds of jumps (an opaque where(x > 0.43, softplus x, clip x) with φ' given was met at
     # nearly parallel inputs within a bound that assumed continuity; traced, it is refused)
     continuous = jumps == 0 and (act.continuous or _origin(act) in ("expr", "derivative"))
-    located = replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
-    with _LOCATED_LOCK:
-        _LOCATED.setdefault(key, located)
-    return located
+    return replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
 
 
 def _origin(act: Activation) -> str | None:
@@ -1345,7 +1343,7 @@ def _product_error(phi: Activation, psi: Activation) -> Callable[[Array], Array]
     return error
 
 
-_UNIT_MOMENTS: dict[Any, dict[str, float]] = {}
+_UNIT_MOMENTS: BoundedMemo[dict[str, float]] = BoundedMemo()
 #: Gauss–Hermite rule (probabilists') for the moments of smooth φ up to this standard deviation: 64 nodes
 #: give them to 9e-4 relative up to sd 1.5 (the worst: E tanh'²u²; 6.6e-7 at sd 1), but 1.7 % at sd 2 and
 #: 24 % at sd 4 (tanh's poles at ±iπ/2 come within π/(2·sd) of the real line); above it the graded rule of
@@ -1377,10 +1375,11 @@ def _reaching_far_rule(act: Activation, var: Array, x: Array, w: Array) -> tuple
 
 
 def _unit_moments(act: Activation) -> dict[str, float]:
-    if act.key not in _UNIT_MOMENTS:
-        act_plain = replace(act, homogeneous=None)
-        _UNIT_MOMENTS[act.key] = {k: float(v[0]) for k, v in moments_1d(act_plain, np.ones(1)).items()}
-    return _UNIT_MOMENTS[act.key]
+    def compute() -> dict[str, float]:
+        plain = replace(act, homogeneous=None)
+        return {k: float(v[0]) for k, v in moments_1d(plain, np.ones(1)).items()}
+
+    return _UNIT_MOMENTS.get(act.key, compute)
 
 
 def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:

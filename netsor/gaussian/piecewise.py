@@ -26,7 +26,6 @@ the caller.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 from scipy import special
@@ -34,6 +33,7 @@ from scipy import special
 from netsor.activations import Activation
 from netsor.activations.segments import linear_segments
 from netsor.gaussian.quadrature import INV_SQRT_2PI
+from netsor.memo import BoundedMemo
 
 Array = np.ndarray
 _EPS = np.finfo(float).eps
@@ -55,8 +55,7 @@ _AFFINE_TOL = 1e-12
 #: ``1{x < threshold}``; threshold ±inf for none.
 Piece = tuple[float, int, float, float, bool]
 
-_CACHE: dict[object, tuple[Piece, ...] | None] = {}
-_LOCK = threading.Lock()
+_CACHE: BoundedMemo[tuple[Piece, ...] | None] = BoundedMemo()
 
 
 def of(act: Activation) -> tuple[Piece, ...] | None:
@@ -67,14 +66,7 @@ def of(act: Activation) -> tuple[Piece, ...] | None:
         return act.pieces
     if act.smooth or not act.kinks_known or not act.kinks:
         return None
-    key = act.key
-    with _LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-    found = _derive(act)
-    with _LOCK:
-        _CACHE[key] = found
-    return found
+    return _CACHE.get(act.key, lambda: _derive(act))
 
 
 def _derive(act: Activation) -> tuple[Piece, ...] | None:

@@ -37,6 +37,7 @@ from netsor.ir.expr import (
     product,
 )
 from netsor.ir.variables import Vector
+from netsor.memo import BoundedMemo
 
 Array = np.ndarray
 #: Relative step of the central finite differences of opaque functions and of derived φ''.
@@ -104,33 +105,34 @@ _RULES: dict[str, Any] = {
     "gaussian": lambda act, x: linear(0.0, [(-1.0, product([x, apply(acts.gaussian, x)]))]),
 }
 
-_DERIVED: dict[Any, Activation] = {}
+_DERIVED: BoundedMemo[Activation] = BoundedMemo()
 
 
 def derived_activation(act: Activation) -> Activation:
-    """φ' as an activation of its own (cached per φ, so its cache key is stable)."""
+    """φ' as an activation of its own (cached per φ, and its cache key is its content: stable)."""
     # a finite difference where φ' was not given (an opaque custom φ): its values carry rounding noise
     key = ("derivative" if act.exact_slope else "finite difference", act.key)
-    found = _DERIVED.get(key)
-    if found is None:
-        name = act.name + "'"
+    return _DERIVED.get(key, lambda: _derived(act, key))
 
-        def fn(x: Array) -> Array:
-            return call_user_function(act.deriv, (x,), name) if not act.registered else act.deriv(x)
 
-        def second(x: Array) -> Array:
-            h = FD_STEP * np.maximum(1.0, np.abs(x))
-            return (fn(x + h) - fn(x - h)) / (2.0 * h)
+def _derived(act: Activation, key: tuple[Any, ...]) -> Activation:
+    name = act.name + "'"
 
-        found = _DERIVED[key] = Activation(
-            name, fn=fn, deriv=second if act.second is None else act.second, exact_slope=act.second is not None,
-            smooth=act.smooth, odd=False, kinks=act.kinks,
-            kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
-            local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
-            pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
-            value_error=act.deriv_error,  # a central difference's error (a custom φ without deriv), counted
-        )
-    return found
+    def fn(x: Array) -> Array:
+        return call_user_function(act.deriv, (x,), name) if not act.registered else act.deriv(x)
+
+    def second(x: Array) -> Array:
+        h = FD_STEP * np.maximum(1.0, np.abs(x))
+        return (fn(x + h) - fn(x - h)) / (2.0 * h)
+
+    return Activation(
+        name, fn=fn, deriv=second if act.second is None else act.second, exact_slope=act.second is not None,
+        smooth=act.smooth, odd=False, kinks=act.kinks,
+        kinks_known=act.kinks_known, continuous=act.smooth, registered=False, cache_key=key,
+        local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
+        pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
+        value_error=act.deriv_error,  # a central difference's error (a custom φ without deriv), counted
+    )
 
 
 def _derivative_pieces(pieces: tuple[tuple[float, int, float, float, bool], ...]
