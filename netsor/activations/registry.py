@@ -535,8 +535,9 @@ def activation(spec: str | Activation | Callable[[Array], Array], **params: Any)
 FD_STEP = 1e-6
 
 
-def central_difference(fn: Callable[[Array], Array], x: Array, h: float = FD_STEP) -> Array:
-    """``(φ(x + h) − φ(x − h)) / 2h``: φ' of a custom φ given without ``deriv``."""
+def central_difference(fn: Callable[[Array], Array], x: Array, h: float | Array = FD_STEP) -> Array:
+    """``(φ(x + h) − φ(x − h)) / 2h``: φ' of a custom φ given without ``deriv`` (``h`` per point for φ'' of a
+    derived φ', netsor.ir.differentiate)."""
     return (np.asarray(fn(x + h), dtype=float) - np.asarray(fn(x - h), dtype=float)) / (2.0 * h)
 
 

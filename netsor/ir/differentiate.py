@@ -20,7 +20,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.activations import registry as acts
-from netsor.activations.registry import call_user_function
+from netsor.activations.registry import call_user_function, central_difference
 from netsor.errors import UnsupportedError
 from netsor.ir.expr import (
     Apply,
@@ -122,8 +122,7 @@ def _derived(act: Activation, key: tuple[Any, ...]) -> Activation:
         return call_user_function(act.deriv, (x,), name) if not act.registered else act.deriv(x)
 
     def second(x: Array) -> Array:
-        h = FD_STEP * np.maximum(1.0, np.abs(x))
-        return (fn(x + h) - fn(x - h)) / (2.0 * h)
+        return central_difference(fn, x, FD_STEP * np.maximum(1.0, np.abs(x)))
 
     return Activation(
         name, fn=fn, deriv=second if act.second is None else act.second, exact_slope=act.second is not None,
