@@ -925,10 +925,19 @@ def trapezoid_expectations(act, deriv, step):
 
 def piecewise_pair_by_mpmath(F, G, a, b, c, kinks_f=(), kinks_g=(), digits=30):
     """``E[F(u) G(v)]`` for pieces ``F, G`` of :mod:`netsor.gaussian.piecewise` without exponentials
-    (``coef · x^p · 1{x ≷ k}``, p ≤ 1) at the float covariances ``a, b, c`` taken exactly, in ``digits`` digits:
-    ``E[F(u) E[G(v) | u]]`` with the conditional expectation in closed form (normal CDF and density) and the outer
-    integral by mpmath's quadrature, split at F's kinks and around where G's kinks cross the conditional mean —
-    ρ and √(1 − ρ²) of one exact ρ, unlike any float64 rule near colinear."""
+    (``coef · x^p · 1{x ≷ k}``, p ≤ 1) at the float covariances ``a, b, c`` taken exactly, in ``digits`` digits
+    (:func:`piecewise_pair_at_angle_by_mpmath` at the angle of one exact ρ, unlike any float64 rule near colinear)."""
+    with mpmath.workdps(digits):
+        A, B, C = mpmath.mpf(float(a)), mpmath.mpf(float(b)), mpmath.mpf(float(c))
+        theta = mpmath.acos(C / mpmath.sqrt(A * B))
+        return float(piecewise_pair_at_angle_by_mpmath(F, G, A, B, theta, kinks_f, kinks_g))
+
+
+def piecewise_pair_at_angle_by_mpmath(F, G, A, B, theta, kinks_f=(), kinks_g=()):
+    """``E[F(u) G(v)]`` (pieces as in :func:`piecewise_pair_by_mpmath`) for mpmath variances ``A, B`` and angle
+    ``theta`` (``ρ = cos θ``), at mpmath's current precision: ``E[F(u) E[G(v) | u]]`` with the conditional expectation
+    in closed form (normal CDF and density; an indicator at θ = 0) and the outer integral by mpmath's quadrature,
+    split at F's kinks and around where G's kinks cross the conditional mean."""
 
     def conditional(m, sd):
         total = mpmath.mpf(0)
@@ -937,6 +946,9 @@ def piecewise_pair_by_mpmath(F, G, a, b, c, kinks_f=(), kinks_g=(), digits=30):
             if math.isinf(k):
                 if (k < 0) == above:
                     total += coef * (m if p == 1 else 1)
+                continue
+            if sd == 0:
+                total += coef * (m if p == 1 else 1) * ((m > k) == above)
                 continue
             z = (mpmath.mpf(k) - m) / sd
             up, density = mpmath.ncdf(-z), mpmath.npdf(z)
@@ -954,13 +966,41 @@ def piecewise_pair_by_mpmath(F, G, a, b, c, kinks_f=(), kinks_g=(), digits=30):
                 total += coef * (x if p == 1 else 1)
         return total
 
+    sa, sb = mpmath.sqrt(A), mpmath.sqrt(B)
+    rho, s = mpmath.cos(theta), mpmath.sin(theta)
+    width = float(s / abs(rho))
+    points = [k / float(sa) for k in kinks_f]
+    points += [float(k / (sb * rho)) + t * width for k in kinks_g for t in (-20, -3, -0.5, 0, 0.5, 3, 20)]
+    points = [-12.0, *sorted(p for p in set(points) if -12 < p < 12), 12.0]
+    return mpmath.quad(lambda x: f(sa * x) * conditional(sb * rho * x, sb * s) * mpmath.npdf(x), points)
+
+
+def piecewise_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, pieces, slopes, kinks, digits=30):
+    """The zoo's MLP NNGP and NTK (the recursion of :func:`mlp_kernels`) for a piecewise-linear φ given by its
+    pieces and φ' by ``slopes`` (pieces of :mod:`netsor.gaussian.piecewise`, kinks ``kinks``), every covariance and
+    angle in ``digits``-digit arithmetic: inputs a perturbation apart have correlations within 1e-16 of 1, where
+    float64 angles are rounding. Each expectation by :func:`piecewise_pair_at_angle_by_mpmath`."""
+    n, d = X.shape
+    K, T = np.empty((n, n)), np.empty((n, n))
     with mpmath.workdps(digits):
-        A, B, C = mpmath.mpf(float(a)), mpmath.mpf(float(b)), mpmath.mpf(float(c))
-        sa, sb = mpmath.sqrt(A), mpmath.sqrt(B)
-        rho = C / (sa * sb)
-        s = mpmath.sqrt(1 - rho * rho)
-        width = float(s / abs(rho))
-        points = [k / float(sa) for k in kinks_f]
-        points += [float(k / (sb * rho)) + t * width for k in kinks_g for t in (-20, -3, -0.5, 0, 0.5, 3, 20)]
-        points = [-12.0, *sorted(p for p in set(points) if -12 < p < 12), 12.0]
-        return float(mpmath.quad(lambda x: f(sa * x) * conditional(sb * rho * x, sb * s) * mpmath.npdf(x), points))
+        x = [[mpmath.mpf(float(v)) for v in row] for row in X]
+        sw2, sb2 = mpmath.mpf(sigma_w) ** 2, mpmath.mpf(sigma_b) ** 2
+        gram = [[mpmath.fsum(u * v for u, v in zip(x[i], x[j], strict=True)) / d for j in range(n)] for i in range(n)]
+        S = [[sw2 * gram[i][j] + sb2 for j in range(n)] for i in range(n)]
+        Th = [row[:] for row in S]
+        zero = mpmath.mpf(0)
+        for _ in range(depth):
+            S_next = [[zero] * n for _ in range(n)]
+            T_next = [[zero] * n for _ in range(n)]
+            for i, j in zip(*np.triu_indices(n), strict=True):
+                a, b = S[i][i], S[j][j]
+                theta = zero if i == j else mpmath.acos(S[i][j] / mpmath.sqrt(a * b))
+                both = piecewise_pair_at_angle_by_mpmath(pieces, pieces, a, b, theta, kinks, kinks)
+                slope = piecewise_pair_at_angle_by_mpmath(slopes, slopes, a, b, theta, kinks, kinks)
+                S_next[i][j] = S_next[j][i] = sw2 * both + sb2
+                T_next[i][j] = T_next[j][i] = sw2 * both + sb2 + sw2 * slope * Th[i][j]
+            S, Th = S_next, T_next
+        for i in range(n):
+            for j in range(n):
+                K[i, j], T[i, j] = float(S[i][j]), float(Th[i][j])
+    return K, T

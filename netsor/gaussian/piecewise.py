@@ -98,23 +98,34 @@ def _upper(x: Array) -> Array:
     return special.ndtr(-x)
 
 
-def _orthant(h: Array, k: Array, rho: Array, s: Array) -> tuple[Array, Array]:
+def orthant(h: Array, k: Array, rho: Array, s: Array, *, theta: Array | None = None) -> tuple[Array, Array]:
     """``P(X > h, Y > k)`` for the standard bivariate normal of correlation ``rho`` (``s = √(1 − ρ²) > 0``):
-    ``Φ₂(−h, −k; ρ)`` by Owen's T; and the magnitude of the terms it is the sum of."""
+    ``Φ₂(−h, −k; ρ)`` by Owen's T; and the magnitude of the terms it is the sum of.
+
+    ``theta``: the pair's angle (``ρ = cos θ``, ``s = sin θ``), given where it is known better than ``ρ`` (nearly
+    parallel pairs: ``ρ`` rounds to 1 at θ < 1e-8): Owen's arguments ``(y − ρx)/(x s)`` take ``y − ρx`` as
+    ``(y − x) + 2x sin²(θ/2)`` and the centred orthant is ``(π − θ)/(2π)`` — each accurate to a few ulps of itself,
+    where ``y − ρx`` cancels."""
     x, y = -h, -k
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ax = (y - rho * x) / (x * s)
-        ay = (x - rho * y) / (y * s)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if theta is None:
+            gap_x, gap_y = y - rho * x, x - rho * y
+        else:
+            versine = 2.0 * np.sin(0.5 * theta) ** 2  # 1 − ρ
+            gap_x, gap_y = (y - x) + x * versine, (x - y) + y * versine
+        ax = gap_x / (x * s)
+        ay = gap_y / (y * s)
     # T(0, ±∞) = ±1/4 (the limit x → 0 at fixed y − ρx): owens_t takes infinite a
-    ax = np.where(x == 0.0, np.copysign(np.inf, y - rho * x), ax)
-    ay = np.where(y == 0.0, np.copysign(np.inf, x - rho * y), ay)
+    ax = np.where(x == 0.0, np.copysign(np.inf, gap_x), ax)
+    ay = np.where(y == 0.0, np.copysign(np.inf, gap_y), ay)
     tx = np.where(np.isnan(ax), 0.0, special.owens_t(x, np.nan_to_num(ax, nan=0.0)))
     ty = np.where(np.isnan(ay), 0.0, special.owens_t(y, np.nan_to_num(ay, nan=0.0)))
     beta = np.where((x * y > 0) | ((x * y == 0) & (x + y >= 0)), 0.0, 0.5)
     half_x, half_y = 0.5 * special.ndtr(x), 0.5 * special.ndtr(y)
     p = half_x + half_y - tx - ty - beta
     both_zero = (x == 0.0) & (y == 0.0)  # 0/0 above: the centred orthant
-    p = np.where(both_zero, 0.25 + np.arcsin(rho) / (2.0 * math.pi), np.clip(p, 0.0, 1.0))
+    centred = 0.25 + np.arcsin(rho) / (2.0 * math.pi) if theta is None else (math.pi - theta) / (2.0 * math.pi)
+    p = np.where(both_zero, centred, np.clip(p, 0.0, 1.0))
     return p, np.maximum(half_x + half_y + np.abs(tx) + np.abs(ty) + beta, p)
 
 
@@ -133,7 +144,7 @@ def _truncated(h: Array | None, k: Array | None, rho: Array, s: Array
         on_z, on_w = ((0, 1), (1, 0)) if h is None else ((1, 0), (0, 1))
         return {(0, 0): (upper, upper, zero), on_z: (pdf, pdf, zero), on_w: (rho * pdf, np.abs(rho) * pdf, pdf),
                 (1, 1): (rho * second, np.abs(rho) * (upper + np.abs(t) * pdf), np.abs(second))}
-    P, P_size = _orthant(h, k, rho, s)
+    P, P_size = orthant(h, k, rho, s)
     ph, pk = _pdf(h), _pdf(k)
     A = _upper((k - rho * h) / s)  # P(Y > k | X = h)
     B = _upper((h - rho * k) / s)  # P(X > h | Y = k)
@@ -148,7 +159,7 @@ def _truncated(h: Array | None, k: Array | None, rho: Array, s: Array
                      P + np.abs(h) * pk * B + np.abs(k) * ph * A + np.abs(h * k) * density)}
 
 
-def _interval_moments(lo: Array, hi: Array) -> tuple[tuple[Array, Array], ...]:
+def interval_moments(lo: Array, hi: Array) -> tuple[tuple[Array, Array], ...]:
     """``(E[X^n 1{lo < X < hi}], Σ |parts|)`` for n = 0, 1, 2 of a standard normal X (``lo``, ``hi`` may be ∓inf;
     an empty interval gives 0)."""
     lo, hi = np.broadcast_arrays(np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
@@ -175,7 +186,7 @@ def _truncated_colinear(h: Array | None, k: Array | None, sign: float
         hi = inf
     else:
         hi = inf if k is None else -k
-    moments = _interval_moments(lo, hi)
+    moments = interval_moments(lo, hi)
     zero = np.zeros(())
     out = {}
     for i in (0, 1):

@@ -46,7 +46,7 @@ from netsor.activations.kernels import known_supplement, remembered_angles
 from netsor.activations.registry import from_ufunc
 from netsor.allocator import reused_memory
 from netsor.errors import HyperParameterError, NumericalError, ProgramError, UnsupportedError
-from netsor.gaussian import conditioned, joint, piecewise
+from netsor.gaussian import conditioned, joint, near_parallel, piecewise
 from netsor.gaussian.batchnorm import batchnorm_cross_expectation, batchnorm_expectation, centred_covariance
 from netsor.gaussian.conditioned import FactorTimesForm
 from netsor.gaussian.pairs import (
@@ -725,7 +725,30 @@ class Analysis:
         poly = self.polys.get(v)
         if poly is None or isinstance(poly.const, pointcoef.PointCoefficient):
             return None
-        return self._function_distance(poly)
+        return self._function_distance(poly) or self._kinked_distance(poly)
+
+    def _kinked_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
+        """``("kinked", slopes, g)`` when ``poly`` is ``c + Σ α φ(k · g)`` of one G-vector ``g`` with every ``φ``
+        continuous and piecewise linear (kinks anywhere: hard_tanh, relu6, ``max(x, 0.7)``; ``slopes`` the
+        derivative of the sum as a function of ``g``, :class:`~netsor.gaussian.near_parallel.Steps`): its distance
+        at nearly parallel points is :func:`~netsor.gaussian.near_parallel.kinked_distance`."""
+        total: near_parallel.Steps | None = None
+        args = set()
+        for alpha, m in poly.terms:
+            proj = self.projection(m)
+            if isinstance(alpha, pointcoef.PointCoefficient) or proj is None or len(proj.args) != 1:
+                return None
+            k = float(proj.coefs[0])
+            slopes = _slopes_of(proj.act)
+            if slopes is None or k == 0.0:
+                return None
+            args.add(proj.args[0])
+            term = slopes.scaled(k).times(float(alpha) * k)
+            total = term if total is None else total.plus(term)
+        if len(args) != 1 or total is None or not total.thresholds:
+            return None
+        (g,) = args
+        return ("kinked", total, g) if g in self.sources else None
 
     def _function_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
         """``("act", rule, g)`` when ``poly`` is ``c + Σ α φ(k · w)`` of one form ``w`` (a G-vector ``g`` up to a
@@ -837,11 +860,33 @@ class Analysis:
         return None if hit is None else (hit[0], pivot / hit[1])
 
     def angle_pair(self, comp: Component) -> Vector | None:
-        """The G-vector ``g`` of :meth:`step_like_pair` when there is one: the pair is then linear in the angle of
-        ``g`` at the two points (:meth:`Run.angle_pair`), which the engine takes from ``g``'s distance
-        (:class:`Distance`)."""
-        found = self.step_like_pair(comp)
+        """The G-vector ``g`` of :meth:`step_like_pair` or :meth:`threshold_pair` when there is one: the pair is then
+        a function of the angle of ``g`` at the two points with a bounded slope (:meth:`Run.angle_pair`,
+        :meth:`Run.threshold_pair`), which the engine takes from ``g``'s distance (:class:`Distance`)."""
+        found = self.step_like_pair(comp) or self.threshold_pair(comp)
         return None if found is None else found[0]
+
+    def threshold_pair(self, comp: Component) -> tuple[Vector, near_parallel.Steps, near_parallel.Steps] | None:
+        """``(g, F, G)`` when both sides of ``comp`` are piecewise-constant functions ``F(g)``, ``G(g)`` of one
+        G-vector ``g`` (of multiples of it) with some jump off the origin — the derivatives of hard_tanh, relu6,
+        ``max(x, 0.7)`` in an NTK's backward pass — and :meth:`step_like_pair` does not take them."""
+        if comp.left is None or comp.right is None:
+            return None
+        key = ("thresholds", comp.left.key, comp.right.key)
+        if key not in self._functions:
+            self._functions[key] = self._threshold_pair(comp)
+        return self._functions[key]
+
+    def _threshold_pair(self, comp: Component) -> tuple[Vector, near_parallel.Steps, near_parallel.Steps] | None:
+        pl, pr = self.projection(comp.left), self.projection(comp.right)
+        if (pl is None or pr is None or len(pl.args) != 1 or pl.args != pr.args or pl.args[0] not in self.sources
+                or self.step_like_pair(comp) is not None):
+            return None
+        k, k2 = float(pl.coefs[0]), float(pr.coefs[0])
+        F, G = _steps_of(pl.act), _steps_of(pr.act)
+        if F is None or G is None or k == 0.0 or k2 == 0.0 or not (F.thresholds and G.thresholds):
+            return None
+        return pl.args[0], F.scaled(k), G.scaled(k2)
 
     def step_like_pair(self, comp: Component) -> tuple[Vector | None, tuple[float, float], tuple[float, float]] | None:
         """``(g, left levels, right levels)`` when both sides of ``comp`` are functions of degree 0 with known
@@ -884,8 +929,9 @@ class Analysis:
     def has_angle_pairs(self) -> bool:
         """Some monomial is a function of degree 0 with known levels (step, sign) of a form of the program's
         G-vectors: the program may have angle pairs (:meth:`angle_pair`)."""
-        return any((proj := self.projection(m)) is not None and isinstance(
-            rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None
+        return any((proj := self.projection(m)) is not None and (isinstance(
+            rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None or (
+                len(proj.args) == 1 and (steps := _steps_of(proj.act)) is not None and bool(steps.thresholds)))
                    for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
@@ -1005,6 +1051,21 @@ def _form_key(form: dict[Vector, Any]) -> tuple[Any, float]:
         return None, 0.0
     pivot = float(form[order[0]])
     return tuple((source.index, float(form[source]) / pivot) for source in order), pivot
+
+
+def _steps_of(act: Activation) -> near_parallel.Steps | None:
+    """``act`` as a piecewise-constant function (step, ``1{|x| < 1}``), from its pieces; None otherwise."""
+    pieces = piecewise.of(act)
+    return None if pieces is None else near_parallel.Steps.of(pieces)
+
+
+def _slopes_of(act: Activation) -> near_parallel.Steps | None:
+    """The derivative of a continuous piecewise-linear ``act`` (identity, relu, hard_tanh, a traced clip) as a
+    :class:`~netsor.gaussian.near_parallel.Steps`; None for other functions."""
+    if act.key == identity.key:
+        return near_parallel.Steps(1.0, (), ())
+    pieces = piecewise.of(act)
+    return None if pieces is None or not act.continuous else near_parallel.Steps.of(pieces, derivative=True)
 
 
 def _ratio(form: dict[Vector, float], ref: dict[Vector, float], pivot: Vector) -> float | None:
@@ -1504,17 +1565,17 @@ class Distance(Quantity):
         if rule[0] == "norm":
             return [("A", rule[2])], []
         g = rule[2]
+        if rule[0] == "kinked":
+            return [("A", g), ("m", v, v)], [("g", g, g), ("m", v, v)]
         return [("D", g), ("A", g)], [("g", g, g)]
 
     def compute(self, key: Key, run: Run) -> Value:
         v = key[1]
         rule = run.an.distance_rule(v)
         if rule is None:  # a + b − 2c, no better than the covariances
-            c, c_bound = run.get(("m", v, v))
-            (a, da), (b, db) = run.point(("m", v, v), "left"), run.point(("m", v, v), "right")
-            D = a + b - 2.0 * c
-            dD = da + db + 2.0 * c_bound.array() + 4 * _EPS * (a + b + 2.0 * np.abs(c))
-            D = np.maximum(D, 0.0)
+            D, dD = _distance_by_covariance(v, run)
+        elif rule[0] == "kinked":
+            D, dD = _kinked_distance(v, rule[1], rule[2], run)
         elif rule[0] == "data":
             D, dD = data_distance(data_view(run.X_left, rule[1]), data_view(run.X_right, rule[1]))
         elif rule[0] == "sum":
@@ -1538,6 +1599,35 @@ class Distance(Quantity):
         same = run.identical  # the same vector at the same input
         D[same] = dD[same] = 0.0
         return D, dD
+
+
+def _distance_by_covariance(v: Vector, run: Run) -> tuple[Array, Array]:
+    """``a + b − 2c`` of ``v``'s second moments: no better than the covariances' bounds."""
+    c, c_bound = run.get(("m", v, v))
+    (a, da), (b, db) = run.point(("m", v, v), "left"), run.point(("m", v, v), "right")
+    D = np.maximum(a + b - 2.0 * c, 0.0)
+    return D, da + db + 2.0 * c_bound.array() + 4 * _EPS * (a + b + 2.0 * np.abs(c))
+
+
+def _kinked_distance(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run) -> tuple[Array, Array]:
+    """The distance of ``v = φ(g)`` for a continuous piecewise-linear ``φ`` (``φ' = slopes``) with kinks off the
+    origin: :func:`~netsor.gaussian.near_parallel.kinked_distance` at the pairs whose angle is small
+    (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), where it keeps the distance's relative accuracy, and
+    the covariances' ``a + b − 2c`` wherever that has the smaller bound."""
+    D, dD = _distance_by_covariance(v, run)
+    D, dD = np.array(np.broadcast_to(D, run.shape)), np.array(np.broadcast_to(dD, run.shape))
+    ang = run.get(("A", g))[0]
+    (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
+    a, da, b, db = (np.broadcast_to(x, run.shape) for x in (a, da, b, db))
+    small = np.broadcast_to(ang.hi <= near_parallel.SMALL_ANGLE, run.shape) & (a > da) & (b > db)
+    if np.any(small):
+        theta, lo, hi = (np.broadcast_to(x, run.shape)[small] for x in (ang.theta, ang.lo, ang.hi))
+        near, d_near = near_parallel.kinked_distance(slopes, a[small], da[small], b[small], db[small],
+                                                     distance_kernels.Angle(theta, lo, hi))
+        take = d_near < dD[small]
+        D[small] = np.where(take, near, D[small])
+        dD[small] = np.where(take, d_near, dD[small])
+    return D, dD
 
 
 def _normalized_distance(square: float, ang: distance_kernels.Angle) -> tuple[Array, Array]:
@@ -2532,6 +2622,29 @@ class Run:
             np.fill_diagonal(dense, 0.0)
         return value, bounds.compact(dense, env_l, env_r, threshold=COMPACT_SHARE * self.term_rtol)
 
+    def threshold_pair(self, g: Vector, F: near_parallel.Steps, G: near_parallel.Steps, env_l: Array, env_r: Array
+                       ) -> tuple[Array, bounds.Bound] | None:
+        """``E[F(g(x)) G(g(x'))]`` of piecewise-constant functions with jumps off the origin
+        (:meth:`Analysis.threshold_pair`) from the angle of ``g`` (:class:`PairAngle`), whose slope is bounded
+        (:func:`~netsor.gaussian.near_parallel.step_pair`) where the covariance's is ``1/(2π sin θ)``; at the pairs
+        whose angle is small (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), an infinite bound elsewhere (the
+        covariance rules take those). None where a variance of ``g`` may vanish within its bound."""
+        (a, da), (b, db) = self.point(("g", g, g), "left"), self.point(("g", g, g), "right")
+        if np.any(a <= da) or np.any(b <= db):
+            return None
+        ang = self.get(("A", g))[0]
+        small = np.broadcast_to(ang.hi <= near_parallel.SMALL_ANGLE, self.shape)
+        if not np.any(small):
+            return None
+        a, da, b, db = (np.broadcast_to(x, self.shape)[small] for x in (a, da, b, db))
+        theta, lo, hi = (np.broadcast_to(x, self.shape)[small] for x in (ang.theta, ang.lo, ang.hi))
+        value, dense = np.zeros(self.shape), np.full(self.shape, np.inf)
+        value[small], dense[small] = near_parallel.step_pair(F, G, a, da, b, db,
+                                                             distance_kernels.Angle(theta, lo, hi))
+        if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
+            np.fill_diagonal(dense, 0.0)
+        return value, bounds.from_dense(dense, env_l, env_r)
+
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
         ``√(E L²) ⊗ √(E R²)``."""
@@ -2556,6 +2669,8 @@ class Run:
             step_like = an.step_like_pair(comp) if self.distances else None
             by_angle = (None if step_like is None or step_like[0] is None
                         else self.angle_pair(step_like[0], step_like[1:], a, da, b, db, env_l, env_r))
+            if by_angle is None and self.distances and (thresholds := an.threshold_pair(comp)) is not None:
+                by_angle = self.threshold_pair(*thresholds, env_l, env_r)
             phi, psi = _located(pl.act, a, b), _located(pr.act, a, b)  # continuity is known once located
             with remembered_angles(angles):
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,

@@ -1,0 +1,272 @@
+"""Kernels of functions with kinks and jumps off the origin at nearly parallel points, from the pair's angle.
+
+Conventions as in :mod:`netsor.activations.distance_kernels`: ``(u, v)`` a centred Gaussian pair, ``Var u = a``,
+``Var v = b``, angle ``θ`` (``Cov = √(ab) cos θ``), each with a bound (``da``, ``db``, an
+:class:`~netsor.activations.distance_kernels.Angle` interval).
+
+Why the angle. Two inputs a perturbation apart (1e-5, 1e-8) have ``1 − ρ`` of 1e-10 … 1e-16, which a
+covariance holds to a few ulps *of 1* and, after a layer of quadrature, to its bound (~1e-11). A step kernel
+``E[1{u > s} 1{v > t}]`` has slope ``φ₂(s, t) ~ 1/(2π sin θ)`` in the covariance: no covariance bound certifies it
+there (relu6, hard_tanh and ``max(x, 0.7)`` NTKs of depth 3 at inputs 1e-5 apart: bounds 5e-8 … 1e-5 relative,
+refused). In the angle the slope of any orthant ``P(X > x, Y > y)`` is ``e^(−Q/2)/(2π) ≤ 1/(2π)``, and the engine
+carries the angle from the pair's distance to a few ulps of itself (:class:`~netsor.interpret.infinite.Distance`).
+So here:
+
+* :func:`step_pair`: ``E[F(u) G(v)]`` of piecewise-constant ``F, G`` (:class:`Steps`) — orthants by Owen's T with
+  ``θ`` itself (:func:`~netsor.gaussian.piecewise.orthant`) — with a bound Lipschitz in the arguments' bounds;
+* :func:`kinked_distance`: ``E[(φ(u) − φ(v))²]`` of a continuous piecewise-linear ``φ`` (``φ'`` a :class:`Steps`),
+  accurate relative to itself, which carries the distance through a layer of such ``φ``. At fixed variances its
+  change in θ is ``2√(ab) sin θ E[φ'(u) φ'(v)]`` (Price), so it is
+  ``F₀ + 2√(ab) ∫₀^θ sin t K(t) dt`` with ``F₀ = E[(φ(√a X) − φ(√b X))²]`` (the proportional pair, in closed form
+  by cells) and ``K`` the step kernel of ``φ'`` — on :data:`PANELS` panels, each with the bound of a
+  ``L``-Lipschitz ``K`` (``L = (Σ|jumps|)²/(2π)``). Meant for small angles (the engine takes it below
+  :data:`SMALL_ANGLE`, the covariances elsewhere): its relative error ``~ Lθ/(2·PANELS·K)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from netsor.activations.distance_kernels import Angle
+from netsor.gaussian import piecewise
+from netsor.gaussian.quadrature import INV_SQRT_2PI
+
+Array = np.ndarray
+_EPS = np.finfo(float).eps
+
+#: Panels of the distance's integral over the angle.
+PANELS = 8
+#: Angles (upper ends of their intervals) at which the engine takes these rules; beyond it the covariances are
+#: as good (their slope 1/sin θ is moderate) and the panels' bound is not.
+SMALL_ANGLE = 0.05
+#: ``max |x| φ(x) = φ(1)``: the largest change of an orthant as its threshold scales, ``|∂P/∂a| ≤ Σ|J| ·
+#: x φ(x)/(2a)``.
+_X_PDF_MAX = INV_SQRT_2PI * float(np.exp(-0.5))
+#: Gauss–Legendre rule on [−1, 1] for cells of width ``w ≤ 1/(1 + |x|)`` (x their centre): a line squared times
+#: the normal density, which changes by at most a factor e over such a cell, integrated to ``_GL_RELATIVE``.
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
+_GL_RELATIVE = 1e-14
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A piecewise-constant function ``base + Σᵢ jumps[i] · 1{x > thresholds[i]}`` (thresholds finite, sorted,
+    distinct; jumps nonzero). As the derivative of a continuous piecewise-linear ``φ`` it stands for
+    ``φ(x) = const + base·x + Σᵢ jumps[i] (x − thresholds[i])₊``."""
+
+    base: float
+    thresholds: tuple[float, ...]
+    jumps: tuple[float, ...]
+
+    @classmethod
+    def of(cls, pieces: tuple[piecewise.Piece, ...], *, derivative: bool = False) -> Steps | None:
+        """The step function of :mod:`~netsor.gaussian.piecewise` pieces without exponentials, or (``derivative``)
+        the derivative of a continuous piecewise-linear function given by its pieces; None for other functions
+        (exponential or quadratic pieces, jumps of a function said continuous)."""
+        base, jumps, masses = 0.0, {}, {}  # masses: the derivative's point masses at each threshold
+        scale = 0.0
+        for coef, power, rate, threshold, above in pieces:
+            if rate != 0.0 or power > (1 if derivative else 0):
+                return None
+            if np.isinf(threshold):
+                if (threshold < 0) == above:  # on the whole line
+                    base += coef if power == (1 if derivative else 0) else 0.0
+                continue
+            # x^p 1{x < t} = x^p − x^p 1{x > t}
+            sign = 1.0 if above else -1.0
+            if not above:
+                base += coef if power == (1 if derivative else 0) else 0.0
+            if derivative:
+                # d/dx [c x^p 1{x > t}] = c p x^(p−1) 1{x > t} + c t^p δ(x − t)
+                if power == 1:
+                    jumps[threshold] = jumps.get(threshold, 0.0) + sign * coef
+                masses[threshold] = masses.get(threshold, 0.0) + sign * coef * threshold**power
+                scale = max(scale, abs(coef) * (1.0 + abs(threshold)))
+            else:
+                jumps[threshold] = jumps.get(threshold, 0.0) + sign * coef
+        if derivative and any(abs(m) > 1e-12 * scale for m in masses.values()):
+            return None  # a jump: not continuous
+        kept = sorted((t, j) for t, j in jumps.items() if j != 0.0)
+        return cls(float(base), tuple(t for t, _ in kept), tuple(j for _, j in kept))
+
+    def scaled(self, k: float) -> Steps:
+        """``x ↦ F(k x)`` (``k ≠ 0``): thresholds ``t/k``; for ``k < 0``, ``1{kx > t} = 1 − 1{x > t/k}`` (almost
+        surely)."""
+        if k > 0:
+            return Steps(self.base, tuple(t / k for t in self.thresholds), self.jumps)
+        flipped = sorted((t / k, -j) for t, j in zip(self.thresholds, self.jumps, strict=True))
+        return Steps(self.base + sum(self.jumps), tuple(t for t, _ in flipped), tuple(j for _, j in flipped))
+
+    def times(self, alpha: float) -> Steps:
+        """``α F``."""
+        return Steps(alpha * self.base, self.thresholds, tuple(alpha * j for j in self.jumps))
+
+    def plus(self, other: Steps) -> Steps:
+        """``F + G``: the jumps at a shared threshold summed (those that cancel dropped)."""
+        jumps: dict[float, float] = {}
+        for t, j in (*zip(self.thresholds, self.jumps, strict=True), *zip(other.thresholds, other.jumps, strict=True)):
+            jumps[t] = jumps.get(t, 0.0) + j
+        kept = sorted((t, j) for t, j in jumps.items() if j != 0.0)
+        return Steps(self.base + other.base, tuple(t for t, _ in kept), tuple(j for _, j in kept))
+
+    @property
+    def largest(self) -> float:
+        """``sup |F|``: the largest of its levels."""
+        levels = self.base + np.concatenate([[0.0], np.cumsum(self.jumps)])
+        return float(np.max(np.abs(levels)))
+
+    @property
+    def total_jump(self) -> float:
+        """``Σ |jumps|``."""
+        return float(sum(abs(j) for j in self.jumps))
+
+    def level_at(self, x: Array) -> Array:
+        """``F(x)`` (the value above a threshold at the threshold itself is not needed: it has probability 0)."""
+        out = np.full(np.shape(x), self.base)
+        for t, j in zip(self.thresholds, self.jumps, strict=True):
+            out = out + j * (x > t)
+        return out
+
+
+def _upper_tail(x: Array) -> Array:
+    return piecewise.interval_moments(x, np.inf)[0][0]
+
+
+def _step_pair_at(F: Steps, G: Steps, sa: Array, sb: Array, theta: Array) -> tuple[Array, Array]:
+    """``E[F(u) G(v)]`` at standard deviations ``sa, sb`` and angle ``theta`` (arrays broadcast), and a bound on
+    its evaluation error (Owen's T to ``SPECIAL_RELATIVE`` of the orthants' magnitudes, the sums' rounding)."""
+    sine, cosine = np.sin(theta), np.cos(theta)
+    value = np.full(np.broadcast_shapes(np.shape(sa), np.shape(sb), np.shape(theta)), F.base * G.base)
+    error = 4 * _EPS * np.abs(value)
+    rel = piecewise.SPECIAL_RELATIVE + 64 * _EPS
+    for t, j in zip(F.thresholds, F.jumps, strict=True):
+        tail = _upper_tail(t / sa)
+        value = value + G.base * j * tail
+        error = error + abs(G.base * j) * rel * tail
+    for t, j in zip(G.thresholds, G.jumps, strict=True):
+        tail = _upper_tail(t / sb)
+        value = value + F.base * j * tail
+        error = error + abs(F.base * j) * rel * tail
+    exact = sine == 0.0  # θ = 0: one variable, P(X > max(h, k))
+    safe = np.where(exact, 1.0, sine)
+    for t, j in zip(F.thresholds, F.jumps, strict=True):
+        h = t / sa
+        for t2, j2 in zip(G.thresholds, G.jumps, strict=True):
+            k = t2 / sb
+            p, size = piecewise.orthant(h, k, cosine, safe, theta=theta)
+            p = np.where(exact, _upper_tail(np.maximum(h, k)), p)
+            value = value + j * j2 * p
+            error = error + abs(j * j2) * rel * size
+    return value, error
+
+
+def step_pair(F: Steps, G: Steps, a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Array, Array]:
+    """``E[F(u) G(v)]`` and a bound on its error, for piecewise-constant ``F, G`` of a pair within the bounds
+    (variances ``a ± da``, ``b ± db`` with ``a > da``, ``b > db``; the angle in ``ang``'s interval).
+
+    The bound: the evaluation's, plus the arguments' through slopes bounded over the whole box — in θ,
+    ``Σ|Jᵢ||Kⱼ|/(2π)`` (each orthant's ``e^(−Q/2)/(2π)``); in ``a``, ``Σ|Jᵢ| · max|x φ(x)|/(2a) · sup|G|`` (a threshold
+    ``t/√a`` moves by ``x/(2a)`` per unit of ``a``; the orthant by ``φ(x)`` per unit of it), the same in ``b`` —
+    and the rounding of the thresholds ``t/√a`` (a few ulps: a relative change of ``a`` of as many)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    value, error = _step_pair_at(F, G, np.sqrt(a), np.sqrt(b), ang.theta)
+    a_lo, b_lo = a - da, b - db
+    slope_theta = F.total_jump * G.total_jump / (2.0 * np.pi)
+    slope_a = F.total_jump * _X_PDF_MAX / (2.0 * a_lo) * G.largest
+    slope_b = G.total_jump * _X_PDF_MAX / (2.0 * b_lo) * F.largest
+    error = (error + slope_theta * ang.width() + slope_a * (da + 8 * _EPS * a) + slope_b * (db + 8 * _EPS * b)
+             + slope_theta * 8 * _EPS * ang.theta)
+    return value, error
+
+
+def _proportional_distance(slopes: Steps, a: Array, b: Array) -> tuple[Array, Array]:
+    """``F₀ = E[(φ(√a X) − φ(√b X))²]`` for ``φ' = slopes`` and a bound on its rounding: on each cell between the
+    thresholds ``t/√a`` and ``t/√b`` the difference is ``A + B X`` — a ramp active at both points contributes
+    ``γ (√a − √b) X`` with ``√a − √b = (a − b)/(√a + √b)`` (no cancellation), one active at one point its own line —
+    and ``E[(A + BX)² 1{cell}]`` is a truncated moment."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    delta = (a - b) / (sa + sb)
+    ts = np.array(slopes.thresholds, dtype=float)
+    js = np.array(slopes.jumps, dtype=float)
+    # the cells' ends: every threshold at both points, sorted per entry
+    ends = np.sort(np.concatenate([t / sa[..., None] for t in ts] + [t / sb[..., None] for t in ts]
+                                  + [np.full(sa.shape + (1,), -np.inf), np.full(sa.shape + (1,), np.inf)], axis=-1)
+                   if ts.size else np.stack([np.full(sa.shape, -np.inf), np.full(sa.shape, np.inf)], axis=-1),
+                   axis=-1)
+    value, size = np.zeros(sa.shape), np.zeros(sa.shape)
+    for c in range(ends.shape[-1] - 1):
+        lo, hi = ends[..., c], ends[..., c + 1]
+        mid = np.where(np.isinf(lo), np.where(np.isinf(hi), 0.0, hi - 1.0), np.where(np.isinf(hi), lo + 1.0,
+                                                                                     0.5 * (lo + hi)))
+        A, B = np.zeros(sa.shape), slopes.base * delta
+        for t, j in zip(ts, js, strict=True):
+            on_a, on_b = sa * mid > t, sb * mid > t
+            both = on_a & on_b
+            B = B + j * np.where(both, delta, np.where(on_a, sa, np.where(on_b, -sb, 0.0)))
+            A = A + j * np.where(both, 0.0, np.where(on_a, -t, np.where(on_b, t, 0.0)))
+        (m0, s0), (m1, s1), (m2, s2) = piecewise.interval_moments(lo, hi)
+        by_moments = A * A * m0 + 2.0 * A * B * m1 + B * B * m2
+        size_moments = 32 * _EPS * (1 + len(ts)) * (A * A * s0 + 2.0 * np.abs(A * B) * s1 + B * B * s2)
+        # a cell between t/√a and t/√b, where A + BX vanishes at one end: the moments cancel (each ~ the cell's
+        # mass, their sum ~ its cube), the line evaluated at Gauss–Legendre nodes does not
+        half = 0.5 * np.where(np.isfinite(hi - lo), hi - lo, 0.0)
+        centre = np.where(np.isfinite(hi - lo), 0.5 * (lo + hi), 0.0)
+        line = A[..., None] + B[..., None] * (centre[..., None] + half[..., None] * _GL_NODES)
+        rounding = 4 * _EPS * (np.abs(A)[..., None] + np.abs(B[..., None] * (centre[..., None] + half[..., None]
+                                                                                * _GL_NODES)))
+        density = INV_SQRT_2PI * np.exp(-0.5 * (centre[..., None] + half[..., None] * _GL_NODES) ** 2) * _GL_WEIGHTS
+        by_nodes = half * np.sum(line * line * density, axis=-1)
+        size_nodes = half * np.sum((2.0 * np.abs(line) * rounding + rounding * rounding) * density, axis=-1)
+        narrow = np.isfinite(hi - lo) & ((hi - lo) * (1.0 + np.abs(centre)) <= 1.0)
+        value = value + np.where(narrow, by_nodes, by_moments)
+        size = size + np.where(narrow, size_nodes * (1.0 + 64 * _EPS) + _GL_RELATIVE * by_nodes, size_moments)
+    return np.maximum(value, 0.0), size + 16 * _EPS * value
+
+
+def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Array, Array]:
+    """``E[(φ(u) − φ(v))²]`` and a bound on its error for a continuous piecewise-linear ``φ`` with ``φ' = slopes``,
+    a pair within the bounds (``a > da``, ``b > db``, the angle in ``ang``'s interval); see the module docstring.
+
+    The bound: ``F₀``'s rounding; the panels' (``L h (1 − cos θ) √(ab)``, ``h = θ/PANELS``) and their step
+    kernels' evaluation errors; and the arguments' through slopes bounded over the box — in θ
+    ``2√(ab) sin θ · sup φ'²``; in ``a`` (at fixed ``b``, θ) ``sup φ'² |√a − √b|/√a`` (of ``F₀``) plus
+    ``(1 − cos θ)(√(b/a) sup φ'² + 2√(ab) · max|xφ(x)| Σ|Jᵢ| sup|φ'|/a)`` (of the integral), the same in ``b``;
+    the rounding of ``√a``, ``√b`` as a few ulps of ``a``, ``b``."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    theta = np.asarray(ang.theta, dtype=float)
+    f0, f0_err = _proportional_distance(slopes, a, b)
+    root = sa * sb
+    h = theta / PANELS
+    integral, kernel_err = np.zeros(np.broadcast_shapes(np.shape(root), theta.shape)), 0.0
+    for i in range(PANELS):
+        t0, t1 = i * h, (i + 1) * h
+        k, k_err = _step_pair_at(slopes, slopes, sa, sb, 0.5 * (t0 + t1))
+        weight = 2.0 * np.sin(0.5 * (t1 - t0)) * np.sin(0.5 * (t0 + t1))  # cos t0 − cos t1, no cancellation
+        integral = integral + k * weight
+        kernel_err = kernel_err + k_err * weight
+    versine = 2.0 * np.sin(0.5 * theta) ** 2  # 1 − cos θ
+    lipschitz = slopes.total_jump**2 / (2.0 * np.pi)
+    value = f0 + 2.0 * root * integral
+    top = slopes.largest
+    a_lo, b_lo = a - da, b - db
+    a_hi, b_hi = a + da, b + db
+    hi = np.minimum(ang.hi, np.pi)
+    sine_hi = np.where(hi >= 0.5 * np.pi, 1.0, np.sin(hi))
+    versine_hi = 2.0 * np.sin(0.5 * hi) ** 2
+    root_gap = (np.abs(a - b) + da + db) / (np.sqrt(a_lo) + np.sqrt(b_lo))
+    root_hi = np.sqrt(a_hi * b_hi)
+    kernel_in_a = 2.0 * root_hi * _X_PDF_MAX * slopes.total_jump * top
+    slope_a = top * top * root_gap / np.sqrt(a_lo) + versine_hi * (np.sqrt(b_hi / a_lo) * top * top
+                                                                    + kernel_in_a / (2.0 * a_lo))
+    slope_b = top * top * root_gap / np.sqrt(b_lo) + versine_hi * (np.sqrt(a_hi / b_lo) * top * top
+                                                                    + kernel_in_a / (2.0 * b_lo))
+    slope_theta = 2.0 * root_hi * sine_hi * top * top
+    error = (f0_err + 2.0 * root * (lipschitz * 0.5 * h * versine + kernel_err)
+             + slope_theta * (ang.width() + 8 * _EPS * theta) + slope_a * (da + 8 * _EPS * a)
+             + slope_b * (db + 8 * _EPS * b)
+             + 16 * _EPS * value)
+    return value, error
