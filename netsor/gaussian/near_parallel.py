@@ -18,9 +18,10 @@ So here:
   accurate relative to itself, which carries the distance through a layer of such ``φ``. At fixed variances its
   change in θ is ``2√(ab) sin θ E[φ'(u) φ'(v)]`` (Price), so it is
   ``F₀ + 2√(ab) ∫₀^θ sin t K(t) dt`` with ``F₀ = E[(φ(√a X) − φ(√b X))²]`` (the proportional pair, in closed form
-  by cells) and ``K`` the step kernel of ``φ'`` — on :data:`PANELS` panels, each with the bound of a
-  ``L``-Lipschitz ``K`` (``L = (Σ|jumps|)²/(2π)``). Meant for small angles (the engine takes it below
-  :data:`SMALL_ANGLE`, the covariances elsewhere): its relative error ``~ Lθ/(2·PANELS·K)``.
+  by cells) and ``K`` the step kernel of ``φ'`` — the midpoint rule on :data:`PANELS` or more panels, with the bound of
+  its second derivative (:func:`kinked_distance`). Meant for small angles (the engine takes it below
+  :data:`SMALL_ANGLE`, the covariances elsewhere): its relative error ``~ Mθ/(12·panels²·K)``, M of the order of
+  ``sup φ'² + (Σ|jumps|)²``.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ from netsor.gaussian.quadrature import INV_SQRT_2PI
 Array = np.ndarray
 _EPS = np.finfo(float).eps
 
-#: Panels of the distance's integral over the angle.
+#: Panels of the distance's integral over the angle: at least PANELS, doubled (up to MAX_PANELS) until their width
+#: is at most ``PANEL_STEP/√(M Σ|Jᵢ||Jⱼ|)`` (M the bound on the integrand's curvature): the distance's error then
+#: moves the next step kernel by ~1e-10 of its scale.
 PANELS = 8
+MAX_PANELS = 256
+PANEL_STEP = 5e-5
 #: Angles (upper ends of their intervals) at which the engine takes these rules; beyond it the covariances are
 #: as good (their slope 1/sin θ is moderate) and the panels' bound is not.
 SMALL_ANGLE = 0.05
@@ -230,7 +235,8 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
     """``E[(φ(u) − φ(v))²]`` and a bound on its error for a continuous piecewise-linear ``φ`` with ``φ' = slopes``,
     a pair within the bounds (``a > da``, ``b > db``, the angle in ``ang``'s interval); see the module docstring.
 
-    The bound: ``F₀``'s rounding; the panels' (``L h (1 − cos θ) √(ab)``, ``h = θ/PANELS``) and their step
+    The bound: ``F₀``'s rounding; the midpoint rule's on the panels (``2√(ab) θ h² sup|f''|/24``, ``h = θ/panels``,
+    ``f = sin t K(t)``, whose second derivative is bounded: ``sin t K''`` is, though ``K''`` is ~1/sin t) and their step
     kernels' evaluation errors; and the arguments' through slopes bounded over the box — in θ
     ``2√(ab) sin θ · sup φ'²``; in ``a`` (at fixed ``b``, θ) ``sup φ'² |√a − √b|/√a`` (of ``F₀``) plus
     ``(1 − cos θ)(√(b/a) sup φ'² + 2√(ab) · max|xφ(x)| Σ|Jᵢ| sup|φ'|/a)`` (of the integral), the same in ``b``;
@@ -240,16 +246,30 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
     theta = np.asarray(ang.theta, dtype=float)
     f0, f0_err = _proportional_distance(slopes, a, b)
     root = sa * sb
-    h = theta / PANELS
-    integral, kernel_err = np.zeros(np.broadcast_shapes(np.shape(root), theta.shape)), 0.0
-    for i in range(PANELS):
-        t0, t1 = i * h, (i + 1) * h
-        k, k_err = _step_pair_at(slopes, slopes, sa, sb, 0.5 * (t0 + t1))
-        weight = 2.0 * np.sin(0.5 * (t1 - t0)) * np.sin(0.5 * (t0 + t1))  # cos t0 − cos t1, no cancellation
-        integral = integral + k * weight
-        kernel_err = kernel_err + k_err * weight
-    versine = 2.0 * np.sin(0.5 * theta) ** 2  # 1 − cos θ
-    lipschitz = slopes.total_jump**2 / (2.0 * np.pi)
+    # the midpoint rule's error, θ h² sup|f''|/24 for f(t) = sin t K(t): f'' = −sin t K + 2 cos t K' + sin t K'' with
+    # K' = −Σ JᵢJⱼ e^(−Q/2)/(2π) and sin t · K'' = Σ JᵢJⱼ e^(−Q/2) (xᵢxⱼ − Q cos t)/(2π) (Q' = 2(xy − Q cos t)/sin t,
+    # Q e^(−Q/2) ≤ 2/e), thresholds xᵢ = tᵢ/√a at most |tᵢ|/√(a − δa) (the same for b)
+    jumps = np.abs(np.array(slopes.jumps))
+    reach = np.abs(np.array(slopes.thresholds))
+    cross = float(np.sum(np.outer(jumps, jumps)))
+    spread = np.sum(np.outer(jumps * reach, jumps * reach)) / np.sqrt(np.maximum((a - da) * (b - db), 1e-300))
+    curvature = slopes.largest**2 + (2.0 * cross + spread + 2.0 / np.e * cross) / (2.0 * np.pi)
+    # panels per entry: from PANELS, doubled until the step h is at most PANEL_STEP/√(curvature · Σ|Jᵢ||Jⱼ|)
+    shape = np.broadcast_shapes(np.shape(root), theta.shape, np.shape(curvature))
+    theta_b, sa_b, sb_b = (np.broadcast_to(x, shape) for x in (theta, sa, sb))
+    needed = theta_b * np.sqrt(np.broadcast_to(curvature, shape) * max(cross, 1.0)) / PANEL_STEP
+    panels = np.minimum(PANELS * 2 ** np.ceil(np.log2(np.maximum(needed / PANELS, 1.0))), MAX_PANELS)
+    integral, kernel_err = np.zeros(shape), np.zeros(shape)
+    for n in np.unique(panels):
+        at = panels == n
+        h = theta_b[at] / n
+        for i in range(int(n)):
+            mid = (i + 0.5) * h
+            k, k_err = _step_pair_at(slopes, slopes, sa_b[at], sb_b[at], mid)
+            weight = h * np.sin(mid)
+            integral[at] += k * weight
+            kernel_err[at] += k_err * weight
+    h = theta_b / panels
     value = f0 + 2.0 * root * integral
     top = slopes.largest
     a_lo, b_lo = a - da, b - db
@@ -265,7 +285,7 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
     slope_b = top * top * root_gap / np.sqrt(b_lo) + versine_hi * (np.sqrt(a_hi / b_lo) * top * top
                                                                     + kernel_in_a / (2.0 * b_lo))
     slope_theta = 2.0 * root_hi * sine_hi * top * top
-    error = (f0_err + 2.0 * root * (lipschitz * 0.5 * h * versine + kernel_err)
+    error = (f0_err + 2.0 * root * (theta * h * h * curvature / 24.0 + kernel_err)
              + slope_theta * (ang.width() + 8 * _EPS * theta) + slope_a * (da + 8 * _EPS * a)
              + slope_b * (db + 8 * _EPS * b)
              + 16 * _EPS * value)

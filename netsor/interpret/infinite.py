@@ -860,33 +860,41 @@ class Analysis:
         return None if hit is None else (hit[0], pivot / hit[1])
 
     def angle_pair(self, comp: Component) -> Vector | None:
-        """The G-vector ``g`` of :meth:`step_like_pair` or :meth:`threshold_pair` when there is one: the pair is then
-        a function of the angle of ``g`` at the two points with a bounded slope (:meth:`Run.angle_pair`,
-        :meth:`Run.threshold_pair`), which the engine takes from ``g``'s distance (:class:`Distance`)."""
-        found = self.step_like_pair(comp) or self.threshold_pair(comp)
-        return None if found is None else found[0]
+        """The G-vector ``g`` of :meth:`step_like_pair` or :meth:`near_parallel_pair` when there is one: the pair is
+        then a function of the angle of ``g`` at the two points with a bounded slope (:meth:`Run.angle_pair`,
+        :meth:`Run.near_parallel_pair`), which the engine takes from ``g``'s distance (:class:`Distance`)."""
+        found = self.step_like_pair(comp) or self.near_parallel_pair(comp)
+        return None if found is None else found[1] if found[0] in ("steps", "kinked") else found[0]
 
-    def threshold_pair(self, comp: Component) -> tuple[Vector, near_parallel.Steps, near_parallel.Steps] | None:
-        """``(g, F, G)`` when both sides of ``comp`` are piecewise-constant functions ``F(g)``, ``G(g)`` of one
-        G-vector ``g`` (of multiples of it) with some jump off the origin — the derivatives of hard_tanh, relu6,
-        ``max(x, 0.7)`` in an NTK's backward pass — and :meth:`step_like_pair` does not take them."""
+    def near_parallel_pair(self, comp: Component) -> tuple[Any, ...] | None:
+        """How a pair of functions of one G-vector ``g`` with kinks or jumps off the origin is taken from the angle
+        of ``g`` at nearly parallel points (:mod:`netsor.gaussian.near_parallel`), when :meth:`step_like_pair` does
+        not take it: ``("steps", g, F, G)`` for piecewise-constant functions of the two forms (the derivatives of
+        hard_tanh, relu6, ``max(x, 0.7)`` in an NTK's backward pass; ``G`` as a function of the left form's sign);
+        ``("kinked", g, slopes, pieces)`` for one continuous piecewise-linear function of one form on both sides
+        (``slopes`` its derivative, ``pieces`` of :mod:`~netsor.gaussian.piecewise`). None otherwise."""
         if comp.left is None or comp.right is None:
             return None
-        key = ("thresholds", comp.left.key, comp.right.key)
+        key = ("near-parallel", comp.left.key, comp.right.key)
         if key not in self._functions:
-            self._functions[key] = self._threshold_pair(comp)
+            self._functions[key] = self._near_parallel_pair(comp)
         return self._functions[key]
 
-    def _threshold_pair(self, comp: Component) -> tuple[Vector, near_parallel.Steps, near_parallel.Steps] | None:
+    def _near_parallel_pair(self, comp: Component) -> tuple[Any, ...] | None:
         pl, pr = self.projection(comp.left), self.projection(comp.right)
         if (pl is None or pr is None or len(pl.args) != 1 or pl.args != pr.args or pl.args[0] not in self.sources
                 or self.step_like_pair(comp) is not None):
             return None
-        k, k2 = float(pl.coefs[0]), float(pr.coefs[0])
-        F, G = _steps_of(pl.act), _steps_of(pr.act)
-        if F is None or G is None or k == 0.0 or k2 == 0.0 or not (F.thresholds and G.thresholds):
+        g, k, k2 = pl.args[0], float(pl.coefs[0]), float(pr.coefs[0])
+        if k == 0.0 or k2 == 0.0:
             return None
-        return pl.args[0], F.scaled(k), G.scaled(k2)
+        F, G = _steps_of(pl.act), _steps_of(pr.act)
+        if F is not None and G is not None and F.thresholds and G.thresholds:
+            return "steps", g, F, G if k * k2 > 0 else G.scaled(-1.0)
+        slopes = _slopes_of(pl.act)
+        if k != k2 or pl.act.key != pr.act.key or slopes is None or not slopes.thresholds:
+            return None
+        return "kinked", g, slopes, piecewise.of(pl.act)
 
     def step_like_pair(self, comp: Component) -> tuple[Vector | None, tuple[float, float], tuple[float, float]] | None:
         """``(g, left levels, right levels)`` when both sides of ``comp`` are functions of degree 0 with known
@@ -931,7 +939,8 @@ class Analysis:
         G-vectors: the program may have angle pairs (:meth:`angle_pair`)."""
         return any((proj := self.projection(m)) is not None and (isinstance(
             rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None or (
-                len(proj.args) == 1 and (steps := _steps_of(proj.act)) is not None and bool(steps.thresholds)))
+                len(proj.args) == 1 and any(found is not None and bool(found.thresholds)
+                                            for found in (_steps_of(proj.act), _slopes_of(proj.act)))))
                    for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
@@ -1057,6 +1066,12 @@ def _steps_of(act: Activation) -> near_parallel.Steps | None:
     """``act`` as a piecewise-constant function (step, ``1{|x| < 1}``), from its pieces; None otherwise."""
     pieces = piecewise.of(act)
     return None if pieces is None else near_parallel.Steps.of(pieces)
+
+
+def _value_at_zero(pieces: tuple[piecewise.Piece, ...]) -> float:
+    """``φ(0⁻)`` of a function given by its pieces (its value at 0 where it is continuous)."""
+    return float(sum(coef for coef, power, _, threshold, above in pieces
+                     if power == 0 and ((above and threshold < 0) or (not above and threshold >= 0))))
 
 
 def _slopes_of(act: Activation) -> near_parallel.Steps | None:
@@ -2622,25 +2637,42 @@ class Run:
             np.fill_diagonal(dense, 0.0)
         return value, bounds.compact(dense, env_l, env_r, threshold=COMPACT_SHARE * self.term_rtol)
 
-    def threshold_pair(self, g: Vector, F: near_parallel.Steps, G: near_parallel.Steps, env_l: Array, env_r: Array
-                       ) -> tuple[Array, bounds.Bound] | None:
-        """``E[F(g(x)) G(g(x'))]`` of piecewise-constant functions with jumps off the origin
-        (:meth:`Analysis.threshold_pair`) from the angle of ``g`` (:class:`PairAngle`), whose slope is bounded
-        (:func:`~netsor.gaussian.near_parallel.step_pair`) where the covariance's is ``1/(2π sin θ)``; at the pairs
-        whose angle is small (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), an infinite bound elsewhere (the
-        covariance rules take those). None where a variance of ``g`` may vanish within its bound."""
-        (a, da), (b, db) = self.point(("g", g, g), "left"), self.point(("g", g, g), "right")
+    def near_parallel_pair(self, rule: tuple[Any, ...], a: Array, da: Array, b: Array, db: Array, env_l: Array,
+                           env_r: Array) -> tuple[Array, bounds.Bound] | None:
+        """A pair of :meth:`Analysis.near_parallel_pair` from the angle of its G-vector (:class:`PairAngle`) at the
+        entries whose angle is small (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`; an infinite bound
+        elsewhere: the covariance rules take those), given the two forms' variances ``a, δa`` (column) and
+        ``b, δb`` (row). Steps: :func:`~netsor.gaussian.near_parallel.step_pair`, whose slope in the angle is
+        bounded where the covariance's is ``1/(2π sin θ)``. One continuous piecewise-linear φ:
+        ``E[φ(u) φ(v)] = (E φ(u)² + E φ(v)² − E(φ(u) − φ(v))²)/2``, the distance by
+        :func:`~netsor.gaussian.near_parallel.kinked_distance` (accurate relative to itself), each second moment at
+        one point (closed form), whose change in its variance is at most ``√(E φ²/a) sup|φ'|`` (Cauchy–Schwarz), with
+        ``E φ² ≤ (|φ(0)| + sup|φ'| √a)²`` over the box — where the closed form from ``ρ`` is ~1/sin θ in ρ's
+        rounding. None where a variance may vanish within its bound."""
         if np.any(a <= da) or np.any(b <= db):
             return None
-        ang = self.get(("A", g))[0]
+        ang = self.get(("A", rule[1]))[0]
         small = np.broadcast_to(ang.hi <= near_parallel.SMALL_ANGLE, self.shape)
         if not np.any(small):
             return None
-        a, da, b, db = (np.broadcast_to(x, self.shape)[small] for x in (a, da, b, db))
-        theta, lo, hi = (np.broadcast_to(x, self.shape)[small] for x in (ang.theta, ang.lo, ang.hi))
+        at = [np.broadcast_to(x, self.shape)[small] for x in (a, da, b, db)]
+        near = distance_kernels.Angle(*(np.broadcast_to(x, self.shape)[small] for x in (ang.theta, ang.lo, ang.hi)))
+        if rule[0] == "steps":
+            got, err = near_parallel.step_pair(rule[2], rule[3], *at, near)
+        else:
+            slopes, pieces = rule[2], rule[3]
+            D, dD = near_parallel.kinked_distance(slopes, *at, near)
+            at_zero = abs(_value_at_zero(pieces))
+            halves = []
+            for var, dvar in ((at[0], at[1]), (at[2], at[3])):
+                m2, m2_err, _ = piecewise.pair_expectation(pieces, pieces, var, var, 1.0, colinear=True)
+                top = (at_zero + slopes.largest * np.sqrt(var + dvar)) * slopes.largest / np.sqrt(var - dvar)
+                halves.append((m2, m2_err + top * dvar))
+            (ma, ea), (mb, eb) = halves
+            got = 0.5 * (ma + mb - D)
+            err = 0.5 * (ea + eb + dD) + 4 * _EPS * (ma + mb + D)
         value, dense = np.zeros(self.shape), np.full(self.shape, np.inf)
-        value[small], dense[small] = near_parallel.step_pair(F, G, a, da, b, db,
-                                                             distance_kernels.Angle(theta, lo, hi))
+        value[small], dense[small] = got, err
         if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
             np.fill_diagonal(dense, 0.0)
         return value, bounds.from_dense(dense, env_l, env_r)
@@ -2669,15 +2701,20 @@ class Run:
             step_like = an.step_like_pair(comp) if self.distances else None
             by_angle = (None if step_like is None or step_like[0] is None
                         else self.angle_pair(step_like[0], step_like[1:], a, da, b, db, env_l, env_r))
-            if by_angle is None and self.distances and (thresholds := an.threshold_pair(comp)) is not None:
-                by_angle = self.threshold_pair(*thresholds, env_l, env_r)
+            if by_angle is None and self.distances and (rule := an.near_parallel_pair(comp)) is not None:
+                by_angle = self.near_parallel_pair(rule, a, da, b, db, env_l, env_r)
             phi, psi = _located(pl.act, a, b), _located(pr.act, a, b)  # continuity is known once located
             with remembered_angles(angles):
+                # beside a rule from the angle, per entry: one nearly parallel pair's bound must not stand for all
                 value, err = pair_expectation(phi, psi, a, b, c, memo=self.memo, rtol=self.term_rtol,
-                                              errors="relative", envelope=(env_l, env_r))
+                                              errors="relative" if by_angle is None else True,
+                                              envelope=(env_l, env_r))
                 supplement = known_supplement(a, b, c)
             # a closed form's error is rounding: 32 eps on the envelope (the engine's own bound)
-            own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
+            if by_angle is None or err is None:
+                own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
+            else:
+                own = bounds.from_dense(err, env_l, env_r, keep_dense=True)
             if np.isinf(own.eta):
                 # an error on an envelope of 0 (a second moment that underflowed, e^(−130)): no relative bound
                 # holds, the absolute one does — kept dense (it was an infinite eta: the entry refused)
@@ -2718,7 +2755,10 @@ class Run:
                 zero_l, zero_r = _exact_zero(a, da), _exact_zero(b, db)
                 if zero_l.any() or zero_r.any():  # a form exactly 0 at a point: its pairs are exact (modulus NaN)
                     dense = np.where(zero_l | zero_r, 0.0, dense)
-                prop = bounds.compact(dense, env_l, env_r, threshold=threshold)
+                # beside a rule from the angle, per entry (as the own bound above): the nearly parallel pairs' slope
+                # would stand for every pair's
+                prop = (bounds.compact(dense, env_l, env_r, threshold=threshold) if by_angle is None
+                        else bounds.from_dense(dense, env_l, env_r, keep_dense=True))
             by_covariance = value, bounds.Bound(own.eta + prop.eta, env_l, env_r, _sum_dense(own.dense, prop.dense))
             if by_angle is None:
                 return by_covariance
