@@ -41,7 +41,7 @@ _EPS = np.finfo(float).eps
 #: is at most ``PANEL_STEP/√(M Σ|Jᵢ||Jⱼ|)`` (M the bound on the integrand's curvature): the distance's error then
 #: moves the next step kernel by ~1e-10 of its scale.
 PANELS = 8
-MAX_PANELS = 256
+MAX_PANELS = 32
 PANEL_STEP = 5e-5
 #: Angles (upper ends of their intervals) at which the engine takes these rules; beyond it the covariances are
 #: as good (their slope 1/sin θ is moderate) and the panels' bound is not.
@@ -231,15 +231,19 @@ def _proportional_distance(slopes: Steps, a: Array, b: Array) -> tuple[Array, Ar
     return np.maximum(value, 0.0), size + 16 * _EPS * value
 
 
-def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Array, Array]:
+def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang: Angle, *,
+                    limit: Array | None = None) -> tuple[Array, Array]:
     """``E[(φ(u) − φ(v))²]`` and a bound on its error for a continuous piecewise-linear ``φ`` with ``φ' = slopes``,
     a pair within the bounds (``a > da``, ``b > db``, the angle in ``ang``'s interval); see the module docstring.
+    ``limit``: a bound another rule has (broadcast with the result); entries whose midpoint rule alone would
+    exceed it are not integrated (bound inf).
 
     The bound: ``F₀``'s rounding; the midpoint rule's on the panels (``2√(ab) θ h² sup|f''|/24``, ``h = θ/panels``,
     ``f = sin t K(t)``, whose second derivative is bounded: ``sin t K''`` is, though ``K''`` is ~1/sin t) and their step
     kernels' evaluation errors; and the arguments' through slopes bounded over the box — in θ
-    ``2√(ab) sin θ · sup φ'²``; in ``a`` (at fixed ``b``, θ) ``sup φ'² |√a − √b|/√a`` (of ``F₀``) plus
-    ``(1 − cos θ)(√(b/a) sup φ'² + 2√(ab) · max|xφ(x)| Σ|Jᵢ| sup|φ'|/a)`` (of the integral), the same in ``b``;
+    ``2√(ab) sin θ · K`` with ``K`` at most ``K(θ) + L·width`` over the angle's interval; in ``a`` (at fixed ``b``,
+    θ) ``sup φ'² |√a − √b|/√a`` (of ``F₀``) plus ``(1 − cos θ)(√(b/a) sup φ'² + 2√(ab) · max|xφ(x)| Σ|Jᵢ| sup|φ'|/a)``
+    (of the integral), the same in ``b``;
     the rounding of ``√a``, ``√b`` as a few ulps of ``a``, ``b``."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     sa, sb = np.sqrt(a), np.sqrt(b)
@@ -259,8 +263,11 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
     theta_b, sa_b, sb_b = (np.broadcast_to(x, shape) for x in (theta, sa, sb))
     needed = theta_b * np.sqrt(np.broadcast_to(curvature, shape) * max(cross, 1.0)) / PANEL_STEP
     panels = np.minimum(PANELS * 2 ** np.ceil(np.log2(np.maximum(needed / PANELS, 1.0))), MAX_PANELS)
+    midpoint = 2.0 * np.broadcast_to(root, shape) * theta_b**3 / panels**2 * curvature / 24.0
+    beaten = np.zeros(shape, dtype=bool) if limit is None else midpoint > limit
+    panels = np.where(beaten, 0, panels)
     integral, kernel_err = np.zeros(shape), np.zeros(shape)
-    for n in np.unique(panels):
+    for n in np.unique(panels[panels > 0]):
         at = panels == n
         h = theta_b[at] / n
         for i in range(int(n)):
@@ -269,7 +276,7 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
             weight = h * np.sin(mid)
             integral[at] += k * weight
             kernel_err[at] += k_err * weight
-    h = theta_b / panels
+    h = theta_b / np.maximum(panels, 1)
     value = f0 + 2.0 * root * integral
     top = slopes.largest
     a_lo, b_lo = a - da, b - db
@@ -284,9 +291,14 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
                                                                     + kernel_in_a / (2.0 * a_lo))
     slope_b = top * top * root_gap / np.sqrt(b_lo) + versine_hi * (np.sqrt(a_hi / b_lo) * top * top
                                                                     + kernel_in_a / (2.0 * b_lo))
-    slope_theta = 2.0 * root_hi * sine_hi * top * top
+    # the slope in θ, 2√(ab) sin θ K(θ), over the angle's interval: K there within L·width of K(θ) (L = Σ|JᵢJⱼ|/(2π))
+    # — not sup φ'², which is K's bound at θ = 0 only: with it, a relu-like φ's distance doubled its relative error a
+    # layer (K = ½ of sup φ'²), refused at depth 40
+    at_theta, at_theta_err = _step_pair_at(slopes, slopes, sa, sb, theta)
+    kernel_hi = np.minimum(top * top, np.abs(at_theta) + at_theta_err + cross / (2.0 * np.pi) * ang.width())
+    slope_theta = 2.0 * root_hi * sine_hi * kernel_hi
     error = (f0_err + 2.0 * root * (theta * h * h * curvature / 24.0 + kernel_err)
              + slope_theta * (ang.width() + 8 * _EPS * theta) + slope_a * (da + 8 * _EPS * a)
              + slope_b * (db + 8 * _EPS * b)
              + 16 * _EPS * value)
-    return value, error
+    return value, np.where(beaten, np.inf, error)

@@ -1638,7 +1638,7 @@ def _kinked_distance(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run
     if np.any(small):
         theta, lo, hi = (np.broadcast_to(x, run.shape)[small] for x in (ang.theta, ang.lo, ang.hi))
         near, d_near = near_parallel.kinked_distance(slopes, a[small], da[small], b[small], db[small],
-                                                     distance_kernels.Angle(theta, lo, hi))
+                                                     distance_kernels.Angle(theta, lo, hi), limit=dD[small])
         take = d_near < dD[small]
         D[small] = np.where(take, near, D[small])
         dD[small] = np.where(take, d_near, dD[small])
