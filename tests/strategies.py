@@ -361,14 +361,23 @@ def build_transposed(recipe: TransposeRecipe) -> netsor.Program:
 _CONSTANTS = st.integers(-100, 100).map(lambda k: k / 100)
 
 
-def activation_trees(max_leaves: int = 6) -> st.SearchStrategy:
+def activation_trees(max_leaves: int = 6, piecewise_linear: bool = False) -> st.SearchStrategy:
     """Expression trees of one argument ``x`` as nested tuples (``evaluate`` applies one to an array): sums,
     products by a leaf, max with a constant, tanh, erf, sin, softplus (``np.logaddexp``), ``e^(−t²)``, a
     ``where`` on ``x`` against a constant, clip, ``|t − c|`` and affine maps — the activations users write as
-    lambdas, kinked at levels of other functions, saturating, periodic."""
+    lambdas, kinked at levels of other functions, saturating, periodic. ``piecewise_linear``: sums, max, clip,
+    ``|t − c|`` and affine maps only (continuous, piecewise linear, kinks anywhere: relu6, hard_tanh and kin)."""
     leaf = st.one_of(st.just(("x",)), st.tuples(st.just("c"), _CONSTANTS))
 
     def extend(tree: st.SearchStrategy) -> st.SearchStrategy:
+        if piecewise_linear:
+            return st.one_of(
+                st.tuples(st.just("add"), tree, tree),
+                st.tuples(st.just("max"), tree, _CONSTANTS),
+                st.tuples(st.just("clip"), tree, _CONSTANTS, _CONSTANTS),
+                st.tuples(st.just("abs"), tree, _CONSTANTS),
+                st.tuples(st.just("scale"), tree, _CONSTANTS),
+            )
         return st.one_of(
             st.tuples(st.just("add"), tree, tree),
             st.tuples(st.just("mul"), tree, leaf),
