@@ -863,8 +863,11 @@ class Analysis:
         """The G-vector ``g`` of :meth:`step_like_pair` or :meth:`near_parallel_pair` when there is one: the pair is
         then a function of the angle of ``g`` at the two points with a bounded slope (:meth:`Run.angle_pair`,
         :meth:`Run.near_parallel_pair`), which the engine takes from ``g``'s distance (:class:`Distance`)."""
-        found = self.step_like_pair(comp) or self.near_parallel_pair(comp)
-        return None if found is None else found[1] if found[0] in ("steps", "kinked") else found[0]
+        step_like = self.step_like_pair(comp)
+        if step_like is not None:
+            return step_like[0]
+        near = self.near_parallel_pair(comp)
+        return None if near is None else near[1]
 
     def near_parallel_pair(self, comp: Component) -> tuple[Any, ...] | None:
         """How a pair of functions of one G-vector ``g`` with kinks or jumps off the origin is taken from the angle
@@ -936,7 +939,8 @@ class Analysis:
     @functools.cached_property
     def has_angle_pairs(self) -> bool:
         """Some monomial is a function of degree 0 with known levels (step, sign) of a form of the program's
-        G-vectors: the program may have angle pairs (:meth:`angle_pair`)."""
+        G-vectors, or a piecewise-constant or continuous piecewise-linear function of one G-vector (kinks or jumps off
+        the origin: :meth:`near_parallel_pair`): the program may have angle pairs (:meth:`angle_pair`)."""
         return any((proj := self.projection(m)) is not None and (isinstance(
             rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None or (
                 len(proj.args) == 1 and any(found is not None and bool(found.thresholds)
