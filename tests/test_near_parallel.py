@@ -79,7 +79,7 @@ def test_step_pairs_equal_a_30_digit_reference_anywhere_in_their_box_within_thei
 def test_distances_of_kinked_functions_equal_a_40_digit_reference_and_keep_their_relative_accuracy(seed):
     """``E[(φ(u) − φ(v))²]`` of continuous piecewise-linear φ (kinks off the origin) at nearly parallel points: within
     its bound of the 40-digit ``E φ(u)² + E φ(v)² − 2 E φ(u) φ(v)`` (taken at any point of the box), and where the
-    arguments are exact, the bound is a small share of the distance itself (at most 1e-6 + 1e-3·θ of it, for variances
+    arguments are exact, the bound is a small share of the distance itself (at most 1e-6 + 1e-2·θ of it, for variances
     equal or at least 1e-8 apart; ``a + b − 2c`` of float64 covariances holds it to ~1e-16 absolute only, 100 % of a
     distance at inputs 1e-8 apart)."""
     rng = np.random.default_rng(10 + seed)
@@ -99,7 +99,7 @@ def test_distances_of_kinked_functions_equal_a_40_digit_reference_and_keep_their
         exact, exact_bound = near_parallel.kinked_distance(slopes, a, 0.0, b, 0.0, _angle(theta, 0.0))
         # F₀ ∝ (a − b)² moves by ~eps·a/|a − b| of itself as √a rounds: a share that grows as the variances meet
         if exact > 0.0 and theta > 0.0 and (a == b or abs(a - b) >= 1e-8 * a):
-            assert exact_bound <= (1e-3 * theta + 1e-6) * exact
+            assert exact_bound <= (1e-2 * theta + 1e-6) * exact
 
 
 def test_steps_are_the_functions_and_derivatives_they_stand_for():
