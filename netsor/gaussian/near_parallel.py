@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from netsor.activations.distance_kernels import Angle
 from netsor.gaussian import piecewise
@@ -93,8 +94,13 @@ class Steps:
                 jumps[threshold] = jumps.get(threshold, 0.0) + sign * coef
         if derivative and any(abs(m) > 1e-12 * scale for m in masses.values()):
             return None  # a jump: not continuous
+        return cls._from_jumps(float(base), jumps)
+
+    @classmethod
+    def _from_jumps(cls, base: float, jumps: dict[float, float]) -> Steps:
+        """The function of ``base`` and the jumps at each threshold (zero jumps dropped, thresholds sorted)."""
         kept = sorted((t, j) for t, j in jumps.items() if j != 0.0)
-        return cls(float(base), tuple(t for t, _ in kept), tuple(j for _, j in kept))
+        return cls(base, tuple(t for t, _ in kept), tuple(j for _, j in kept))
 
     def scaled(self, k: float) -> Steps:
         """``x ↦ F(k x)`` (``k ≠ 0``): thresholds ``t/k``; for ``k < 0``, ``1{kx > t} = 1 − 1{x > t/k}`` (almost
@@ -113,8 +119,7 @@ class Steps:
         jumps: dict[float, float] = {}
         for t, j in (*zip(self.thresholds, self.jumps, strict=True), *zip(other.thresholds, other.jumps, strict=True)):
             jumps[t] = jumps.get(t, 0.0) + j
-        kept = sorted((t, j) for t, j in jumps.items() if j != 0.0)
-        return Steps(self.base + other.base, tuple(t for t, _ in kept), tuple(j for _, j in kept))
+        return Steps._from_jumps(self.base + other.base, jumps)
 
     @property
     def largest(self) -> float:
@@ -135,10 +140,6 @@ class Steps:
         return out
 
 
-def _upper_tail(x: Array) -> Array:
-    return piecewise.interval_moments(x, np.inf)[0][0]
-
-
 def _step_pair_at(F: Steps, G: Steps, sa: Array, sb: Array, theta: Array) -> tuple[Array, Array]:
     """``E[F(u) G(v)]`` at standard deviations ``sa, sb`` and angle ``theta`` (arrays broadcast), and a bound on
     its evaluation error (Owen's T to ``SPECIAL_RELATIVE`` of the orthants' magnitudes, the sums' rounding)."""
@@ -147,11 +148,11 @@ def _step_pair_at(F: Steps, G: Steps, sa: Array, sb: Array, theta: Array) -> tup
     error = 4 * _EPS * np.abs(value)
     rel = piecewise.SPECIAL_RELATIVE + 64 * _EPS
     for t, j in zip(F.thresholds, F.jumps, strict=True):
-        tail = _upper_tail(t / sa)
+        tail = special.ndtr(-t / sa)
         value = value + G.base * j * tail
         error = error + abs(G.base * j) * rel * tail
     for t, j in zip(G.thresholds, G.jumps, strict=True):
-        tail = _upper_tail(t / sb)
+        tail = special.ndtr(-t / sb)
         value = value + F.base * j * tail
         error = error + abs(F.base * j) * rel * tail
     exact = sine == 0.0  # θ = 0: one variable, P(X > max(h, k))
@@ -161,7 +162,7 @@ def _step_pair_at(F: Steps, G: Steps, sa: Array, sb: Array, theta: Array) -> tup
         for t2, j2 in zip(G.thresholds, G.jumps, strict=True):
             k = t2 / sb
             p, size = piecewise.orthant(h, k, cosine, safe, theta=theta)
-            p = np.where(exact, _upper_tail(np.maximum(h, k)), p)
+            p = np.where(exact, special.ndtr(-np.maximum(h, k)), p)
             value = value + j * j2 * p
             error = error + abs(j * j2) * rel * size
     return value, error

@@ -1594,7 +1594,7 @@ class Distance(Quantity):
         if rule is None:  # a + b − 2c, no better than the covariances
             D, dD = _distance_by_covariance(v, run)
         elif rule[0] == "kinked":
-            D, dD = _kinked_distance(v, rule[1], rule[2], run)
+            D, dD = _distance_by_angle(v, rule[1], rule[2], run)
         elif rule[0] == "data":
             D, dD = data_distance(data_view(run.X_left, rule[1]), data_view(run.X_right, rule[1]))
         elif rule[0] == "sum":
@@ -1628,7 +1628,7 @@ def _distance_by_covariance(v: Vector, run: Run) -> tuple[Array, Array]:
     return D, da + db + 2.0 * c_bound.array() + 4 * _EPS * (a + b + 2.0 * np.abs(c))
 
 
-def _kinked_distance(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run) -> tuple[Array, Array]:
+def _distance_by_angle(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run) -> tuple[Array, Array]:
     """The distance of ``v = φ(g)`` for a continuous piecewise-linear ``φ`` (``φ' = slopes``) with kinks off the
     origin: :func:`~netsor.gaussian.near_parallel.kinked_distance` at the pairs whose angle is small
     (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), where it keeps the distance's relative accuracy, and
