@@ -14,6 +14,7 @@ import netsor
 from netsor.activations import activation, hard_tanh
 from netsor.activations.distance_kernels import Angle
 from netsor.gaussian import near_parallel, piecewise
+from netsor.interpret import infinite
 
 RELU6 = activation(lambda x: np.clip(x, 0.0, 6.0), kinks=(0.0, 6.0), name="relu6")
 FLOOR = activation(lambda x: np.maximum(x, 0.7), kinks=(0.7,), name="max_0.7")
@@ -134,7 +135,11 @@ def _kinked_mlp_case(fn, act, separation, depth=3, sigma_w=1.5, sigma_b=0.3):
     slopes = near_parallel.Steps.of(pieces, derivative=True)
     K, T = references.piecewise_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, pieces, _pieces(slopes),
                                                       slopes.thresholds)
-    k = netsor.kernel(netsor.zoo.mlp(depth, fn, sigma_w, sigma_b), X)
+    program = netsor.zoo.mlp(depth, fn, sigma_w, sigma_b)
+    # inputs at an angle below NEAR_INPUTS_ANGLE/rtol = 1e-4 carry distances from the start (here θ ≈ 0.5·separation),
+    # the others on a retry
+    assert netsor.limit(program, X).distances == (separation <= 1e-5 and infinite.NEAR_INPUTS_ANGLE > 0)
+    k = netsor.kernel(program, X)
     for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
         assert np.all(np.abs(got - ref) <= err)
         assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
@@ -149,6 +154,42 @@ def test_kinked_mlp_kernels_at_inputs_a_perturbation_apart_meet_the_default_rtol
     kinked functions, meets it, with bounds that cover the true error against the recursion in 30 digits."""
     fn, act = {"hard_tanh": ("hard_tanh", hard_tanh), "relu6": (lambda x: np.clip(x, 0, 6), RELU6)}[name]
     _kinked_mlp_case(fn, act, separation)
+
+
+def test_kinked_mlp_kernels_on_a_retry_carrying_distances_meet_the_default_rtol_against_a_30_digit_recursion(
+        monkeypatch):
+    """The hard_tanh case above without distances from the start (as inputs a little further apart, or a network
+    that drives them together, take it): the first attempt misses rtol, the retry carries the distances."""
+    monkeypatch.setattr(infinite, "NEAR_INPUTS_ANGLE", 0.0)
+    _kinked_mlp_case("hard_tanh", hard_tanh, 1e-5)
+
+
+def test_limits_carry_distances_from_the_start_only_where_inputs_are_nearly_parallel_at_kinks_off_the_origin():
+    """Rows at exact angles θ (a rotation in a plane, norms 1 … 3): flagged where θ is known positive and below the
+    angle; the same, proportional (rounded 3x) and zero rows are not; positions of sequences are inputs; a pair
+    across X and X2 counts. A Limit starts with distances for hard_tanh at inputs 1e-6 apart at rtol 1e-8 (its
+    first attempt would miss), not at rtol 1e-2 (θ above 1e-12/rtol), nor for relu (kinks at the origin: its first
+    attempt is cheap) or tanh."""
+    def rotated(theta, norm=1.0):
+        return norm * np.array([np.cos(theta), np.sin(theta), 0.0])
+
+    near = infinite.has_nearly_parallel_inputs
+    for theta in (1e-7, 1e-5, 5e-5):
+        X = np.stack([rotated(0.0, 2.0), rotated(theta, 3.0), rotated(1.0)])
+        assert near(X, X, angle=1e-4, symmetric=True) and near(X, X, angle=1e-4)
+        assert not near(X, X, angle=theta / 2, symmetric=True)
+    X = np.stack([rotated(0.3), rotated(0.3), 3.0 * rotated(0.3), np.zeros(3), rotated(0.3 + 1e-3)])
+    assert not near(X, X, angle=1e-4, symmetric=True) and near(X, X, angle=2e-3, symmetric=True)
+    tokens = np.stack([np.stack([rotated(0.0), rotated(1.0)]), np.stack([rotated(2.0), rotated(1.0 + 1e-6, 2.0)])])
+    assert near(tokens, tokens, angle=1e-4, symmetric=True)  # (B, T, d): positions of different sequences
+    assert near(X[:1], rotated(0.3 + 1e-6)[None], angle=1e-4) and not near(X[:1], rotated(0.3)[None], angle=1e-4)
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((3, 8))
+    X = np.concatenate([base, base[:1] + 1e-6 * rng.standard_normal((1, 8))])
+    assert netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), X).distances
+    assert not netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), X, rtol=1e-2).distances
+    assert not netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), base).distances
+    assert not any(netsor.limit(netsor.zoo.mlp(3, name), X).distances for name in ("relu", "tanh"))
 
 
 @pytest.mark.slow

@@ -939,13 +939,20 @@ class Analysis:
     @functools.cached_property
     def has_angle_pairs(self) -> bool:
         """Some monomial is a function of degree 0 with known levels (step, sign) of a form of the program's
-        G-vectors, or a piecewise-constant or continuous piecewise-linear function of one G-vector (kinks or jumps off
-        the origin: :meth:`near_parallel_pair`): the program may have angle pairs (:meth:`angle_pair`)."""
-        return any((proj := self.projection(m)) is not None and (isinstance(
-            rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None or (
-                len(proj.args) == 1 and any(found is not None and bool(found.thresholds)
-                                            for found in (_steps_of(proj.act), _slopes_of(proj.act)))))
-                   for m in list(self.monomials.values()))
+        G-vectors, or :attr:`has_near_parallel_pairs`: the program may have angle pairs (:meth:`angle_pair`)."""
+        return self.has_near_parallel_pairs or any(
+            (proj := self.projection(m)) is not None and isinstance(
+                rule := proj.act.distance_kernel, distance_kernels.JumpDistance) and rule.levels is not None
+            for m in list(self.monomials.values()))
+
+    @functools.cached_property
+    def has_near_parallel_pairs(self) -> bool:
+        """Some monomial is a piecewise-constant or continuous piecewise-linear function of one G-vector with kinks
+        or jumps off the origin (:meth:`near_parallel_pair`): at nearly parallel points only the angle's rules
+        bound its pairs, and without them the covariance route's corners (nested quadrature) are slow."""
+        return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and any(
+            found is not None and any(t != 0.0 for t in found.thresholds)
+            for found in (_steps_of(proj.act), _slopes_of(proj.act))) for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
         """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
@@ -1729,6 +1736,27 @@ def data_angle(A: Array, B: Array) -> distance_kernels.Angle:
     lo, hi = np.maximum(theta - width, 0.0), np.minimum(theta + width, np.pi)
     lo, hi = np.where(zero, 0.0, lo), np.where(zero, np.pi, hi)
     return distance_kernels.Angle(np.where(zero, 0.5 * np.pi, theta), lo, hi)
+
+
+#: :class:`Limit` carries distances from the start where two inputs are at an angle below this over rtol: the
+#: covariances bound a step pair of hard_tanh's NTK to ~1e-11/θ of its scale (depth 3: refused at rtol 1e-8 from
+#: θ ≈ 4e-4, at 1e-6 from θ ≈ 1e-5), so below it the first attempt would miss rtol by ~10×.
+NEAR_INPUTS_ANGLE = 1e-12
+
+
+def has_nearly_parallel_inputs(X: Array, X2: Array, *, angle: float, symmetric: bool = False) -> bool:
+    """Whether two inputs — rows of ``X`` (B1, ..., d) and ``X2`` (B2, ..., d), each position of a sequence an input
+    — are at an angle known to be positive and below ``angle`` (:func:`data_angle`; the same or proportional inputs
+    are not: the engine takes those exactly). ``symmetric``: ``X2`` is ``X``, its pairs taken once."""
+    if X.shape[-1] == 0:
+        return False
+    A, B = X.reshape(-1, X.shape[-1]), X2.reshape(-1, X2.shape[-1])
+    rows = max(1, 2**20 // max(1, len(B)))  # the block's angles within ~8 MB an array
+    for start in range(0, len(A), rows):
+        ang = data_angle(A[start:start + rows], B[start:] if symmetric else B)
+        if np.any((ang.lo > 0.0) & (ang.theta < angle)):
+            return True
+    return False
 
 
 def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
@@ -3125,7 +3153,10 @@ class Limit:
         self.memory_budget = check_memory_budget(memory_budget)
         self.threads = check_threads(threads) or min(os.cpu_count() or 1, 8)
         self.term_share = TERM_SHARE
-        self.distances = False  # tile plans carry distances (Limit.retried)
+        # tile plans carry distances (Limit.retried): from the start where two inputs are so nearly parallel that
+        # the covariances would surely miss rtol at a kink off the origin (its first attempt: ~4× the retry's time)
+        self.distances = self.analysis.has_near_parallel_pairs and has_nearly_parallel_inputs(
+            self.X, self.X2, angle=NEAR_INPUTS_ANGLE / self.rtol, symmetric=self.symmetric)
         self.error: float | None = None  # no result yet
         self.relative_error: float | None = None
         self.stderr = 0.0
@@ -3143,7 +3174,8 @@ class Limit:
         """:meth:`_retried_share`, and once more carrying distances between the points (:class:`Distance`)
         where it missed ``rtol`` and the program has angle pairs (step-like functions of one G-vector: a
         ReLU network's NTK): from then on for this limit. The distances cost ~10–15× an NTK's time, and only
-        networks that drive correlations towards 1 (the ordered phase, depth ≥ 50) need them."""
+        networks that drive correlations towards 1 (the ordered phase, depth ≥ 50) or inputs a perturbation apart
+        need them (the latter, at kinks off the origin, are given them from the start: :data:`NEAR_INPUTS_ANGLE`)."""
         try:
             return self._retried_share(compute)
         except NumericalError as exc:
