@@ -437,6 +437,31 @@ def test_the_propagated_change_of_a_stein_pair_is_its_largest_change_over_the_er
     assert old[0, 0] < bound[0, 0] / 2
 
 
+def test_the_propagated_change_of_a_pair_of_offset_steps_covers_both_variances_errors():
+    """``E[1{u > 0.5} 1{v > 0.7}] = P(u > 0.5, v > 0.7)`` (Owen's T; adaptive quadrature of ``P(v > 0.7 | u)`` over
+    ``u > 0.5`` as the reference) over ``a ± δa, b ± δb, c ± δc``, each error alone and all three (δ of 1e-3
+    relative, to be seen): the bound is at least the largest change on a grid of the box. The right variance's
+    error was left out (bound 0 where the true change is 6.8e-7)."""
+    from netsor.interpret.infinite import _stein_change
+
+    s1 = netsor.activation(lambda x: (np.asarray(x) > 0.5).astype(float), kinks=(0.5,), continuous=False)
+    s2 = netsor.activation(lambda x: (np.asarray(x) > 0.7).astype(float), kinks=(0.7,), continuous=False)
+
+    def orthant(a, b, c):
+        s = np.sqrt(b - c * c / a)  # v given u = √a·x: mean (c/√a)·x
+        return integrate.quad(lambda x: stats.norm.pdf(x) * special.ndtr((c / np.sqrt(a) * x - 0.7) / s),
+                              0.5 / np.sqrt(a), 12.0, epsabs=1e-15, epsrel=1e-13)[0]
+
+    a, b, c = 1.0, 2.0, 0.6
+    value = np.array([[orthant(a, b, c)]])
+    grid = np.linspace(-1.0, 1.0, 5)
+    for da, db, dc in ((1e-3, 0.0, 0.0), (0.0, 2e-3, 0.0), (0.0, 0.0, 1e-3), (1e-3, 2e-3, 1e-3)):
+        bound = _stein_change(s1, s2, *(np.array([[x]]) for x in (a, da, b, db, c, dc)), value)
+        true = max(abs(orthant(a + sa * da, b + sb * db, c + sc * dc) - value[0, 0])
+                   for sa in grid for sb in grid for sc in grid)
+        assert true > 1e-8 and bound[0, 0] >= true * (1 - 1e-6)
+
+
 @pytest.mark.parametrize("through_a_matrix", [False, True])
 def test_a_bias_vector_gated_by_a_jump_against_another_vector_has_its_conditional_kernel(through_a_matrix):
     """``F(g, b) = b·1{g > b}`` with ``b`` one bias vector for all inputs (two forms: not one projection):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import references
 from programs import weight_sharing
-from scipy import special
+from scipy import integrate, special, stats
 from strategies import Recipe, build, inputs
 
 import netsor
@@ -469,6 +469,45 @@ def test_a_traced_activation_with_an_offset_kink_has_the_ntk_of_its_declared_der
     scale = np.sqrt(np.outer(np.diag(declared.ntk), np.diag(declared.ntk)))
     assert np.all(np.abs(traced.ntk - declared.ntk) <= traced.ntk_error + declared.ntk_error)
     assert np.max(traced.ntk_error / scale) <= 1e-8 and np.max(declared.ntk_error / scale) <= 1e-8
+
+
+def _kinked_plus_smooth_kernels(fn, deriv, kinks, X, depth=3, sigma_w=1.5, sigma_b=0.3):
+    """The MLP recursion of :func:`references.mlp_kernels` with every pair by nested quadrature split at the kinks
+    (:func:`references.piecewise_pair`; one point: 1-D adaptive quadrature)."""
+    def one_point(f, a):
+        return integrate.quad(lambda x: f(np.sqrt(a) * x) ** 2 * stats.norm.pdf(x), -12, 12,
+                              points=[k / np.sqrt(a) for k in kinks], limit=400, epsabs=1e-15, epsrel=1e-13)[0]
+
+    def expectations(a, b, rho):
+        if rho == 1.0 and a == b:
+            return one_point(fn, a), one_point(deriv, a)
+        c = rho * np.sqrt(a * b)
+        return tuple(references.piecewise_pair(f, f, a, b, c, kinks, kinks) for f in (fn, deriv))
+
+    return references.mlp_kernels(X, depth, sigma_w, sigma_b, expectations)
+
+
+@pytest.mark.parametrize(("name", "separation"), [
+    ("relu + 0.1 tanh", 1e-3), pytest.param("relu + 0.1 tanh", 1e-4, marks=pytest.mark.slow),
+    pytest.param("clip + 0.1 tanh", 1e-3, marks=pytest.mark.slow)])
+def test_the_ntk_of_a_kinked_plus_smooth_activation_at_inputs_a_little_apart_meets_the_default_rtol(name, separation):
+    """``relu(x) + 0.1 tanh(x)`` (traced): its derivative ``step + 0.1 tanh'`` jumps and its pair has no closed form,
+    so the change of that pair over its covariance's bound was the χ² bound, ``1/(1 − ρ)``: the NTK of inputs 1e-3
+    apart was refused (3.4e-7 relative), 1e-4 apart 3.4e-5. The change itself along the box's axes (its true slope
+    grows as 1/sin θ only) meets rtol, with bounds that cover the error against nested quadrature."""
+    fn, deriv, kinks = {
+        "relu + 0.1 tanh": (lambda x: np.maximum(x, 0.0) + 0.1 * np.tanh(x),
+                            lambda x: (np.asarray(x) > 0.0) + 0.1 / np.cosh(x) ** 2, (0.0,)),
+        "clip + 0.1 tanh": (lambda x: np.clip(x, -1.0, 1.0) + 0.1 * np.tanh(x),
+                            lambda x: (np.abs(x) < 1.0) + 0.1 / np.cosh(x) ** 2, (-1.0, 1.0))}[name]
+    rng = np.random.default_rng(5)
+    x0 = rng.standard_normal(4)
+    X = np.stack([x0, x0 + separation * rng.standard_normal(4)])
+    K, T = _kinked_plus_smooth_kernels(fn, deriv, kinks, X)
+    k = netsor.kernel(netsor.zoo.mlp(3, fn, 1.5, 0.3), X)
+    for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
+        assert np.all(np.abs(got - ref) <= err)
+        assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
 
 
 def test_an_opaque_activation_whose_derivative_has_a_narrow_bump_has_the_ntk_of_its_traced_twin():
