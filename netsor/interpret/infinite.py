@@ -3013,13 +3013,14 @@ AXES_REACH = 1e-2
 def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b: Array, db: Array, c: Array,
                        dc: Array, *, memo: CoefficientMemo | None = None, rtol: float) -> Array:
     """A bound of the change of ``E[φ(u) ψ(v)]`` over the box ``a ± δa, b ± δb, c ± δc`` (1-D arrays) from the
-    expectation at its centre and at the ends of its three axes, each with its error: twice the sum over the axes
-    of the larger end's change. For discontinuous φ, ψ (an NTK's ``step + 0.1 tanh'``) whose pair has no closed
-    form, where the χ² bound grows as ``1/(1 − ρ)`` towards colinear points (inputs 1e-3 apart: 3e-7 of the kernel)
-    while the true slope ``E[φ'(u) ψ'(v)]`` — the jumps' joint density ``≤ 1/(2π√(ab) sin θ)`` and bounded cross
-    terms — grows as ``1/sin θ`` only. The expectation is smooth in the box off colinear points; where the box's
-    extent in ρ (its whitened size) is at most :data:`AXES_REACH` of ``1 − ρ²`` (the scale on which that slope
-    changes), it is linear over the box to that share, and the factor 2 covers the curvature. Elsewhere: inf."""
+    expectation at its centre and at one end of each of its three axes, each with its error: twice the sum of the
+    three changes. For discontinuous φ, ψ (an NTK's ``step + 0.1 tanh'``) whose pair has no closed form, where the
+    χ² bound grows as ``1/(1 − ρ)`` towards colinear points (inputs 1e-3 apart: 3e-7 of the kernel) while the true
+    slope ``E[φ'(u) ψ'(v)]`` — the jumps' joint density ``≤ 1/(2π√(ab) sin θ)`` and bounded cross terms — grows as
+    ``1/sin θ`` only. The expectation is smooth in the box off colinear points; where the box's extent in ρ (its
+    whitened size) is at most :data:`AXES_REACH` of ``1 − ρ²`` (the scale on which that slope changes), it is linear
+    over the box to that share: it changes as much towards either end of an axis, and the factor 2 covers the
+    curvature. Elsewhere: inf. Each evaluation at nearly colinear points is a nested quadrature (~30 ms an entry)."""
     root = np.sqrt(a * b)
     gap = (root - np.abs(c)) * (root + np.abs(c)) / (root * root)  # 1 − ρ², without cancelling 1 − ρ
     reach = (dc + 0.5 * np.abs(c) * (da / a + db / b)) / root
@@ -3030,12 +3031,9 @@ def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b:
     a, da, b, db, c, dc = (x[ok] for x in (a, da, b, db, c, dc))
     centre, centre_err = pair_expectation(phi, psi, a, b, c, memo=memo, rtol=rtol)
     total = np.array(3 * centre_err)
-    for axis in (((a - da, b, c), (a + da, b, c)), ((a, b - db, c), (a, b + db, c)), ((a, b, c - dc), (a, b, c + dc))):
-        larger = np.zeros(a.shape)
-        for moved in axis:
-            end, end_err = pair_expectation(phi, psi, *moved, memo=memo, rtol=rtol)
-            np.maximum(larger, np.abs(end - centre) + end_err, out=larger)
-        total += larger
+    for end_point in ((a + da, b, c), (a, b + db, c), (a, b, c + dc)):
+        end, end_err = pair_expectation(phi, psi, *end_point, memo=memo, rtol=rtol)
+        total += np.abs(end - centre) + end_err
     change[ok] = 2.0 * total
     return change
 
