@@ -869,6 +869,83 @@ def mlp_kernels(X, depth, sigma_w, sigma_b, expectations):
     return S, T
 
 
+def piecewise_mlp_kernels(fn, deriv, kinks, X, *, depth, sigma_w, sigma_b, nodes=40):
+    """The MLP recursion of :func:`mlp_kernels` for φ and φ' smooth between ``kinks`` (φ' may jump there): every
+    pair by :func:`nested_gauss_pair` with ``nodes`` a panel, one point by 1-D adaptive quadrature."""
+    def one_point(f, a):
+        return integrate.quad(lambda x: f(np.sqrt(a) * x) ** 2 * stats.norm.pdf(x), -12, 12,
+                              points=[k / np.sqrt(a) for k in kinks if abs(k) < 12 * np.sqrt(a)] or None,
+                              limit=400, epsabs=1e-15, epsrel=1e-13)[0]
+
+    def expectations(a, b, rho):
+        if rho == 1.0 and a == b:
+            return one_point(fn, a), one_point(deriv, a)
+        c = rho * np.sqrt(a * b)
+        return tuple(nested_gauss_pair(f, f, a, b, c, kinks, kinks, nodes=nodes) for f in (fn, deriv))
+
+    return mlp_kernels(X, depth, sigma_w, sigma_b, expectations)
+
+
+def nested_gauss_pair(f, g, a, b, c, kinks_f=(), kinks_g=(), nodes=40, box=12.0):
+    """``E[f(u) g(v)]`` for centred Gaussian ``(u, v)`` (variances a, b, covariance c, not colinear), f and g smooth
+    between their kinks: ``E[f(√a x) E[g(v) | x]]`` with ``v = √b (ρx + √(1 − ρ²) z)``, both levels by Gauss–Legendre
+    with ``nodes`` a panel on ``[−box, box]``, vectorised over x. Inner panels of unit width in z, split where g's
+    kinks fall; outer panels of unit width in x, split at f's kinks and graded around where g's kinks cross z = 0
+    (the inner expectation turns there over a width ``√(1 − ρ²)/|ρ|``). Run at two ``nodes`` to see its error."""
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    rho = c / (sa * sb)
+    s = np.sqrt((1 - rho) * (1 + rho))
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    grid = np.arange(-box, box + 0.5)
+    crossings = [k / (sb * rho) + d * s / abs(rho) for k in kinks_g if rho != 0
+                 for d in (-30.0, -3.0, -0.3, 0.0, 0.3, 3.0, 30.0)]
+    cuts = np.unique(np.clip([*grid, *(k / sa for k in kinks_f), *crossings], -box, box))
+    lo, hi = cuts[:-1, None], cuts[1:, None]
+    x = (0.5 * (lo + hi) + 0.5 * (hi - lo) * t).ravel()
+    wx = (0.5 * (hi - lo) * w).ravel() * np.exp(-0.5 * x * x) / SQRT2PI
+    inner = np.sort(np.clip(np.concatenate([np.broadcast_to(grid, (x.size, grid.size)),
+                                            np.stack([(k / sb - rho * x) / s for k in kinks_g], axis=1)
+                                            if len(kinks_g) else np.empty((x.size, 0))], axis=1), -box, box), axis=1)
+    zlo, zhi = inner[:, :-1, None], inner[:, 1:, None]
+    z = 0.5 * (zlo + zhi) + 0.5 * (zhi - zlo) * t  # (x, panel, node)
+    wz = 0.5 * (zhi - zlo) * w * np.exp(-0.5 * z * z) / SQRT2PI
+    given_x = np.sum(wz * g(sb * (rho * x[:, None, None] + s * z)), axis=(1, 2))
+    return float(np.sum(wx * f(sa * x) * given_x))
+
+
+def piecewise_linear_pieces(f, reach=40.0, h=1e-3):
+    """The kinks and slopes of a continuous piecewise-linear ``f`` (a vectorised callable) on ``[−reach, reach]``:
+    ``(kinks, slopes)``, ``slopes[i]`` on the piece left of ``kinks[i]`` (the last right of the last kink). Kinks are
+    found where the slope on a grid of step ``h`` changes (two kinks within ``3h`` are missed), then located by
+    intersecting the lines of their neighbouring pieces, each measured over a third of the piece (rounding ~ulps,
+    not ulps/h); every piece is checked to be linear at its midpoint."""
+    x = -reach + h * np.arange(int(round(2 * reach / h)) + 1)
+    y = f(x)
+    s = np.diff(y) / h
+    same = np.abs(np.diff(s)) <= 1e-7 * (1 + np.abs(s[:-1]))  # same[j]: the slope of interval j is that of j + 1
+    rough = []
+    for j in range(1, len(s) - 1):
+        if not same[j - 1] and not same[j]:  # a kink inside interval j
+            rough.append(0.5 * (x[j] + x[j + 1]))
+        elif not same[j] and same[j - 1] and (j + 1 >= len(same) or same[j + 1]):  # a kink on grid point j + 1
+            rough.append(x[j + 1])
+    rough = np.array(rough)
+    gaps = np.diff(np.concatenate([[-reach - 3.0], rough, [reach + 3.0]])) / 3
+    kinks = []
+    for i, t in enumerate(rough):
+        xl, xr = t - gaps[i], t + gaps[i + 1]
+        sl = (f(xl + gaps[i] / 2) - f(xl - gaps[i] / 2)) / gaps[i]
+        sr = (f(xr + gaps[i + 1] / 2) - f(xr - gaps[i + 1] / 2)) / gaps[i + 1]
+        kinks.append((f(xr) - f(xl) + sl * xl - sr * xr) / (sl - sr))
+    kinks = np.array(kinks)
+    ends = np.concatenate([[-reach - 3.0], kinks, [reach + 3.0]])
+    lo, hi = ends[:-1] + 1e-3 * np.diff(ends), ends[1:] - 1e-3 * np.diff(ends)
+    slopes = (f(hi) - f(lo)) / (hi - lo)
+    mid = 0.5 * (lo + hi)
+    assert np.allclose(f(mid), f(lo) + slopes * (mid - lo), rtol=1e-12, atol=1e-12), "not piecewise linear"
+    return kinks, slopes
+
+
 def relu_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, digits=40, alpha=0.0, layernorm=False):
     """The zoo's ReLU MLP NNGP and NTK by Jacot's recursion with the arc-cosine kernels, every pair in
     ``digits``-digit arithmetic (the correlations of an ordered network come within 1e-15 of 1, where

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import references
 from programs import weight_sharing
-from scipy import integrate, special, stats
+from scipy import special
 from strategies import Recipe, build, inputs
 
 import netsor
@@ -471,22 +471,6 @@ def test_a_traced_activation_with_an_offset_kink_has_the_ntk_of_its_declared_der
     assert np.max(traced.ntk_error / scale) <= 1e-8 and np.max(declared.ntk_error / scale) <= 1e-8
 
 
-def _kinked_plus_smooth_kernels(fn, deriv, kinks, X, depth=3, sigma_w=1.5, sigma_b=0.3):
-    """The MLP recursion of :func:`references.mlp_kernels` with every pair by nested quadrature split at the kinks
-    (:func:`references.piecewise_pair`; one point: 1-D adaptive quadrature)."""
-    def one_point(f, a):
-        return integrate.quad(lambda x: f(np.sqrt(a) * x) ** 2 * stats.norm.pdf(x), -12, 12,
-                              points=[k / np.sqrt(a) for k in kinks], limit=400, epsabs=1e-15, epsrel=1e-13)[0]
-
-    def expectations(a, b, rho):
-        if rho == 1.0 and a == b:
-            return one_point(fn, a), one_point(deriv, a)
-        c = rho * np.sqrt(a * b)
-        return tuple(references.piecewise_pair(f, f, a, b, c, kinks, kinks) for f in (fn, deriv))
-
-    return references.mlp_kernels(X, depth, sigma_w, sigma_b, expectations)
-
-
 @pytest.mark.parametrize(("name", "separation"), [
     ("relu + 0.1 tanh", 1e-3), pytest.param("relu + 0.1 tanh", 1e-4, marks=pytest.mark.slow),
     pytest.param("clip + 0.1 tanh", 1e-3, marks=pytest.mark.slow)])
@@ -503,7 +487,7 @@ def test_the_ntk_of_a_kinked_plus_smooth_activation_at_inputs_a_little_apart_mee
     rng = np.random.default_rng(5)
     x0 = rng.standard_normal(4)
     X = np.stack([x0, x0 + separation * rng.standard_normal(4)])
-    K, T = _kinked_plus_smooth_kernels(fn, deriv, kinks, X)
+    K, T = references.piecewise_mlp_kernels(fn, deriv, kinks, X, depth=3, sigma_w=1.5, sigma_b=0.3)
     k = netsor.kernel(netsor.zoo.mlp(3, fn, 1.5, 0.3), X)
     for got, err, ref in ((k.nngp, k.nngp_error, K), (k.ntk, k.ntk_error, T)):
         assert np.all(np.abs(got - ref) <= err)
