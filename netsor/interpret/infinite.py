@@ -3060,12 +3060,13 @@ def _jumps_and_sups(act: Activation, reach: float) -> tuple[Array, Array, float,
     sup = float(np.max(np.abs(values)) + np.max(np.abs(np.diff(values))))
     slope = float(np.max(np.abs(slopes)) + np.max(np.abs(np.diff(slopes))))
     kinks = np.array([k for k in act.kinks if np.isfinite(k)], dtype=float)
-    step = 1e-9 * np.maximum(1.0, np.abs(kinks))
+    offset = 1e-9 * np.maximum(1.0, np.abs(kinks))
     with np.errstate(all="ignore"):
-        jumps = np.abs(np.asarray(act.fn(kinks + step), dtype=float) - np.asarray(act.fn(kinks - step), dtype=float))
+        above, below = (np.asarray(act.fn(kinks + sign * offset), dtype=float) for sign in (1.0, -1.0))
+        jumps = np.abs(above - below)
     if not np.all(np.isfinite(jumps)):
         return None
-    return kinks, jumps + 2.0 * step * slope, sup, slope
+    return kinks, jumps + 2.0 * offset * slope, sup, slope  # the continuous part's change over ±offset
 
 
 def _jump_exponent(k: Array, m: Array, a_lo: Array, a_hi: Array, b_lo: Array, b_hi: Array, rho_lo: Array,
