@@ -424,6 +424,88 @@ def gru2_kernel(X, sigma_u=1.0, sigma_w=1.0, sigma_b=0.0, sigma_v=1.0):
     return sigma_v**2 * K.reshape(2 * B, 2 * B)
 
 
+def _psd_factor_rows(S_past, S_cross, S_new):
+    """Rows of a block lower-triangular factor for one more block of a Gaussian vector: with
+    ``z_past`` already drawn, ``z_new = C z_past + F e`` (``e`` fresh normals) has covariance
+    ``S_new`` and cross-covariance ``S_cross`` (new × past), for any PSD (also singular) matrix —
+    the past's pseudo-inverse, the conditional covariance's eigen square root. Returns (C, F)."""
+    if S_past.shape[0]:
+        w, V = np.linalg.eigh(S_past)
+        keep = w > 1e-12 * max(w[-1], 1e-300)
+        C = S_cross @ (V[:, keep] / w[keep]) @ V[:, keep].T
+        S_cond = S_new - C @ S_cross.T
+    else:
+        C, S_cond = np.zeros((S_new.shape[0], 0)), S_new
+    w, V = np.linalg.eigh(0.5 * (S_cond + S_cond.T))
+    return C, V * np.sqrt(np.clip(w, 0.0, None))
+
+
+def gru_kernel_semianalytic(X, *, sigma_u=1.0, sigma_w=1.0, sigma_b=0.0, sigma_v=1.0, log2_points=14,
+                            replicates=16, seed=0):
+    """NNGP of ``netsor.zoo.gru(T, ...)`` on ``X`` (B, T, d), indexed ``b·T + t``, for any number of
+    steps: the mean over ``replicates`` scrambled Sobol' runs and its standard error.
+
+    As in :func:`gru2_kernel`, the limit has three independent Gaussian families (update-gate
+    pre-activations ``z``, reset-gate ``ρ``, candidates ``c``). Unrolled,
+    ``h_t = Σ_{k≤t} w_k(t) erf(c_k)`` with ``w_k(t) = σ(z_k) Π_{k<j≤t} (1 − σ(z_j))``, so
+    ``E[h_t h'_s] = Σ_{k,l} E[w_k(t) w'_l(s)] E[erf(c_k) erf(c'_l)]`` — the candidates integrate out
+    exactly (the arcsine kernel), and so do the reset gates: ``Cov(c_t, c'_s) = G + σ_w² E[σ(ρ_t)σ(ρ'_s)]
+    E[h_{t−1} h'_{s−1}]`` (``ρ`` is independent of the states; ``E[σσ']`` is Sheppard's orthant).
+    Only the gate weights ``E[w w']`` — orthant probabilities of up to 2T gates — are integrated by
+    randomised QMC over the z-family (all sequences and steps jointly, drawn step by step from its
+    conditional law, since the covariance of step t depends on the states' kernel at t − 1). A
+    construction independent of :mod:`netsor.interpret.simulation`, which draws all three families
+    and the readouts' inputs as they come in the program."""
+    B, T, d = X.shape
+    tokens = X.transpose(1, 0, 2).reshape(T * B, d)  # step-major here: index t·B + a
+    G = sigma_u**2 * tokens @ tokens.T / d + sigma_b**2
+    blocks = [slice(t * B, (t + 1) * B) for t in range(T)]
+
+    def arcsine(C, dia, dib):  # E[erf(u) erf(v)] (zero means) and E[σ(u) σ(v)] for all pairs
+        return 2 / np.pi * np.arcsin(2 * C / np.sqrt(np.outer(1 + 2 * dia, 1 + 2 * dib)))
+
+    def one_run(rng):
+        normals = special.ndtri(stats.qmc.Sobol(T * B, scramble=True, seed=rng).random_base2(log2_points))
+        K = np.zeros((T * B, T * B))
+        Cz = np.zeros((T * B, T * B))
+        Cc = np.zeros((T * B, T * B))
+        z = np.zeros((normals.shape[0], 0))
+        weights = []  # per step t: (points, B, T) — w_k(t) of every sequence
+        w = np.zeros((normals.shape[0], B, T))
+        for t in range(T):
+            for s in range(t + 1):
+                prev = K[blocks[t - 1], blocks[s - 1]] if t and s else 0.0
+                Cz[blocks[t], blocks[s]] = G[blocks[t], blocks[s]] + sigma_w**2 * prev
+                Cz[blocks[s], blocks[t]] = Cz[blocks[t], blocks[s]].T
+            past = slice(0, t * B)
+            Cpast, F = _psd_factor_rows(Cz[past, past], Cz[blocks[t], past], Cz[blocks[t], blocks[t]])
+            z_t = z @ Cpast.T + normals[:, blocks[t]] @ F.T
+            z = np.concatenate([z, z_t], axis=1)
+            gate = 0.5 * (1 + special.erf(z_t))
+            w = w * (1 - gate)[:, :, None]
+            w[:, :, t] = gate
+            weights.append(w.copy())
+            dz = np.diag(Cz)
+            for s in range(t + 1):
+                prev = K[blocks[t - 1], blocks[s - 1]] if t and s else 0.0
+                reset = 0.25 + 0.25 * arcsine(Cz[blocks[t], blocks[s]], dz[blocks[t]], dz[blocks[s]])
+                Cc[blocks[t], blocks[s]] = G[blocks[t], blocks[s]] + sigma_w**2 * reset * prev
+                Cc[blocks[s], blocks[t]] = Cc[blocks[t], blocks[s]].T
+            upto = slice(0, (t + 1) * B)
+            dc = np.diag(Cc)[upto]
+            erf_pairs = arcsine(Cc[upto, upto], dc, dc).reshape(t + 1, B, t + 1, B)  # [k, a, l, b]
+            for s in range(t + 1):
+                ww = np.einsum("nak,nbl->akbl", weights[t][:, :, :t + 1], weights[s][:, :, :t + 1],
+                               optimize=True) / normals.shape[0]
+                K[blocks[t], blocks[s]] = np.einsum("akbl,kalb->ab", ww, erf_pairs)
+                K[blocks[s], blocks[t]] = K[blocks[t], blocks[s]].T
+        back = np.arange(T * B).reshape(T, B).T.reshape(-1)  # to the zoo's b·T + t
+        return sigma_v**2 * K[np.ix_(back, back)]
+
+    runs = np.array([one_run(np.random.default_rng(s)) for s in np.random.SeedSequence(seed).spawn(replicates)])
+    return runs.mean(axis=0), runs.std(axis=0, ddof=1) / np.sqrt(replicates)
+
+
 def _relu_moments_noncentral(m1, m2, s1, s2, r):
     """(E X⁺, E Y⁺, E[X⁺ Y], E[X Y⁺], E[X Y]) for (X, Y) Gaussian (means m, sds s, correlation r):
     Stein's lemma, ``E[X⁺ (Y − m2)] = Cov(X, Y) P(X > 0)``."""

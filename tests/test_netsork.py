@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import references
-from references import erf_kernel, gru2_kernel
+from references import erf_kernel, gru2_kernel, gru_kernel_semianalytic
 from scipy import integrate, special, stats
 
 import netsor
@@ -377,6 +377,41 @@ def test_gru_simulated_limit_agrees_with_finite_networks_written_by_hand() -> No
     K, E = lim.nngp(with_error=True)
     mean, se = gru_state_kernels_by_hand(X, seed=3)
     assert np.all(np.abs(mean - K) <= 4 * se + E)
+
+
+#: Two-sided 1e-4 quantile of Student's t with 15 degrees of freedom: the semi-analytic reference's
+#: 16 replicate means are of a bounded smooth integrand (gate weights in [0, 1]).
+T15_1E4 = 5.24
+
+
+def test_semianalytic_gru_reference_agrees_with_the_hand_derivation() -> None:
+    """``references.gru_kernel_semianalytic`` (the gate weights by QMC over the update gates' family,
+    candidates and reset gates integrated exactly) against the exact two-step ``gru2_kernel``, with
+    non-default scales and biases: within its own t-interval, and that interval below 2e-3 of the
+    scale (so the reference can carry the ten-step test below)."""
+    X = np.random.default_rng(3).standard_normal((3, 2, 3))
+    scales = dict(sigma_u=1.2, sigma_w=0.9, sigma_b=0.3, sigma_v=1.1)
+    mean, se = gru_kernel_semianalytic(X, **scales, log2_points=12, seed=4)
+    ref = gru2_kernel(X, **scales)
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    assert np.all(np.abs(mean - ref) <= T15_1E4 * se)
+    assert np.max(T15_1E4 * se / scale) <= 5e-3
+
+
+@pytest.mark.slow
+def test_gru_ten_steps_simulated_bound_covers_a_semianalytic_reference() -> None:
+    """The benchmark's case (4 sequences of 10 steps, the simulated limit at rtol 2e-2): every
+    entry's reported bound covers its distance to ``references.gru_kernel_semianalytic`` (2^16
+    points × 16 replicates; its own t-interval added, and required to be at most a fifth of the
+    largest bound under test, so that the check can fail). Measured: true errors up to 0.65 of
+    the bound, 2.5e-3 of the scale against bounds up to 9.6e-3."""
+    X = np.random.default_rng(0).standard_normal((4, 10, 3))
+    lim = netsor.limit(netsor.zoo.gru(10), X, rtol=2e-2)
+    assert type(lim).__name__ == "SimulatedLimit"
+    K, E = lim.nngp(with_error=True)
+    ref, se = gru_kernel_semianalytic(X, log2_points=16, seed=1)
+    assert np.max(T15_1E4 * se) <= 0.2 * np.max(E)
+    assert np.all(np.abs(K - ref) <= E + T15_1E4 * se)
 
 
 
