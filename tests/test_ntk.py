@@ -494,6 +494,24 @@ def test_the_ntk_of_a_kinked_plus_smooth_activation_at_inputs_a_little_apart_mee
         assert np.max(err / np.sqrt(np.outer(np.diag(ref), np.diag(ref)))) < 1e-8
 
 
+@pytest.mark.parametrize("separation", [1e-2, 1e-3])
+def test_the_nngp_of_an_opaque_activation_with_a_jump_at_inputs_a_little_apart_meets_the_default_rtol(separation):
+    """``relu(x) + 0.2·step(x) + 0.1·tanh(x)`` written with ``np.asarray`` (opaque to the tracer, φ' a central
+    difference): the change of its pair over the covariance's bound, by the angle's rule, takes the sup of φ's slope
+    off its kinks — on the grid point x = 0 the central difference is the jump over 2h, which made that bound 1e5–1e10
+    times the change (refused at 5e-5 relative, 1e-2 apart, depth 2 and 3) once the change along the axes was kept
+    for unbounded bounds only. The NNGP's bounds cover its error against nested quadrature and meet rtol."""
+    fn = lambda x: np.maximum(x, 0.0) + 0.2 * (np.asarray(x) > 0.0) + 0.1 * np.tanh(x)  # noqa: E731
+    deriv = lambda x: (np.asarray(x) > 0.0) + 0.1 / np.cosh(x) ** 2  # noqa: E731
+    rng = np.random.default_rng(5)
+    x0 = rng.standard_normal(4)
+    X = np.stack([x0, x0 + separation * rng.standard_normal(4)])
+    K, _ = references.piecewise_mlp_kernels(fn, deriv, (0.0,), X, depth=3, sigma_w=1.5, sigma_b=0.3)
+    got, err = netsor.limit(netsor.zoo.mlp(3, fn, 1.5, 0.3), X).nngp(with_error=True)
+    assert np.all(np.abs(got - K) <= err)
+    assert np.max(err / np.sqrt(np.outer(np.diag(K), np.diag(K)))) < 1e-8
+
+
 def test_an_opaque_activation_whose_derivative_has_a_narrow_bump_has_the_ntk_of_its_traced_twin():
     """``where(x > 0.6, 0.5, x) + max(x, 0.56)`` (a random activation written with numpy): its derivative is 2 on
     (0.56, 0.6) and 1 elsewhere. Given opaque with that derivative, the locator's nodes (64 first panels, spacing

@@ -2791,13 +2791,15 @@ class Run:
                     if np.any(loose):  # the χ² bound's 1/(1 − ρ) near colinear: bounds that stay finite there
                         dense = np.array(np.broadcast_to(dense, self.shape))
                         at = [np.broadcast_to(x, self.shape)[loose] for x in (a, da, b, db, c, dc)]
-                        dense[loose] = np.minimum(dense[loose], _change_by_angle(phi, psi, *at))
-                        # the change itself (four quadratures an entry) only where the derivatives' bound has grown
-                        # towards rtol, as continuous pairs take their sharper slope (PAIR_SLOPE_SHARE): it is at
-                        # most ~2× looser than this evaluation off colinear points, where it cost 60 % of the time
-                        # (relu + 0.1 tanh, inputs 1e-3 apart: 1−ρ ~0.5, the covariance's own δc/c ~1e-10)
-                        share = PAIR_SLOPE_SHARE * self.term_rtol * max(1, an.nesting)
-                        still = loose & (dense > share * np.broadcast_to(env_l * env_r, self.shape))
+                        by_angle_change = _change_by_angle(phi, psi, *at)
+                        dense[loose] = np.minimum(dense[loose], by_angle_change)
+                        # the change itself (four nested quadratures an entry, ~60 ms near colinear points) only
+                        # where the angle's rule has no bound (φ or ψ unbounded): where it has one, it measured
+                        # within 2× of this evaluation, which cost 60 % of the time (relu + 0.1 tanh, inputs 1e-3
+                        # apart) and changed no refusal in a 60-case campaign (depth 3, inputs 3e-6 … 1e-4 apart)
+                        unbounded = np.zeros(self.shape, dtype=bool)
+                        unbounded[loose] = ~np.isfinite(by_angle_change)
+                        still = unbounded & (dense > threshold * np.broadcast_to(env_l * env_r, self.shape))
                         if np.any(still):
                             at = [np.broadcast_to(x, self.shape)[still] for x in (a, da, b, db, c, dc)]
                             dense[still] = np.minimum(dense[still], _change_along_axes(
@@ -3029,7 +3031,8 @@ def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b:
     ``1/sin θ`` only. The expectation is smooth in the box off colinear points; where the box's extent in ρ (its
     whitened size) is at most :data:`AXES_REACH` of ``1 − ρ²`` (the scale on which that slope changes), it is linear
     over the box to that share: it changes as much towards either end of an axis, and the factor 2 covers the
-    curvature. Elsewhere: inf. Each evaluation at nearly colinear points is a nested quadrature (~30 ms an entry)."""
+    curvature. Elsewhere: inf. Each evaluation at nearly colinear points is a nested quadrature (~30 ms an entry), so
+    :meth:`Run.pair` takes it only where :func:`_change_by_angle` has no bound (φ or ψ unbounded)."""
     root = np.sqrt(a * b)
     gap = (root - np.abs(c)) * (root + np.abs(c)) / (root * root)  # 1 − ρ², without cancelling 1 − ρ
     reach = (dc + 0.5 * np.abs(c) * (da / a + db / b)) / root
@@ -3049,21 +3052,34 @@ def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b:
 
 def _jumps_and_sups(act: Activation, reach: float) -> tuple[Array, Array, float, float] | None:
     """``(kinks, |jumps|, sup |φ|, sup |φ'|)`` of a located φ on ``|x| ≤ reach``: φ's jumps at its kinks, and the sups
-    of φ and of its slope off the kinks (φ's continuous part), on a grid of 20 001 points padded by the largest step
-    between neighbours (a function that varies within a grid step by more than between steps is not met: φ here is
-    φ' of a traced or registered activation). None where a sup is not finite (φ unbounded: no bound from sups) or
-    φ's values are approximate (``value_error``)."""
+    of φ and of its slope off the kinks (φ's continuous part), on a grid of 20 001 points (less those within 1e-6 of
+    a kink) padded by the largest step
+    between neighbours not across a kink (a function that varies within a grid step by more than between steps is not
+    met: φ here is φ' of a traced or registered activation). None where a sup is not finite (φ unbounded: no bound
+    from sups) or φ's values are approximate (``value_error``)."""
     if act.value_error is not None or not act.kinks_known:
         return None
+    kinks = np.sort(np.array([k for k in act.kinks if np.isfinite(k)], dtype=float))
     x = np.linspace(-reach, reach, 20001)
+    if kinks.size:
+        # off the kinks: a user's φ differentiated numerically has slope ~jump/h at a jump (0.2/h for relu + 0.2·step
+        # + 0.1·tanh, on the grid point x = 0: its bound 10⁵–10¹⁰ times the change)
+        at = np.clip(np.searchsorted(kinks, x), 1, kinks.size) - 1
+        nearest = np.where(np.abs(x - kinks[at]) <= np.abs(x - kinks[np.minimum(at + 1, kinks.size - 1)]), kinks[at],
+                           kinks[np.minimum(at + 1, kinks.size - 1)])
+        x = x[np.abs(x - nearest) > 1e-6 * np.maximum(1.0, np.abs(nearest))]
     with np.errstate(all="ignore"):
         values, slopes = np.asarray(act.fn(x), dtype=float), np.asarray(act.deriv(x), dtype=float)
     if not (np.all(np.isfinite(values)) and np.all(np.isfinite(slopes))):
         return None
     values, slopes = np.broadcast_to(values, x.shape), np.broadcast_to(slopes, x.shape)
-    sup = float(np.max(np.abs(values)) + np.max(np.abs(np.diff(values))))
-    slope = float(np.max(np.abs(slopes)) + np.max(np.abs(np.diff(slopes))))
-    kinks = np.array([k for k in act.kinks if np.isfinite(k)], dtype=float)
+    # the pad is the largest step between neighbours off the kinks: a step across a kink is the jump itself (it
+    # doubled sup |φ| of a step)
+    across = np.zeros(x.size - 1, dtype=bool)
+    at = np.searchsorted(x, kinks)
+    across[np.clip(np.concatenate([at - 1, at]), 0, x.size - 2)] = True
+    sup = float(np.max(np.abs(values)) + np.max(np.abs(np.diff(values))[~across], initial=0.0))
+    slope = float(np.max(np.abs(slopes)) + np.max(np.abs(np.diff(slopes))[~across], initial=0.0))
     offset = 1e-9 * np.maximum(1.0, np.abs(kinks))
     with np.errstate(all="ignore"):
         above, below = (np.asarray(act.fn(kinks + sign * offset), dtype=float) for sign in (1.0, -1.0))
@@ -3127,16 +3143,16 @@ def _change_by_angle(phi: Activation, psi: Activation, a: Array, da: Array, b: A
     if left is None or right is None:
         return change
     (k, jk, sup_f, slope_f), (m, jm, sup_g, slope_g) = left, right
-    a, da, b, db, c, dc, a_hi, b_hi, a_lo, b_lo = (x[usable] for x in (a, da, b, db, c, dc, a_hi, b_hi, a_lo, b_lo))
+    da, db, c, dc, a_hi, b_hi, a_lo, b_lo = (x[usable] for x in (da, db, c, dc, a_hi, b_hi, a_lo, b_lo))
     pad = 4 * _EPS
     top, bottom = c + dc, c - dc
-    rho_hi = np.where(top >= 0, top / np.sqrt(a_lo * b_lo), top / np.sqrt(a_hi * b_hi)) + pad
-    rho_lo = np.where(bottom >= 0, bottom / np.sqrt(a_hi * b_hi), bottom / np.sqrt(a_lo * b_lo)) - pad
-    theta_lo, theta_hi = np.arccos(np.clip(rho_hi, -1.0, 1.0)), np.arccos(np.clip(rho_lo, -1.0, 1.0))
+    wide, narrow = np.sqrt(a_hi * b_hi), np.sqrt(a_lo * b_lo)
+    rho_hi = np.clip(np.where(top >= 0, top / narrow, top / wide) + pad, -1.0, 1.0)
+    rho_lo = np.clip(np.where(bottom >= 0, bottom / wide, bottom / narrow) - pad, -1.0, 1.0)
+    theta_lo, theta_hi = np.arccos(rho_hi), np.arccos(rho_lo)
     sin_max = np.sin(np.clip(0.5 * np.pi, theta_lo, theta_hi))  # sin is concave on [0, π]
     density_f = np.exp(-0.5 * k**2 / a_hi[:, None]) / np.sqrt(2 * np.pi * a_lo[:, None])  # (entries, kinks)
     density_g = np.exp(-0.5 * m**2 / b_hi[:, None]) / np.sqrt(2 * np.pi * b_lo[:, None])
-    rho_lo, rho_hi = np.clip(rho_lo, -1.0, 1.0), np.clip(rho_hi, -1.0, 1.0)
     both = np.exp(-0.5 * _jump_exponent(k, m, a_lo, a_hi, b_lo, b_hi, rho_lo, rho_hi))
     jumps_part = np.einsum("ekl,k,l->e", both, jk, jm) / (2 * np.pi)
     smooth_part = (density_f @ jk) * slope_g + (density_g @ jm) * slope_f + slope_f * slope_g
