@@ -2794,9 +2794,10 @@ class Run:
                         by_angle_change = _change_by_angle(phi, psi, *at)
                         dense[loose] = np.minimum(dense[loose], by_angle_change)
                         # the change itself (four nested quadratures an entry, ~60 ms near colinear points) only
-                        # where the angle's rule has no bound (φ or ψ unbounded): where it has one, it measured
-                        # within 2× of this evaluation, which cost 60 % of the time (relu + 0.1 tanh, inputs 1e-3
-                        # apart) and changed no refusal in a 60-case campaign (depth 3, inputs 3e-6 … 1e-4 apart)
+                        # where the angle's rule has no bound (values with an error — a central difference —, kinks
+                        # not located, values not finite): where it has one, the two measured within 2× of each
+                        # other, and this evaluation cost 60 % of the time (relu + 0.1 tanh, inputs 1e-3 apart) and
+                        # changed no refusal in a 60-case campaign (depth 3, inputs 3e-6 … 1e-4 apart)
                         unbounded = np.zeros(self.shape, dtype=bool)
                         unbounded[loose] = ~np.isfinite(by_angle_change)
                         still = unbounded & (dense > threshold * np.broadcast_to(env_l * env_r, self.shape))
@@ -3032,7 +3033,7 @@ def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b:
     whitened size) is at most :data:`AXES_REACH` of ``1 − ρ²`` (the scale on which that slope changes), it is linear
     over the box to that share: it changes as much towards either end of an axis, and the factor 2 covers the
     curvature. Elsewhere: inf. Each evaluation at nearly colinear points is a nested quadrature (~30 ms an entry), so
-    :meth:`Run.pair` takes it only where :func:`_change_by_angle` has no bound (φ or ψ unbounded)."""
+    :meth:`Run.pair` takes it only where :func:`_change_by_angle` has no bound (:func:`_jumps_and_sups` is None)."""
     root = np.sqrt(a * b)
     gap = (root - np.abs(c)) * (root + np.abs(c)) / (root * root)  # 1 − ρ², without cancelling 1 − ρ
     reach = (dc + 0.5 * np.abs(c) * (da / a + db / b)) / root
@@ -3053,10 +3054,9 @@ def _change_along_axes(phi: Activation, psi: Activation, a: Array, da: Array, b:
 def _jumps_and_sups(act: Activation, reach: float) -> tuple[Array, Array, float, float] | None:
     """``(kinks, |jumps|, sup |φ|, sup |φ'|)`` of a located φ on ``|x| ≤ reach``: φ's jumps at its kinks, and the sups
     of φ and of its slope off the kinks (φ's continuous part), on a grid of 20 001 points (less those within 1e-6 of
-    a kink) padded by the largest step
-    between neighbours not across a kink (a function that varies within a grid step by more than between steps is not
-    met: φ here is φ' of a traced or registered activation). None where a sup is not finite (φ unbounded: no bound
-    from sups) or φ's values are approximate (``value_error``)."""
+    a kink) padded by the largest step between neighbours not across a kink (a function that varies within a grid
+    step by more than between steps is not met: φ here is φ' of a traced or registered activation). None where φ's
+    values are not finite, or are approximate (``value_error``), or its kinks are not located."""
     if act.value_error is not None or not act.kinks_known:
         return None
     kinks = np.sort(np.array([k for k in act.kinks if np.isfinite(k)], dtype=float))
@@ -3064,10 +3064,8 @@ def _jumps_and_sups(act: Activation, reach: float) -> tuple[Array, Array, float,
     if kinks.size:
         # off the kinks: a user's φ differentiated numerically has slope ~jump/h at a jump (0.2/h for relu + 0.2·step
         # + 0.1·tanh, on the grid point x = 0: its bound 10⁵–10¹⁰ times the change)
-        at = np.clip(np.searchsorted(kinks, x), 1, kinks.size) - 1
-        nearest = np.where(np.abs(x - kinks[at]) <= np.abs(x - kinks[np.minimum(at + 1, kinks.size - 1)]), kinks[at],
-                           kinks[np.minimum(at + 1, kinks.size - 1)])
-        x = x[np.abs(x - nearest) > 1e-6 * np.maximum(1.0, np.abs(nearest))]
+        distance = np.abs(x[:, None] - kinks[None, :]) / np.maximum(1.0, np.abs(kinks))[None, :]
+        x = x[np.min(distance, axis=1) > 1e-6]
     with np.errstate(all="ignore"):
         values, slopes = np.asarray(act.fn(x), dtype=float), np.asarray(act.deriv(x), dtype=float)
     if not (np.all(np.isfinite(values)) and np.all(np.isfinite(slopes))):
