@@ -512,6 +512,21 @@ def test_the_nngp_of_an_opaque_activation_with_a_jump_at_inputs_a_little_apart_m
     assert np.max(err / np.sqrt(np.outer(np.diag(K), np.diag(K)))) < 1e-8
 
 
+def test_the_ntk_of_an_opaque_activation_with_a_jump_and_no_derivative_is_refused_saying_what_to_give():
+    """Its φ' is a central difference, a spike of height jump/2h at the jump, not the derivative almost everywhere
+    (the NTK's diagonal was 2.5e8 within a bound of 203); given its derivative, the NTK agrees with the traced
+    twin's (``np.where`` in place of ``np.asarray(x) > 0``)."""
+    fn = lambda x: np.maximum(x, 0.0) + 0.2 * (np.asarray(x) > 0.0) + 0.1 * np.tanh(x)  # noqa: E731
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    with pytest.raises(netsor.UnsupportedError, match="deriv="):
+        netsor.kernel(netsor.zoo.mlp(2, fn, 1.5, 0.3), X)
+    deriv = lambda x: (np.asarray(x) > 0.0) + 0.1 / np.cosh(x) ** 2  # noqa: E731
+    given = netsor.kernel(netsor.zoo.mlp(2, netsor.activation(fn, deriv=deriv, continuous=False), 1.5, 0.3), X)
+    traced = netsor.kernel(netsor.zoo.mlp(2, lambda x: np.maximum(x, 0.0) + 0.2 * np.where(x > 0.0, 1.0, 0.0)
+                                          + 0.1 * np.tanh(x), 1.5, 0.3), X)
+    assert np.all(np.abs(given.ntk - traced.ntk) <= given.ntk_error + traced.ntk_error)
+
+
 def test_an_opaque_activation_whose_derivative_has_a_narrow_bump_has_the_ntk_of_its_traced_twin():
     """``where(x > 0.6, 0.5, x) + max(x, 0.56)`` (a random activation written with numpy): its derivative is 2 on
     (0.56, 0.6) and 1 elsewhere. Given opaque with that derivative, the locator's nodes (64 first panels, spacing

@@ -31,7 +31,7 @@ from scipy import fft
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
-from netsor.errors import HyperParameterError, NumericalError
+from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.gaussian import piecewise
 from netsor.gaussian.quadrature import (
     GL10_NODES,
@@ -236,6 +236,17 @@ def _located(act: Activation, reach: float, bucket: float) -> Activation:
         mid = 0.5 * (lo + hi)
         parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
+    if jumps and _origin(act) == "finite difference":
+        # a central difference of a continuous φ is continuous (across a kink it ramps over 2h); one that jumps is
+        # the difference of a φ that jumps (or varies on a scale below the step): a spike of height jump/2h, not the
+        # derivative almost everywhere (that of step is 0) — the NTK of relu + 0.2·step + 0.1·tanh written with
+        # np.asarray had a diagonal of 2.5e8 within a bound of 203
+        at = ", ".join(f"{k:.6g}" for k in sorted(found)[:4])
+        raise UnsupportedError(
+            f"{act.name} is the derivative of an opaque function by central differences, and it jumps (near x = {at}): "
+            "the function jumps there, and its central difference is a spike, not its derivative; give the derivative "
+            "(netsor.activation(fn, deriv=..., continuous=False)), or write the function with numpy arithmetic and "
+            "elementwise functions (np.where, np.maximum, comparisons) so that the tracer sees it")
     gap = 64 * LOCATE_TO * bucket
     # with the kinks already known (exact, where a found one is only located to the gap)
     kinks = sorted(list(act.kinks) + [k for k in _merge_points(found, gap)
