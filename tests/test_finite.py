@@ -266,3 +266,37 @@ def test_dense_results_do_not_depend_on_chunking():
     for run in runs[1:]:
         assert np.array_equal(run.outputs, runs[0].outputs)
         assert np.array_equal(run.kernels, runs[0].kernels)
+
+
+def test_a_recurrence_evaluates_each_activation_once_per_step():
+    """A NonLin's expression inlines those of the H-vectors it reads (``h_t = f(g_t) (1 + h_{t−1}/2)`` inlines every
+    earlier step): the forward executor takes the values of those still held instead of evaluating them again, so T
+    steps call f T times per chunk, not T(T + 1)/2 (the simulated GRU of 10 steps: 5× fewer erf calls, 10.6 → 5.7 s,
+    the same kernel to the last bit). A state the tracer flattens into the next (``f(g) + h/2``: one sum of all
+    steps) has no node of its own and is evaluated again."""
+    calls = [0]
+
+    def counted(x):
+        calls[0] += 1
+        return np.tanh(x)
+
+    f = netsor.activation(counted, deriv=lambda x: 1.0 - np.tanh(x) ** 2, name="counted_tanh")
+
+    def recurrence(steps):
+        p = netsor.Program()
+        n = p.dim("n")
+        W = p.matrix(n, n, sigma=0.9)
+        h = netsor.nonlin(lambda g: f(g), p.input(n, sigma=1.0))
+        for _ in range(steps - 1):
+            h = netsor.nonlin(lambda g, prev: f(g) + 0.5 * f(g) * prev, W @ h, h)
+        p.readout(h)
+        return p
+
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    counts = {}
+    for steps in (4, 8):
+        program = recurrence(steps)
+        calls[0] = 0
+        netsor.sample(program, X, width=64, samples=8, seed=1)
+        counts[steps] = calls[0]
+    assert counts[8] <= 2 * counts[4] + 2  # linear in the steps (quadratic: 36/10 = 3.6×)

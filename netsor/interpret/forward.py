@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from netsor.ir import Dim, Line, MatMulLine, Matrix, Program, Vector
+from netsor.ir import Dim, Line, MatMulLine, Matrix, NonLinLine, Program, Vector
 from netsor.ir.transforms import needed_lines
 
 Array = np.ndarray
@@ -44,9 +44,43 @@ class ForwardPlan:
                 self.matrix_last_use[line.matrix] = i
                 orientations.setdefault(line.matrix, set()).add(line.transposed)
         self.two_way = {W for W, seen in orientations.items() if len(seen) == 2}
+        #: Per NonLin line, the H-vectors whose expressions it inlines (the tracer composes a NonLin of an H-vector
+        #: with that vector's expression): held until then, their values stand for those subexpressions
+        #: (:class:`~netsor.interpret.rules.nonlin.NonLinRule`).
+        self.inlined: dict[int, tuple[Vector, ...]] = {}
+        defined: dict[Any, Vector] = {}
+        for i, line in enumerate(self.lines):
+            if isinstance(line, NonLinLine) and line.out.kind == "H":
+                self.inlined[i] = _inlined(line.expr, defined)
+                for v in self.inlined[i]:
+                    self.last_use[v] = max(self.last_use.get(v, i), i)
+                defined[line.expr.key] = line.out
         for v in keep:
             self.last_use[v] = len(self.lines)
         self.keep = keep
+        #: The vectors whose values can be freed after each line.
+        self.freed: list[list[Vector]] = [[] for _ in self.lines]
+        for v, i in self.last_use.items():
+            if i < len(self.lines):
+                self.freed[i].append(v)
+
+
+def _inlined(expr: Any, defined: Mapping[Any, Vector]) -> tuple[Vector, ...]:
+    """The vectors of ``defined`` (by their expression's key) that are the outermost subexpressions of ``expr``."""
+    found: dict[Vector, None] = {}
+    seen: set[int] = set()
+    stack = list(expr.children())
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        vector = defined.get(node.key)
+        if vector is not None:
+            found[vector] = None
+        else:
+            stack.extend(node.children())
+    return tuple(found)
 
 
 class Chunk:
@@ -123,8 +157,7 @@ def run_forward(plan: ForwardPlan, state: FiniteState | CoupledState, mode: str,
         if on_line is not None:
             on_line(line, state)
         for world in worlds:
-            for v in line.inputs:
-                if plan.last_use[v] <= i:
-                    world.values.pop(v, None)
+            for v in plan.freed[i]:
+                world.values.pop(v, None)
             if isinstance(line, MatMulLine) and plan.matrix_last_use[line.matrix] <= i:
                 world.memory.pop(line.matrix, None)

@@ -173,24 +173,34 @@ _SHARED = threading.local()
 
 
 @contextmanager
-def shared_nodes() -> Iterator[None]:
+def shared_nodes(known: Mapping[Key, Array] | None = None) -> Iterator[None]:
     """Within the block (on this thread), every distinct activation, function or BatchNorm node (by
     content) is evaluated once — for one set of values: every evaluation and derivative inside must
     read the same ``values``. Traced code often repeats a subexpression (the GRU's update gate
     appears in both terms of its state update), a gradient differentiates the same nodes once per
-    argument, and those nodes are the costly ones."""
+    argument, and those nodes are the costly ones. ``known``: values of whole subexpressions (by
+    key) for those same ``values`` — a NonLin's expression inlines those of the H-vectors it reads,
+    whose values the forward executor holds."""
     previous = getattr(_SHARED, "memo", None)
-    _SHARED.memo = {}
+    _SHARED.memo = dict(known) if known else {}
     try:
         yield
     finally:
         _SHARED.memo = previous
 
 
-def evaluate_shared(expr: Expr, values: Mapping[Vector, Array]) -> Array:
-    """``expr.evaluate(values)`` with every distinct costly node evaluated once (:func:`shared_nodes`)."""
-    with shared_nodes():
+def evaluate_shared(expr: Expr, values: Mapping[Vector, Array], known: Mapping[Key, Array] | None = None) -> Array:
+    """``expr.evaluate(values)`` with every distinct costly node evaluated once (:func:`shared_nodes`), and the
+    subexpressions in ``known`` (by key) taken from it."""
+    with shared_nodes(known):
         return expr.evaluate(values)
+
+
+def _known(key: Key) -> Array | None:
+    """The value of the subexpression ``key`` given to :func:`shared_nodes`, if any (sums and products are not
+    memoised — they are cheap — but a recurrence's state is a sum that inlines every earlier step)."""
+    memo = getattr(_SHARED, "memo", None)
+    return None if memo is None else memo.get(key)
 
 
 def _once(key: Key, compute: Callable[[], Any]) -> Any:
@@ -449,6 +459,9 @@ class Sum(Expr):
         return ("sum", self.const, tuple((c, t.key) for c, t in self.terms))
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        known = _known(self.key)
+        if known is not None:
+            return known
         out: Any = self.const
         for coef, term in self.terms:
             out = out + coef * term.evaluate(values)
@@ -524,6 +537,9 @@ class Prod(Expr):
         return ("prod", tuple(sorted((f.key for f in self.factors), key=repr)))
 
     def evaluate(self, values: Mapping[Vector, Array]) -> Array:
+        known = _known(self.key)
+        if known is not None:
+            return known
         out: Any = 1.0
         for f in self.factors:
             out = out * f.evaluate(values)

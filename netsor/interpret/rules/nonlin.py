@@ -15,8 +15,13 @@ Array = np.ndarray
 
 class NonLinRule(LineRule):
     def finite(self, line: NonLinLine, state: FiniteState) -> Array:
+        # the expression inlines those of the H-vectors it reads (a recurrence's state, every earlier step): their
+        # values, held for it (ForwardPlan.inlined), are taken, not evaluated again (GRU of 10 steps: 5× fewer
+        # activation evaluations)
+        program = state.plan.program
+        held = {program.line_of(v).expr.key: state.values[v] for v in state.plan.inlined.get(state.position, ())}
         with np.errstate(all="ignore"):
-            out = evaluate_shared(line.expr, {a: state.values[a] for a in line.args})
+            out = evaluate_shared(line.expr, {a: state.values[a] for a in line.args}, held)
         # an expression may not depend on every coordinate (a constant): give it the line's shape
         out = np.broadcast_to(out, (state.chunk.size, state.batch, state.sizes[line.out.dim]))
         if not np.all(np.isfinite(out)):
