@@ -45,14 +45,14 @@ class ForwardPlan:
                 orientations.setdefault(line.matrix, set()).add(line.transposed)
         self.two_way = {W for W, seen in orientations.items() if len(seen) == 2}
         #: Per NonLin line, the H-vectors whose expressions it inlines (the tracer composes a NonLin of an H-vector
-        #: with that vector's expression): held until then, their values stand for those subexpressions
-        #: (:class:`~netsor.interpret.rules.nonlin.NonLinRule`).
-        self.inlined: dict[int, tuple[Vector, ...]] = {}
+        #: with that vector's expression), by those expressions' keys: held until then, their values stand for those
+        #: subexpressions (:class:`~netsor.interpret.rules.nonlin.NonLinRule`).
+        self.inlined: dict[int, dict[Any, Vector]] = {}
         defined: dict[Any, Vector] = {}
         for i, line in enumerate(self.lines):
             if isinstance(line, NonLinLine) and line.out.kind == "H":
                 self.inlined[i] = _inlined(line.expr, defined)
-                for v in self.inlined[i]:
+                for v in self.inlined[i].values():
                     self.last_use[v] = max(self.last_use.get(v, i), i)
                 defined[line.expr.key] = line.out
         for v in keep:
@@ -65,9 +65,9 @@ class ForwardPlan:
                 self.freed[i].append(v)
 
 
-def _inlined(expr: Any, defined: Mapping[Any, Vector]) -> tuple[Vector, ...]:
-    """The vectors of ``defined`` (by their expression's key) that are the outermost subexpressions of ``expr``."""
-    found: dict[Vector, None] = {}
+def _inlined(expr: Any, defined: Mapping[Any, Vector]) -> dict[Any, Vector]:
+    """The entries of ``defined`` (expression key → vector) that are the outermost subexpressions of ``expr``."""
+    found: dict[Any, Vector] = {}
     seen: set[int] = set()
     stack = list(expr.children())
     while stack:
@@ -77,10 +77,10 @@ def _inlined(expr: Any, defined: Mapping[Any, Vector]) -> tuple[Vector, ...]:
         seen.add(id(node))
         vector = defined.get(node.key)
         if vector is not None:
-            found[vector] = None
+            found[node.key] = vector
         else:
             stack.extend(node.children())
-    return tuple(found)
+    return found
 
 
 class Chunk:

@@ -2798,9 +2798,9 @@ class Run:
                         # not located, values not finite): where it has one, the two measured within 2× of each
                         # other, and this evaluation cost 60 % of the time (relu + 0.1 tanh, inputs 1e-3 apart) and
                         # changed no refusal in a 60-case campaign (depth 3, inputs 3e-6 … 1e-4 apart)
-                        unbounded = np.zeros(self.shape, dtype=bool)
-                        unbounded[loose] = ~np.isfinite(by_angle_change)
-                        still = unbounded & (dense > threshold * np.broadcast_to(env_l * env_r, self.shape))
+                        no_angle_bound = np.zeros(self.shape, dtype=bool)
+                        no_angle_bound[loose] = ~np.isfinite(by_angle_change)
+                        still = no_angle_bound & (dense > threshold * np.broadcast_to(env_l * env_r, self.shape))
                         if np.any(still):
                             at = [np.broadcast_to(x, self.shape)[still] for x in (a, da, b, db, c, dc)]
                             dense[still] = np.minimum(dense[still], _change_along_axes(

@@ -181,12 +181,14 @@ def shared_nodes(known: Mapping[Key, Array] | None = None) -> Iterator[None]:
     argument, and those nodes are the costly ones. ``known``: values of whole subexpressions (by
     key) for those same ``values`` — a NonLin's expression inlines those of the H-vectors it reads,
     whose values the forward executor holds."""
-    previous = getattr(_SHARED, "memo", None)
+    previous = getattr(_SHARED, "memo", None), getattr(_SHARED, "known", None)
     _SHARED.memo = dict(known) if known else {}
+    # sums and products look a value up only when some were given: their keys are deep tuples, hashed anew each time
+    _SHARED.known = dict(known) if known else None
     try:
         yield
     finally:
-        _SHARED.memo = previous
+        _SHARED.memo, _SHARED.known = previous
 
 
 def evaluate_shared(expr: Expr, values: Mapping[Vector, Array], known: Mapping[Key, Array] | None = None) -> Array:
@@ -199,8 +201,8 @@ def evaluate_shared(expr: Expr, values: Mapping[Vector, Array], known: Mapping[K
 def _known(key: Key) -> Array | None:
     """The value of the subexpression ``key`` given to :func:`shared_nodes`, if any (sums and products are not
     memoised — they are cheap — but a recurrence's state is a sum that inlines every earlier step)."""
-    memo = getattr(_SHARED, "memo", None)
-    return None if memo is None else memo.get(key)
+    known = getattr(_SHARED, "known", None)
+    return None if known is None else known.get(key)
 
 
 def _once(key: Key, compute: Callable[[], Any]) -> Any:
