@@ -500,7 +500,7 @@ def test_the_nngp_of_an_opaque_activation_with_a_jump_at_inputs_a_little_apart_m
     difference): the change of its pair over the covariance's bound, by the angle's rule, takes the sup of φ's slope
     off its kinks — on the grid point x = 0 the central difference is the jump over 2h, which made that bound 1e5–1e10
     times the change (refused at 5e-5 relative, 1e-2 apart, depth 2 and 3) once the change along the axes was kept
-    for unbounded bounds only. The NNGP's bounds cover its error against nested quadrature and meet rtol."""
+    for entries where the angle's rule has no bound. The NNGP's bounds cover its error against nested quadrature and meet rtol."""
     fn = lambda x: np.maximum(x, 0.0) + 0.2 * (np.asarray(x) > 0.0) + 0.1 * np.tanh(x)  # noqa: E731
     deriv = lambda x: (np.asarray(x) > 0.0) + 0.1 / np.cosh(x) ** 2  # noqa: E731
     rng = np.random.default_rng(5)
