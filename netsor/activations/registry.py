@@ -208,6 +208,10 @@ class Activation:
     deriv_error : callable, optional
         The same bound for ``deriv`` (:func:`central_difference_error` for a custom φ without ``deriv``); it is
         the ``value_error`` of φ' as an activation (:func:`netsor.ir.differentiate.derived_activation`).
+    difference_of : Activation, optional
+        The φ whose central difference (step ``FD_STEP·max(1, |x|)`` at most) ``fn`` is: φ' of a custom φ given
+        without ``deriv`` (:func:`netsor.ir.differentiate.derived_activation`). The engine locates φ's kinks and
+        jumps and reads the difference beside them, where its stencil would straddle them.
     source : callable, optional
         The user's vectorised callable of a :func:`custom` φ given without ``deriv``. Programs trace it when
         they apply φ to a vector (:func:`netsor.ir.trace.applied`): a φ written with numpy arithmetic and
@@ -243,6 +247,7 @@ class Activation:
     source: Callable[[Array], Array] | None = None
     value_error: Callable[[Array], Array] | None = None
     deriv_error: Callable[[Array], Array] | None = None
+    difference_of: Activation | None = None
 
     @property
     def at_zero(self) -> float:

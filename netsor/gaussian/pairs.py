@@ -31,6 +31,7 @@ from scipy import fft
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
+from netsor.activations.registry import FD_STEP, central_difference
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.gaussian import piecewise
 from netsor.gaussian.quadrature import (
@@ -178,15 +179,36 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     an edge, so they agreed there — 80 % of random jump positions were lost at some level and the
     means were off by up to 5e12 times their bound.) Returns ``act`` itself when its kinks are known.
     """
-    if act.kinks_known or max_sd <= 0:
+    if max_sd <= 0:
         return act
     reach = Z_MAX * float(max_sd)
     bucket = float(2.0 ** np.ceil(np.log2(reach)))  # cache per power-of-two range
+    if act.difference_of is not None and not act.smooth:
+        # φ' of an opaque φ by central differences, which straddle φ's kinks and jumps (a jump makes a spike of
+        # height jump/2h that no node of the locator need see): read beside the points where φ is not smooth
+        beside, windows = _beside_kinks_of_integral(act, max_sd)
+        return _LOCATED.get((act.key, bucket), lambda: _located(beside, reach, bucket, windows))
+    if act.kinks_known:
+        return act
     return _LOCATED.get((act.key, bucket), lambda: _located(act, reach, bucket))
 
 
-def _located(act: Activation, reach: float, bucket: float) -> Activation:
-    """:func:`with_located_kinks` on ``|x| ≤ bucket`` (``reach``: the range asked for, for messages)."""
+def _beside_kinks_of_integral(act: Activation, max_sd: float) -> tuple[Activation, tuple[tuple[float, float], ...]]:
+    """:func:`_read_beside` the located kinks and jumps of the φ whose central difference ``act`` is (within
+    twice the step, ``FD_STEP·max(1, |x|)`` at most), and the windows read beside (φ' may jump there)."""
+    assert act.difference_of is not None
+    phi = act.difference_of.fn
+    radii = [2.0 * FD_STEP * max(1.0, abs(k)) for k in with_located_kinks(act.difference_of, max_sd).kinks]
+    kinks = [_kink_to_rounding(phi, k, r) for k, r in
+             zip(with_located_kinks(act.difference_of, max_sd).kinks, radii, strict=True)]
+    windows = tuple((k - r, k + r) for k, r in zip(kinks, radii, strict=True))
+    return replace(_read_beside(act, list(kinks), radii) if kinks else act, kinks_known=False), windows
+
+
+def _located(act: Activation, reach: float, bucket: float,
+             windows: tuple[tuple[float, float], ...] = ()) -> Activation:
+    """:func:`with_located_kinks` on ``|x| ≤ bucket`` (``reach``: the range asked for, for messages; ``windows``:
+    where a central difference is read beside a kink or jump of its φ, and may jump itself)."""
     # panels over the range, offset by an irrational fraction of a panel (kinks at round numbers
     # then fall inside panels, not on shared edges)
     edges = -bucket + (np.arange(LOCATOR_PANELS + 2) - _GRID_OFFSET) * (2.0 * bucket / LOCATOR_PANELS)
@@ -195,16 +217,15 @@ def _located(act: Activation, reach: float, bucket: float) -> Activation:
         scale = np.asarray(act.fn(np.linspace(-bucket, bucket, 257)), dtype=float)
     scale = max(float(np.max(np.abs(scale[np.isfinite(scale)]), initial=0.0)), 1e-300)
     found: list[float] = []
-    jumps = 0
+    jumps: list[float] = []
     parents = np.empty(0)  # midpoints of the last level's narrow bad panels, whose halves are tested now
     for _ in range(MAX_BISECTIONS):
-        bad = ~_smooth_on_panels(act.fn, lo, hi, scale)
+        bad = ~_smooth_on_panels(act.fn, lo, hi, scale, act.value_error)
         # a jump keeps its panel bad down to rounding; it must be placed there: misplaced by δ it moves
         # E φ by |jump|·δ·density, which no bound accounts for (located to 1e-9 of the range,
         # step(relu(g) − 1/2)·g was 4e-11 off)
         tiny = (hi - lo) < LOCATE_TO * bucket
-        jumps += int(np.count_nonzero(bad & tiny))
-        found.extend(_jump_position(act.fn, a, b) for a, b in zip(lo[bad & tiny], hi[bad & tiny], strict=True))
+        jumps.extend(_jump_position(act.fn, a, b) for a, b in zip(lo[bad & tiny], hi[bad & tiny], strict=True))
         # a kink's coefficients shrink with the panel: both halves of a narrow bad panel pass once the
         # kink is placed to within that panel (the smoothness it lacks no longer shows at 1e-13)
         if parents.size:
@@ -236,18 +257,27 @@ def _located(act: Activation, reach: float, bucket: float) -> Activation:
         mid = 0.5 * (lo + hi)
         parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
-    if jumps and _origin(act) == "finite difference":
+    gap = 64 * LOCATE_TO * bucket
+    jumps = _merge_points(jumps, gap)
+    found.extend(jumps)
+    # φ' jumps where φ kinks: those jumps of a difference read beside φ's kinks are its own
+    strays = [j for j in jumps if not any(a - gap <= j <= b + gap for a, b in windows)]
+    if strays and _origin(act) == "finite difference":
         # a central difference of a continuous φ is continuous (across a kink it ramps over 2h); one that jumps is
         # the difference of a φ that jumps (or varies on a scale below the step): a spike of height jump/2h, not the
         # derivative almost everywhere (that of step is 0) — the NTK of relu + 0.2·step + 0.1·tanh written with
-        # np.asarray had a diagonal of 2.5e8 within a bound of 203
-        at = ", ".join(f"{k:.6g}" for k in sorted(found)[:4])
-        raise UnsupportedError(
-            f"{act.name} is the derivative of an opaque function by central differences, and it jumps (near x = {at}): "
-            "the function jumps there, and its central difference is a spike, not its derivative; give the derivative "
-            "(netsor.activation(fn, deriv=..., continuous=False)), or write the function with numpy arithmetic and "
-            "elementwise functions (np.where, np.maximum, comparisons) so that the tracer sees it")
-    gap = 64 * LOCATE_TO * bucket
+        # np.asarray had a diagonal of 2.5e8 within a bound of 203. The spike's two edges are the jumps found; the
+        # derivative a.e. inside is read off the difference beside it
+        spikes = _spikes(strays)
+        if spikes is None:
+            at = ", ".join(f"{k:.6g}" for k in strays[:4])
+            raise UnsupportedError(
+                f"{act.name} is the derivative of an opaque function by central differences, and it jumps (near x = "
+                f"{at}) otherwise than as the spike of a jump of the function: give the derivative "
+                "(netsor.activation(fn, deriv=..., continuous=False)), or write the function with numpy arithmetic and "
+                "elementwise functions (np.where, np.maximum, comparisons) so that the tracer sees it")
+        act = _read_beside(act, [0.5 * (a + b) for a, b in spikes], [0.5 * (b - a) * (1 + 1 / 32) for a, b in spikes])
+        found.extend(act.kinks)
     # with the kinks already known (exact, where a found one is only located to the gap)
     kinks = sorted(list(act.kinks) + [k for k in _merge_points(found, gap)
                                       if all(abs(k - known) > gap for known in act.kinks)])
@@ -260,8 +290,86 @@ def _located(act: Activation, reach: float, bucket: float) -> Activation:
     # and a function said to be continuous (custom(fn, deriv=...) says so by default) with a jump found is not: its
     # pairs then take the bounds of jumps (an opaque where(x > 0.43, softplus x, clip x) with φ' given was met at
     # nearly parallel inputs within a bound that assumed continuity; traced, it is refused)
-    continuous = jumps == 0 and (act.continuous or _origin(act) in ("expr", "derivative"))
+    continuous = not jumps and (act.continuous or _origin(act) in ("expr", "derivative"))
     return replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
+
+
+#: Widest spike of a central difference at a jump of φ, relative to max(1, |x|): the step is 1e-6 of that (the
+#: spike 2e-6 wide), wider in x where the difference is taken of a function of a scaled argument.
+SPIKE_WIDTH = 1e-4
+
+
+def _spikes(jumps: list[float]) -> list[tuple[float, float]] | None:
+    """The jumps of a central difference paired into spikes ``(left edge, right edge)``, or None when some jump has
+    no partner within :data:`SPIKE_WIDTH`."""
+    spikes, rest = [], sorted(jumps)
+    while rest:
+        if len(rest) < 2 or rest[1] - rest[0] > SPIKE_WIDTH * max(1.0, abs(rest[0])):
+            return None
+        spikes.append((rest[0], rest[1]))
+        rest = rest[2:]
+    return spikes
+
+
+def _kink_to_rounding(fn: Callable[[Array], Array], k: float, r: float) -> float:
+    """A kink of φ located to ``r`` (the locator places kinks to where they stop showing: ``max(x, 0.2)``'s at
+    0.2 + 2e-9) placed where the lines through φ on either side meet. Its φ' jumps there, and misplaced by δ the
+    jump moves ``E φ'ψ`` by jump·δ·density (1e-9 of an NTK, beyond its bound). A jump of φ (located to rounding),
+    or lines that do not meet within ``r``, leave ``k``."""
+    x = k + r * np.array([-4.0, -2.0, 2.0, 4.0])
+    with np.errstate(all="ignore"):
+        f = np.asarray(fn(x), dtype=float)
+    left, right = (f[1] - f[0]) / (x[1] - x[0]), (f[3] - f[2]) / (x[3] - x[2])
+    # the lines' values at k; a jump of φ shows as a gap there far larger than the slopes over the window
+    at_left, at_right = f[1] + left * (k - x[1]), f[2] + right * (k - x[2])
+    if not np.all(np.isfinite(f)) or left == right:
+        return k
+    meet = k + (at_left - at_right) / (right - left)
+    return float(meet) if abs(meet - k) <= r else k
+
+
+def _read_beside(act: Activation, centres: list[float], radii: list[float]) -> Activation:
+    """The central difference ``act`` of a φ as φ' almost everywhere near the points ``centres`` where φ jumps or
+    kinks: within ``radii`` of one (wider than the difference's step, so that its stencil straddles the point
+    there) the value is the difference read twice the radius further out on the same side, where the stencil
+    stays on that side. Its error there adds to the difference's own the change of slope over that distance,
+    twice the change measured over one more such distance outwards (the radii are ~1e-6, where φ' is all but
+    constant). The read values jump at the centres (where φ' does) and, by a change of slope over ~4e-6, at the
+    ends of the windows: all are kinks of the result."""
+    order = np.argsort(centres)
+    mid, radius = np.asarray(centres, dtype=float)[order], np.asarray(radii, dtype=float)[order]
+    fd, fd_error = act.fn, act.value_error
+
+    def beside(x: Array) -> tuple[Array, Array, Array]:
+        """``(point read, outward step, inside a window)`` for each of ``x``."""
+        x = np.asarray(x, dtype=float)
+        i = np.clip(np.searchsorted(mid, x), 1, mid.size) - 1  # the nearer of the centres around x
+        i = np.where((i + 1 < mid.size) & (np.abs(x - mid[np.minimum(i + 1, mid.size - 1)]) < np.abs(x - mid[i])),
+                     i + 1, i)
+        c, r = mid[i], radius[i]
+        inside = np.abs(x - c) <= r
+        step = np.where(x <= c, -2.0 * r, 2.0 * r)
+        return np.where(inside, x + step, x), step, inside
+
+    def values(x: Array) -> Array:
+        return fd(beside(x)[0])
+
+    def error(x: Array) -> Array:
+        read, step, inside = beside(x)
+        own = np.zeros(read.shape) if fd_error is None else np.asarray(fd_error(read), dtype=float)
+        if not np.any(inside):
+            return own
+        further = own if fd_error is None else np.asarray(fd_error(read + step), dtype=float)
+        with np.errstate(all="ignore"):
+            drift = 2.0 * np.abs(fd(read) - fd(read + step))
+        return np.where(inside, own + further + drift, own)
+
+    def slope(x: Array) -> Array:
+        return central_difference(values, x, FD_STEP * np.maximum(1.0, np.abs(x)))
+
+    kinks = {float(k) for k in act.kinks} | set(mid.tolist()) | set((mid - radius).tolist()) \
+        | set((mid + radius).tolist())
+    return replace(act, fn=values, value_error=error, deriv=slope, exact_slope=False, kinks=tuple(sorted(kinks)))
 
 
 def _origin(act: Activation) -> str | None:
@@ -274,11 +382,13 @@ def _origin(act: Activation) -> str | None:
     return origin if origin in ("expr", "finite difference", "derivative") else None
 
 
-def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale: float) -> Array:
+def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale: float,
+                      noise: Callable[[Array], Array] | None = None) -> Array:
     """Per panel: φ is finite at the 33 Chebyshev–Lobatto nodes and its interpolant's coefficients of
     degree ≥ ``_LOCATOR_TAIL`` are at most 1e-13 of ``scale`` or of its own largest value, whichever is
-    larger (an analytic φ's decay geometrically, a jump's like 1/k, a kink's like 1/k²), or φ is finite
-    at none of them."""
+    larger (an analytic φ's decay geometrically, a jump's like 1/k, a kink's like 1/k²), plus four times the
+    largest of ``noise`` (a bound of ``|fn − φ|``, :attr:`Activation.value_error`) at the nodes — a
+    coefficient of values off by at most δ is off by at most 2δ — or φ is finite at none of them."""
     x = 0.5 * (lo + hi)[:, None] + 0.5 * (hi - lo)[:, None] * _LOCATOR_NODES
     with np.errstate(all="ignore"):
         values = np.asarray(fn(x), dtype=float)
@@ -289,7 +399,14 @@ def _smooth_on_panels(fn: Callable[[Array], Array], lo: Array, hi: Array, scale:
     # rounding of φ alone gave every panel coefficients above 1e-13 of the scale, and their number doubled
     # with every bisection
     size = np.maximum(scale, np.max(np.abs(values), axis=1))
-    smooth = np.all(finite, axis=1) & (np.max(np.abs(coefs[:, _LOCATOR_TAIL:]), axis=1) <= 1e-13 * size)
+    tolerance = 1e-13 * size
+    if noise is not None:
+        # a central difference's rounding (~1e-10 of φ') showed on every panel: the NTK of an opaque tanh
+        # was refused ("cannot locate the kinks of φ'")
+        with np.errstate(all="ignore"):
+            delta = np.asarray(noise(x), dtype=float)
+        tolerance = tolerance + 4.0 * np.max(np.where(np.isfinite(delta), delta, 0.0), axis=1)
+    smooth = np.all(finite, axis=1) & (np.max(np.abs(coefs[:, _LOCATOR_TAIL:]), axis=1) <= tolerance)
     # a panel where φ is nowhere finite (log of negatives) holds nothing to locate: only the boundary of
     # its domain, in a panel where it is finite at some nodes and not at others, is bisected
     return smooth | ~np.any(finite, axis=1)

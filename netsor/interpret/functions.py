@@ -8,21 +8,22 @@ them from expression trees over G-vectors, with their kinks, derivatives and con
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from fractions import Fraction
+from functools import partial
 from itertools import product
 
 import numpy as np
 
 from netsor.activations import Activation, abs_, distance_kernels, erf, exp, gelu, identity, relu, step
 from netsor.activations.distance_kernels import DistanceRule
-from netsor.activations.registry import from_ufunc
+from netsor.activations.registry import FD_STEP, central_difference_error, from_ufunc
 from netsor.gaussian import piecewise
 from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
 from netsor.gaussian.separable import Conditional
 from netsor.ir import Vector
-from netsor.ir.expr import Apply, Const, Expr, Prod, Sum, Var, evaluate_shared, shared_nodes
+from netsor.ir.expr import Apply, Const, Expr, Opaque, Prod, Sum, Var, evaluate_shared, shared_nodes
 
 Array = np.ndarray
 
@@ -50,6 +51,13 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
     pieces = _pieces(expr, arg)
     if pieces is not None:  # exact, also where the tracer's planes are not (a relu of a clip: hidden kinks)
         kinks = [t for _, _, _, t, _ in pieces if np.isfinite(t)]
+    integral, value_error = None, None
+    if isinstance(expr, Opaque) and expr.difference_of is not None and len(expr.operands) == 1 \
+            and isinstance(expr.operands[0], Var) and expr.operands[0].vector == arg:
+        # f' of a user's one-argument f by central differences: read beside f's kinks and jumps, its rounding
+        # counted (netsor.gaussian.pairs.with_located_kinks), as for a custom activation given without deriv
+        integral = activation_of(expr.difference_of[0], arg)
+        value_error = partial(_relative_difference_error, integral.fn)
     return Activation(name=expr.describe(), fn=fn, deriv=deriv, smooth=expr.smooth,
                       kinks=tuple(sorted(set(kinks))), kinks_known=pieces is not None or not expr.hidden_kinks,
                       # the pieces see a jump that cancels where the expression's factors do not (a traced elu,
@@ -57,7 +65,15 @@ def activation_of(expr: Expr, arg: Vector) -> Activation:
                       continuous=expr.continuous or (pieces is not None and _continuous(pieces)),
                       registered=False, cache_key=("expr", expr.key),
                       exact_slope=False,  # an opaque part's derivative is a finite difference
-                      distance_kernel=_distance_kernel(expr, arg), pieces=pieces)
+                      distance_kernel=_distance_kernel(expr, arg), pieces=pieces,
+                      difference_of=integral, value_error=value_error)
+
+
+def _relative_difference_error(fn: Callable[[Array], Array], x: Array) -> Array:
+    """:func:`~netsor.activations.registry.central_difference_error` of ``fn`` at the step of an opaque
+    function's partial derivative, ``1e-6·max(1, |x|)``."""
+    x = np.asarray(x, dtype=float)
+    return central_difference_error(fn, x, (), FD_STEP * np.maximum(1.0, np.abs(x)))
 
 
 def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:

@@ -131,6 +131,7 @@ def _derived(act: Activation, key: tuple[Any, ...]) -> Activation:
         local=act.local,  # a saturating, linear or vanishing tail has a constant or vanishing slope
         pieces=None if act.pieces is None or not act.continuous else _derivative_pieces(act.pieces),
         value_error=act.deriv_error,  # a central difference's error (a custom φ without deriv), counted
+        difference_of=None if act.exact_slope else act,
     )
 
 
@@ -156,4 +157,4 @@ def _opaque_partial(e: Opaque, i: int) -> Expr:
         up[i], down[i] = values[i] + h, values[i] - h
         return (call_user_function(e.fn, tuple(up), e.name) - call_user_function(e.fn, tuple(down), e.name)) / (2 * h)
 
-    return Opaque(partial, e.operands, f"∂{i}{e.name}")
+    return Opaque(partial, e.operands, f"∂{i}{e.name}", difference_of=(e, i))

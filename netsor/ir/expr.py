@@ -596,11 +596,14 @@ class Prod(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Opaque(Expr):
-    """``fn(*children)``: a vectorised user function the tracer could not see through."""
+    """``fn(*children)``: a vectorised user function the tracer could not see through. ``difference_of``:
+    ``(f, i)`` when ``fn`` is ``∂ᵢ f`` by central differences (step ``1e-6·max(1, |operand|)``,
+    :mod:`netsor.ir.differentiate`)."""
 
     fn: Callable[..., Array]
     operands: tuple[Expr, ...]
     name: str
+    difference_of: tuple[Opaque, int] | None = None
 
     def children(self) -> tuple[Expr, ...]:
         return self.operands
@@ -639,7 +642,8 @@ class Opaque(Expr):
         return True
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
-        return Opaque(self.fn, tuple(c.map_vectors(f) for c in self.operands), self.name)
+        of = None if self.difference_of is None else (self.difference_of[0].map_vectors(f), self.difference_of[1])
+        return Opaque(self.fn, tuple(c.map_vectors(f) for c in self.operands), self.name, of)
 
     def describe(self) -> str:
         return f"{self.name}({', '.join(c.describe() for c in self.operands)})"
