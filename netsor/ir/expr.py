@@ -603,7 +603,7 @@ class Opaque(Expr):
     fn: Callable[..., Array]
     operands: tuple[Expr, ...]
     name: str
-    difference_of: tuple[Opaque, int] | None = None
+    difference_of: tuple[Expr, int] | None = None
 
     def children(self) -> tuple[Expr, ...]:
         return self.operands
