@@ -278,3 +278,27 @@ def test_ntk_deviation_decays_like_inverse_square_root_width(tmp_path) -> None:
     low, high = summary.slope_ci
     assert low < -0.5 < high or abs(summary.slope + 0.5) < 0.1
     assert high - low < 0.3
+
+
+def test_the_derivative_of_an_opaque_function_beside_a_jump_is_its_derivative_almost_everywhere() -> None:
+    """Finite-width gradients of an opaque function take its derivative by central differences (step h = 1e-6).
+    Where the stencil straddled a jump it was a spike of height jump/2h (0.3/2e-6 = 1.5e5): a network with one
+    coordinate there (chance ~1e-6 per coordinate) had an empirical NTK ~1e10 off. It is now the difference beside
+    the stencil on the far side from the jump, within ~2h·|f''| of f' (as an activation and as a NonLin's
+    partial derivative, of one and of two arguments)."""
+    jump_at = 0.2
+    x = jump_at + np.array([-2.5e-6, -1.5e-6, -5e-7, -1e-9, 0.0, 1e-9, 5e-7, 1.5e-6, 2.5e-6, -0.7, 1.3])
+    exact = 1.0 / np.cosh(x) ** 2  # of 0.3·1{x > 0.2} + tanh x, almost everywhere
+    tolerance = 4e-6  # 2h·max|tanh''| ≈ 1.5e-6, and rounding
+    activation = netsor.activation(lambda t: 0.3 * (np.asarray(t) > jump_at) + np.tanh(np.asarray(t)))
+    np.testing.assert_allclose(activation.deriv(x), exact, rtol=0, atol=tolerance)
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n), p.input(n)
+    one = p.line_of(netsor.nonlin(lambda t: 0.3 * (np.asarray(t) > jump_at) + np.tanh(np.asarray(t)), u)).expr
+    np.testing.assert_allclose(one.derivative({u: x}, u), exact, rtol=0, atol=1.3 * tolerance)
+    two = p.line_of(netsor.nonlin(lambda s, t: np.asarray(s) * (np.asarray(t) > jump_at) + np.tanh(np.asarray(t)),
+                                  u, v)).expr
+    at = {u: np.full_like(x, 2.0), v: x}
+    np.testing.assert_allclose(two.derivative(at, v), exact, rtol=0, atol=1.3 * tolerance)
+    np.testing.assert_allclose(two.derivative(at, u), (x > jump_at).astype(float), rtol=0, atol=1e-8)

@@ -1226,21 +1226,44 @@ def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
         assert float(err) <= 1e-11 + 1e-14 / np.sqrt(1 - rho * rho)
 
 
-def test_an_opaque_kink_located_a_little_off_keeps_the_lines_on_either_side():
-    """``0.09·|x − 0.03|`` opaque: the locator places its kink to ~1e-11 … 6e-8 depending on the range; the lines
-    fitted on either side then meet at a jump of ramp·δ, which is taken as none, and the ramp began at the located
-    kink — the whole line beyond it moved by ramp·δ (at a range where δ = 4e-12: pairs 35–52× their bound, found
-    by random numpy activations opaque against traced). Against nested adaptive quadrature of the true function."""
+def test_a_kink_placed_a_little_off_keeps_the_lines_on_either_side():
+    """``0.09·|x − 0.03|`` with its kink given 4e-12 off (as the locator placed it, at some ranges, before it
+    refined kinks): the lines fitted on either side meet with a gap of ramp·δ, taken as none, and the ramp began at
+    the given kink — the whole line beyond it moved by ramp·δ: pairs 35–52× their bound (found by random numpy
+    activations opaque against traced). The ramp now begins where the lines meet. Against nested adaptive
+    quadrature of the true function."""
     f = lambda x: 0.09 * np.abs(x - 0.03)  # noqa: E731
-    phi = netsor.activation(lambda x: f(np.asarray(x, dtype=float)), name="opaque_abs")
-    for sd in (0.3, 0.45, 0.7, 1.3, 5.0):
-        F = g.piecewise.of(g.pairs.with_located_kinks(phi, sd))
-        for ra, rb, rho in ((1.0, 0.95, 0.87), (1.0, 0.5, -0.4), (0.8, 1.0, 0.3)):
-            a, b = (ra * sd) ** 2, (rb * sd) ** 2
-            c = rho * np.sqrt(a * b)
-            value, err, done = g.piecewise.pair_expectation(F, F, np.array(a), np.array(b), np.array(c))
-            ref = references.piecewise_pair(f, f, a, b, c, (0.03,), (0.03,))
-            assert done and abs(float(value) - ref) <= float(err), (sd, rho, float(value) - ref, float(err))
+    for off in (4e-12, -3e-10):
+        phi = netsor.activation(lambda x: f(np.asarray(x, dtype=float)), kinks=(0.03 + off,), name="abs_off")
+        F = g.piecewise.of(phi)
+        for sd in (0.45, 1.3):
+            for ra, rb, rho in ((1.0, 0.95, 0.87), (1.0, 0.5, -0.4), (0.8, 1.0, 0.3)):
+                a, b = (ra * sd) ** 2, (rb * sd) ** 2
+                c = rho * np.sqrt(a * b)
+                value, err, done = g.piecewise.pair_expectation(F, F, np.array(a), np.array(b), np.array(c))
+                ref = references.piecewise_pair(f, f, a, b, c, (0.03,), (0.03,))
+                assert done and abs(float(value) - ref) <= float(err), (off, sd, rho, float(value) - ref, float(err))
+
+
+@pytest.mark.parametrize("sd", [0.042, 0.3, 0.57, 2.0])
+def test_kinks_nobody_declared_are_placed_to_rounding(sd):
+    """The locator places a kink in the narrow panel where it stops showing, ~1e-6 of the range wide: an opaque
+    ``max(x, −0.01)·x`` (slope jump 0.01) was placed 6e-7 off, and ``E φ²`` at variance 0.0018 came out 7e-13 of
+    itself off within a bound of 2e-14 (the two panels' rules err alike; random numpy activations, opaque against
+    traced). Kinks are now moved to where the parabolas through φ on either side meet: to rounding here, and ``E φ²``
+    equals its closed form within the bound."""
+    phi = netsor.activation(lambda x: np.maximum(np.asarray(x, dtype=float), -0.01) * np.asarray(x, dtype=float))
+    located = g.pairs.with_located_kinks(phi, sd)
+    assert len(located.kinks) == 1 and abs(located.kinks[0] + 0.01) <= 1e-15
+    var = np.array([0.0018, 0.02, sd * sd])
+    m2, err = g.pairs.second_moment(phi, var)
+    with mpmath.workdps(40):
+        for v, got, e in zip(var, m2, err, strict=True):
+            s, k = mpmath.sqrt(mpmath.mpf(v)), mpmath.mpf("-0.01")
+            # E[x⁴ 1{x > k}] + k² E[x² 1{x < k}] for x ~ N(0, v)
+            above = mpmath.quad(lambda x: x**4 * mpmath.npdf(x, 0, s), [k, 0, mpmath.inf])
+            below = mpmath.quad(lambda x: x**2 * mpmath.npdf(x, 0, s), [-mpmath.inf, k])
+            assert abs(got - float(above + k * k * below)) <= e, (v, got - float(above + k * k * below), e)
 
 
 def test_piecewise_linear_pairs_of_rounded_nearly_colinear_covariances_are_within_their_bounds():

@@ -197,10 +197,8 @@ def _beside_kinks_of_integral(act: Activation, max_sd: float) -> tuple[Activatio
     """:func:`_read_beside` the located kinks and jumps of the φ whose central difference ``act`` is (within
     twice the step, ``FD_STEP·max(1, |x|)`` at most), and the windows read beside (φ' may jump there)."""
     assert act.difference_of is not None
-    phi = act.difference_of.fn
-    radii = [2.0 * FD_STEP * max(1.0, abs(k)) for k in with_located_kinks(act.difference_of, max_sd).kinks]
-    kinks = [_kink_to_rounding(phi, k, r) for k, r in
-             zip(with_located_kinks(act.difference_of, max_sd).kinks, radii, strict=True)]
+    kinks = with_located_kinks(act.difference_of, max_sd).kinks
+    radii = [2.0 * FD_STEP * max(1.0, abs(k)) for k in kinks]
     windows = tuple((k - r, k + r) for k, r in zip(kinks, radii, strict=True))
     return replace(_read_beside(act, list(kinks), radii) if kinks else act, kinks_known=False), windows
 
@@ -218,7 +216,8 @@ def _located(act: Activation, reach: float, bucket: float,
     scale = max(float(np.max(np.abs(scale[np.isfinite(scale)]), initial=0.0)), 1e-300)
     found: list[float] = []
     jumps: list[float] = []
-    parents = np.empty(0)  # midpoints of the last level's narrow bad panels, whose halves are tested now
+    # midpoints (and widths) of the last level's narrow bad panels, whose halves are tested now
+    parents = widths = np.empty(0)
     for _ in range(MAX_BISECTIONS):
         bad = ~_smooth_on_panels(act.fn, lo, hi, scale, act.value_error)
         # a jump keeps its panel bad down to rounding; it must be placed there: misplaced by δ it moves
@@ -231,7 +230,7 @@ def _located(act: Activation, reach: float, bucket: float,
         if parents.size:
             halves = bad.reshape(2, -1)
             lost = ~(halves[0] | halves[1]) & np.isfinite(parents)
-            found.extend(parents[lost].tolist())
+            found.extend(_refined_kink(act.fn, k, w) for k, w in zip(parents[lost], widths[lost], strict=True))
         bad &= ~tiny
         if not bad.any():
             break
@@ -256,6 +255,7 @@ def _located(act: Activation, reach: float, bucket: float,
                 + advice)
         mid = 0.5 * (lo + hi)
         parents = np.where((hi - lo)[bad] < _NARROW * bucket, mid[bad], np.nan)
+        widths = (hi - lo)[bad]
         lo, hi = np.concatenate([lo[bad], mid[bad]]), np.concatenate([mid[bad], hi[bad]])
     gap = 64 * LOCATE_TO * bucket
     jumps = _merge_points(jumps, gap)
@@ -263,21 +263,14 @@ def _located(act: Activation, reach: float, bucket: float,
     # φ' jumps where φ kinks: those jumps of a difference read beside φ's kinks are its own
     strays = [j for j in jumps if not any(a - gap <= j <= b + gap for a, b in windows)]
     if strays and _origin(act) == "finite difference":
-        # a central difference of a continuous φ is continuous (across a kink it ramps over 2h); one that jumps is
-        # the difference of a φ that jumps (or varies on a scale below the step): a spike of height jump/2h, not the
-        # derivative almost everywhere (that of step is 0) — the NTK of relu + 0.2·step + 0.1·tanh written with
-        # np.asarray had a diagonal of 2.5e8 within a bound of 203. The spike's two edges are the jumps found; the
-        # derivative a.e. inside is read off the difference beside it
-        spikes = _spikes(strays)
-        if spikes is None:
-            at = ", ".join(f"{k:.6g}" for k in strays[:4])
-            raise UnsupportedError(
-                f"{act.name} is the derivative of an opaque function by central differences, and it jumps (near x = "
-                f"{at}) otherwise than as the spike of a jump of the function: give the derivative "
-                "(netsor.activation(fn, deriv=..., continuous=False)), or write the function with numpy arithmetic and "
-                "elementwise functions (np.where, np.maximum, comparisons) so that the tracer sees it")
-        act = _read_beside(act, [0.5 * (a + b) for a, b in spikes], [0.5 * (b - a) * (1 + 1 / 32) for a, b in spikes])
-        found.extend(act.kinks)
+        # a difference of a φ with a kink or jump that the difference's own φ does not show (∂ᵢ of an opaque function
+        # of an expression): it switches sides somewhere in a stencil's width of the point, which no bound covers
+        at = ", ".join(f"{k:.6g}" for k in strays[:4])
+        raise UnsupportedError(
+            f"{act.name} is the derivative of an opaque function by central differences, and it jumps (near x = "
+            f"{at}) where the function kinks or jumps: give the derivative (netsor.activation(fn, deriv=..., "
+            "continuous=False)), or write the function with numpy arithmetic and elementwise functions (np.where, "
+            "np.maximum, comparisons) so that the tracer sees it")
     # with the kinks already known (exact, where a found one is only located to the gap)
     kinks = sorted(list(act.kinks) + [k for k in _merge_points(found, gap)
                                       if all(abs(k - known) > gap for known in act.kinks)])
@@ -294,38 +287,23 @@ def _located(act: Activation, reach: float, bucket: float,
     return replace(act, kinks=tuple(kinks), kinks_known=True, continuous=continuous)
 
 
-#: Widest spike of a central difference at a jump of φ, relative to max(1, |x|): the step is 1e-6 of that (the
-#: spike 2e-6 wide), wider in x where the difference is taken of a function of a scaled argument.
-SPIKE_WIDTH = 1e-4
-
-
-def _spikes(jumps: list[float]) -> list[tuple[float, float]] | None:
-    """The jumps of a central difference paired into spikes ``(left edge, right edge)``, or None when some jump has
-    no partner within :data:`SPIKE_WIDTH`."""
-    spikes, rest = [], sorted(jumps)
-    while rest:
-        if len(rest) < 2 or rest[1] - rest[0] > SPIKE_WIDTH * max(1.0, abs(rest[0])):
-            return None
-        spikes.append((rest[0], rest[1]))
-        rest = rest[2:]
-    return spikes
-
-
-def _kink_to_rounding(fn: Callable[[Array], Array], k: float, r: float) -> float:
-    """A kink of φ located to ``r`` (the locator places kinks to where they stop showing: ``max(x, 0.2)``'s at
-    0.2 + 2e-9) placed where the lines through φ on either side meet. Its φ' jumps there, and misplaced by δ the
-    jump moves ``E φ'ψ`` by jump·δ·density (1e-9 of an NTK, beyond its bound). A jump of φ (located to rounding),
-    or lines that do not meet within ``r``, leave ``k``."""
-    x = k + r * np.array([-4.0, -2.0, 2.0, 4.0])
+def _refined_kink(fn: Callable[[Array], Array], k: float, w: float) -> float:
+    """A kink placed at ``k``, the middle of a panel of width ``w`` where it stopped showing, moved to where the
+    parabolas through φ at 2, 3 and 4 widths on either side meet (the root of their difference nearest ``k``, if
+    one lies within ``w``; else ``k``). Misplaced by δ, a kink costs quadrature ~slope jump·δ² (an opaque
+    ``max(x, −0.01)·x`` placed 6e-7 off: ``E φ²`` 7e-13 off within a bound of 2e-14 — the rules of the two panels
+    err alike), and φ' — which jumps there — jump·δ (``max(x, 0.2)`` placed 2e-9 off: an NTK 1e-9 off); the
+    parabolas meet to ~w³·|φ‴|/slope jump, and to rounding where φ is piecewise quadratic."""
+    t = w * np.array([-4.0, -3.0, -2.0, 2.0, 3.0, 4.0])
     with np.errstate(all="ignore"):
-        f = np.asarray(fn(x), dtype=float)
-    left, right = (f[1] - f[0]) / (x[1] - x[0]), (f[3] - f[2]) / (x[3] - x[2])
-    # the lines' values at k; a jump of φ shows as a gap there far larger than the slopes over the window
-    at_left, at_right = f[1] + left * (k - x[1]), f[2] + right * (k - x[2])
-    if not np.all(np.isfinite(f)) or left == right:
+        f = np.asarray(fn(k + t), dtype=float)
+    if not np.all(np.isfinite(f)):
         return k
-    meet = k + (at_left - at_right) / (right - left)
-    return float(meet) if abs(meet - k) <= r else k
+    below, above = np.polyfit(t[:3] / w, f[:3], 2), np.polyfit(t[3:] / w, f[3:], 2)
+    roots = np.roots(below - above) if np.any(below != above) else np.empty(0)
+    roots = roots[np.isreal(roots)].real * w
+    near = roots[np.abs(roots) <= w]
+    return float(k + near[np.argmin(np.abs(near))]) if near.size else k
 
 
 def _read_beside(act: Activation, centres: list[float], radii: list[float]) -> Activation:

@@ -20,7 +20,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.activations import registry as acts
-from netsor.activations.registry import call_user_function, central_difference
+from netsor.activations.registry import FD_STEP, call_user_function, central_difference, partial_difference
 from netsor.errors import UnsupportedError
 from netsor.ir.expr import (
     Apply,
@@ -40,8 +40,6 @@ from netsor.ir.variables import Vector
 from netsor.memo import BoundedMemo
 
 Array = np.ndarray
-#: Relative step of the central finite differences of opaque functions and of derived φ''.
-FD_STEP = 1e-6
 
 
 def differentiate(e: Expr, wrt: Vector) -> Expr:
@@ -152,9 +150,7 @@ def _opaque_partial(e: Opaque, i: int) -> Expr:
     """``∂fn/∂(operand i)`` of an opaque function by central differences, as an opaque function."""
 
     def partial(*values: Array) -> Array:
-        up, down = list(values), list(values)
-        h = FD_STEP * np.maximum(1.0, np.abs(values[i]))
-        up[i], down[i] = values[i] + h, values[i] - h
-        return (call_user_function(e.fn, tuple(up), e.name) - call_user_function(e.fn, tuple(down), e.name)) / (2 * h)
+        return partial_difference(lambda *a: call_user_function(e.fn, a, e.name), values, i,
+                                  FD_STEP * np.maximum(1.0, np.abs(values[i])))
 
     return Opaque(partial, e.operands, f"∂{i}{e.name}", difference_of=(e, i))

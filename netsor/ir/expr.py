@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netsor.activations import Activation, identity, step
-from netsor.activations.registry import FunctionIdentity, call_user_function
+from netsor.activations.registry import FD_STEP, FunctionIdentity, call_user_function, partial_difference
 from netsor.activations.segments import linear_segments
 from netsor.errors import NumericalError, UnsupportedError
 
@@ -621,11 +621,8 @@ class Opaque(Expr):
         for i, c in enumerate(self.operands):
             if wrt not in c.args:
                 continue
-            h = 1e-6 * np.maximum(1.0, np.abs(inner[i]))
-            up, down = list(inner), list(inner)
-            up[i], down[i] = inner[i] + h, inner[i] - h
-            d = (call_user_function(self.fn, tuple(up), self.name)
-                 - call_user_function(self.fn, tuple(down), self.name)) / (2 * h)
+            d = partial_difference(lambda *a: call_user_function(self.fn, a, self.name), tuple(inner), i,
+                                   FD_STEP * np.maximum(1.0, np.abs(inner[i])))
             out = out + d * c.derivative(values, wrt)
         return np.asarray(out, dtype=float)
 
