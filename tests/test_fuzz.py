@@ -557,14 +557,25 @@ def test_more_random_numpy_activations_traced_have_the_kernels_of_the_same_funct
     check_traced_against_opaque(tree, scale, sigma_b, seed, near)
 
 
-@settings(NTK_SETTINGS, max_examples=40)
+@settings(NTK_SETTINGS, max_examples=20)
 @given(tree=activation_trees(), scale=st.sampled_from([0.6, 1.0, 1.7]), sigma_b=st.sampled_from([0.0, 0.3]),
-       seed=st.integers(0, 2**16), near=NEAR)
+       seed=st.integers(0, 2**16))
 def test_random_numpy_activations_opaque_without_a_derivative_have_the_kernels_of_the_same_function_traced(
-        tree, scale, sigma_b, seed, near):
+        tree, scale, sigma_b, seed):
     """The same with the opaque φ' a central difference: the NTK of an opaque tanh was refused (the difference's
     rounding failed the kink locator's test on every panel), and one with a jump was refused or missed its
-    spike (half of the random jump positions: 1e-7 off within a bound of 2e-9)."""
+    spike (half of the random jump positions: 1e-7 off within a bound of 2e-9). Random inputs here; nearly
+    parallel ones (clipped functions take ~8 s each there: φ' is discontinuous and its values approximate) slow."""
+    check_traced_against_opaque(tree, scale, sigma_b, seed, 0.0, given_derivative=False)
+
+
+@pytest.mark.slow
+@settings(NTK_SETTINGS, max_examples=80)
+@given(tree=activation_trees(max_leaves=8), scale=st.sampled_from([0.6, 1.0, 1.7]),
+       sigma_b=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**16), near=NEAR)
+def test_more_random_numpy_activations_opaque_without_a_derivative_have_the_kernels_of_the_same_function_traced(
+        tree, scale, sigma_b, seed, near):
+    """The same on 80 larger trees, inputs nearly parallel too."""
     check_traced_against_opaque(tree, scale, sigma_b, seed, near, given_derivative=False)
 
 

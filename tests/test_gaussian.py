@@ -1261,8 +1261,8 @@ def test_kinks_nobody_declared_are_placed_to_rounding(sd):
         for v, got, e in zip(var, m2, err, strict=True):
             s, k = mpmath.sqrt(mpmath.mpf(v)), mpmath.mpf("-0.01")
             # E[x⁴ 1{x > k}] + k² E[x² 1{x < k}] for x ~ N(0, v)
-            above = mpmath.quad(lambda x: x**4 * mpmath.npdf(x, 0, s), [k, 0, mpmath.inf])
-            below = mpmath.quad(lambda x: x**2 * mpmath.npdf(x, 0, s), [-mpmath.inf, k])
+            above = mpmath.quad(lambda x, s=s: x**4 * mpmath.npdf(x, 0, s), [k, 0, mpmath.inf])
+            below = mpmath.quad(lambda x, s=s: x**2 * mpmath.npdf(x, 0, s), [-mpmath.inf, k])
             assert abs(got - float(above + k * k * below)) <= e, (v, got - float(above + k * k * below), e)
 
 
