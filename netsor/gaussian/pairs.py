@@ -184,8 +184,8 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     reach = Z_MAX * float(max_sd)
     bucket = float(2.0 ** np.ceil(np.log2(reach)))  # cache per power-of-two range
     if act.difference_of is not None and not act.smooth:
-        # φ' of an opaque φ by central differences, which straddle φ's kinks and jumps (a jump makes a spike of
-        # height jump/2h that no node of the locator need see): read beside the points where φ is not smooth
+        # φ' of an opaque φ by central differences, whose stencils straddle φ's kinks (a ramp over 2h) and jumps
+        # (a side chosen within a step of the jump): read beside the points where φ is not smooth
         beside, windows = _beside_kinks_of_integral(act, max_sd)
         return _LOCATED.get((act.key, bucket), lambda: _located(beside, reach, bucket, windows))
     if act.kinks_known:
