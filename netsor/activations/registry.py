@@ -541,6 +541,11 @@ def activation(spec: str | Activation | Callable[[Array], Array], **params: Any)
 FD_STEP = 1e-6
 
 
+def relative_step(x: Array) -> Array:
+    """``FD_STEP·max(1, |x|)``: the step of the differences along an opaque function's arguments and of φ''."""
+    return FD_STEP * np.maximum(1.0, np.abs(x))
+
+
 def central_difference(fn: Callable[[Array], Array], x: Array, h: float | Array = FD_STEP) -> Array:
     """φ' of a custom φ given without ``deriv`` (``h`` per point for φ'' of a derived φ',
     netsor.ir.differentiate): :func:`partial_difference` of a function of one argument."""

@@ -31,7 +31,7 @@ from scipy import fft
 from scipy.linalg.blas import dger as _dger
 
 from netsor.activations import Activation
-from netsor.activations.registry import FD_STEP, central_difference
+from netsor.activations.registry import central_difference, relative_step
 from netsor.errors import HyperParameterError, NumericalError, UnsupportedError
 from netsor.gaussian import piecewise
 from netsor.gaussian.quadrature import (
@@ -198,7 +198,7 @@ def _beside_kinks_of_integral(act: Activation, max_sd: float) -> tuple[Activatio
     twice the step, ``FD_STEP·max(1, |x|)`` at most), and the windows read beside (φ' may jump there)."""
     assert act.difference_of is not None
     kinks = with_located_kinks(act.difference_of, max_sd).kinks
-    radii = [2.0 * FD_STEP * max(1.0, abs(k)) for k in kinks]
+    radii = [2.0 * float(relative_step(k)) for k in kinks]
     windows = tuple((k - r, k + r) for k, r in zip(kinks, radii, strict=True))
     return replace(_read_beside(act, list(kinks), radii) if kinks else act, kinks_known=False), windows
 
@@ -343,7 +343,7 @@ def _read_beside(act: Activation, centres: list[float], radii: list[float]) -> A
         return np.where(inside, own + further + drift, own)
 
     def slope(x: Array) -> Array:
-        return central_difference(values, x, FD_STEP * np.maximum(1.0, np.abs(x)))
+        return central_difference(values, x, relative_step(x))
 
     kinks = {float(k) for k in act.kinks} | set(mid.tolist()) | set((mid - radius).tolist()) \
         | set((mid + radius).tolist())

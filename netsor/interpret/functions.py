@@ -17,7 +17,7 @@ import numpy as np
 
 from netsor.activations import Activation, abs_, distance_kernels, erf, exp, gelu, identity, relu, step
 from netsor.activations.distance_kernels import DistanceRule
-from netsor.activations.registry import FD_STEP, central_difference_error, from_ufunc
+from netsor.activations.registry import central_difference_error, from_ufunc, relative_step
 from netsor.gaussian import piecewise
 from netsor.gaussian.joint import JointFunction
 from netsor.gaussian.orthant import ConeFunction
@@ -73,7 +73,7 @@ def _relative_difference_error(fn: Callable[[Array], Array], x: Array) -> Array:
     """:func:`~netsor.activations.registry.central_difference_error` of ``fn`` at the step of an opaque
     function's partial derivative, ``1e-6·max(1, |x|)``."""
     x = np.asarray(x, dtype=float)
-    return central_difference_error(fn, x, (), FD_STEP * np.maximum(1.0, np.abs(x)))
+    return central_difference_error(fn, x, (), relative_step(x))
 
 
 def _distance_kernel(expr: Expr, arg: Vector) -> DistanceRule | None:

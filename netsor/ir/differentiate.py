@@ -20,7 +20,7 @@ import numpy as np
 
 from netsor.activations import Activation, identity
 from netsor.activations import registry as acts
-from netsor.activations.registry import FD_STEP, call_user_function, central_difference, partial_difference
+from netsor.activations.registry import call_user_function, central_difference, relative_step
 from netsor.errors import UnsupportedError
 from netsor.ir.expr import (
     Apply,
@@ -120,7 +120,7 @@ def _derived(act: Activation, key: tuple[Any, ...]) -> Activation:
         return call_user_function(act.deriv, (x,), name) if not act.registered else act.deriv(x)
 
     def second(x: Array) -> Array:
-        return central_difference(fn, x, FD_STEP * np.maximum(1.0, np.abs(x)))
+        return central_difference(fn, x, relative_step(x))
 
     return Activation(
         name, fn=fn, deriv=second if act.second is None else act.second, exact_slope=act.second is not None,
@@ -150,7 +150,6 @@ def _opaque_partial(e: Opaque, i: int) -> Expr:
     """``∂fn/∂(operand i)`` of an opaque function by central differences, as an opaque function."""
 
     def partial(*values: Array) -> Array:
-        return partial_difference(lambda *a: call_user_function(e.fn, a, e.name), values, i,
-                                  FD_STEP * np.maximum(1.0, np.abs(values[i])))
+        return e.partial(values, i)
 
     return Opaque(partial, e.operands, f"∂{i}{e.name}", difference_of=(e, i))

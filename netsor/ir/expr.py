@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netsor.activations import Activation, identity, step
-from netsor.activations.registry import FD_STEP, FunctionIdentity, call_user_function, partial_difference
+from netsor.activations.registry import FunctionIdentity, call_user_function, partial_difference, relative_step
 from netsor.activations.segments import linear_segments
 from netsor.errors import NumericalError, UnsupportedError
 
@@ -621,10 +621,14 @@ class Opaque(Expr):
         for i, c in enumerate(self.operands):
             if wrt not in c.args:
                 continue
-            d = partial_difference(lambda *a: call_user_function(self.fn, a, self.name), tuple(inner), i,
-                                   FD_STEP * np.maximum(1.0, np.abs(inner[i])))
-            out = out + d * c.derivative(values, wrt)
+            out = out + self.partial(tuple(inner), i) * c.derivative(values, wrt)
         return np.asarray(out, dtype=float)
+
+    def partial(self, operands: tuple[Array, ...], i: int) -> Array:
+        """``∂ᵢ fn`` at the operands' values by central differences of relative step (almost everywhere:
+        :func:`~netsor.activations.registry.partial_difference`)."""
+        return partial_difference(lambda *a: call_user_function(self.fn, a, self.name), operands, i,
+                                  relative_step(operands[i]))
 
     @property
     def continuous(self) -> bool:
