@@ -21,6 +21,12 @@ PSD_CHECK_MAX = 5000
 
 def largest_ratio(num: Array, den: Array) -> float:
     """``max(num / den)`` over entries with ``num > 0`` (inf where ``den = 0 < num``, or NaN); 0 if none."""
+    if num is den and isinstance(num, np.ndarray) and num.dtype == float:
+        # an envelope against itself (common): 1 where positive, inf at +inf (inf/inf) — one pass, no
+        # division; NaN entries (ignored below) take the general path
+        top = float(np.max(num, initial=0.0))
+        if top == top:
+            return np.inf if top == np.inf else (1.0 if top > 0.0 else 0.0)
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     if not num.size:
         return 0.0

@@ -8,6 +8,7 @@ of the IR).
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable
@@ -249,9 +250,10 @@ class Activation:
     deriv_error: Callable[[Array], Array] | None = None
     difference_of: Activation | None = None
 
-    @property
+    @functools.cached_property
     def at_zero(self) -> float:
-        """``φ(0)``: the constant a coordinate of variance 0 takes (NaN if φ is undefined there)."""
+        """``φ(0)``: the constant a coordinate of variance 0 takes (NaN if φ is undefined there); evaluated
+        once (the engine asks for it at every pair of a sweep)."""
         with np.errstate(all="ignore"):
             return float(np.asarray(self.fn(np.zeros(1)), dtype=float)[0])
 

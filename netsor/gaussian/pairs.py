@@ -179,7 +179,7 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
     an edge, so they agreed there — 80 % of random jump positions were lost at some level and the
     means were off by up to 5e12 times their bound.) Returns ``act`` itself when its kinks are known.
     """
-    if max_sd <= 0:
+    if max_sd <= 0 or is_located(act):
         return act
     reach = Z_MAX * float(max_sd)
     bucket = float(2.0 ** np.ceil(np.log2(reach)))  # cache per power-of-two range
@@ -188,9 +188,13 @@ def with_located_kinks(act: Activation, max_sd: float) -> Activation:
         # (a side chosen within a step of the jump): read beside the points where φ is not smooth
         beside, windows = _beside_kinks_of_integral(act, max_sd)
         return _LOCATED.get((act.key, bucket), lambda: _located(beside, reach, bucket, windows))
-    if act.kinks_known:
-        return act
     return _LOCATED.get((act.key, bucket), lambda: _located(act, reach, bucket))
+
+
+def is_located(act: Activation) -> bool:
+    """:func:`with_located_kinks` returns ``act`` itself at every range: its kinks are known, and it is
+    not the central difference of an opaque function (read beside the kinks of that function)."""
+    return act.kinks_known and (act.difference_of is None or act.smooth)
 
 
 def _beside_kinks_of_integral(act: Activation, max_sd: float) -> tuple[Activation, tuple[tuple[float, float], ...]]:
@@ -533,8 +537,9 @@ def pair_expectation(phi: Activation, psi: Activation, a: Array, b: Array, c: Ar
         themselves are propagated by the caller), in the form ``errors`` asks for.
     """
     a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
-    sd_max = float(np.sqrt(max(np.max(a, initial=0.0), np.max(b, initial=0.0))))
-    phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
+    if not (is_located(phi) and is_located(psi)):
+        sd_max = float(np.sqrt(max(np.max(a, initial=0.0), np.max(b, initial=0.0))))
+        phi, psi = with_located_kinks(phi, sd_max), with_located_kinks(psi, sd_max)
     if errors not in (True, False, "relative"):
         raise HyperParameterError(f"errors must be True, False or 'relative', got {errors!r}")
     if errors == "relative" and envelope is None:
@@ -1499,12 +1504,15 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         # at variance 0 the coordinate is the constant φ(0) (0⁰ = 1 would give step² the moment ½)
         square0 = act.at_zero**2
         scale = var**p
-        out = {"m2": np.where(var > 0, unit["m2"] * scale, square0),
-               "m4": np.where(var > 0, unit["m4"] * scale**2, square0**2),
-               "grad1": unit["grad1"] * np.where(var > 0, var, 1.0) ** ((p - 1) / 2),
-               "cross": unit["cross"] * var**p, "grad1u": unit["grad1u"] * var ** (p / 2),
-               "grad2": unit["grad2"] * np.where(var > 0, var, 1.0) ** (p - 1), "euler": unit["euler"] * var**p}
-        return {k: np.broadcast_to(v, var.shape).reshape(np.shape(variance)) for k, v in out.items()}
+        positive = var > 0
+        safe = np.where(positive, var, 1.0)
+        out = {"m2": np.where(positive, unit["m2"] * scale, square0),
+               "m4": np.where(positive, unit["m4"] * scale**2, square0**2),
+               "grad1": unit["grad1"] * safe ** ((p - 1) / 2),
+               "cross": unit["cross"] * scale, "grad1u": unit["grad1u"] * var ** (p / 2),
+               "grad2": unit["grad2"] * safe ** (p - 1), "euler": unit["euler"] * scale}
+        shape = np.shape(variance)  # every moment is an array of var's shape already
+        return {k: v.reshape(shape) for k, v in out.items()}
     sd_max = float(np.sqrt(np.max(var, initial=0.0)))
     act = with_located_kinks(act, sd_max)
     if act.smooth and sd_max <= _MOMENT_GH_SD:

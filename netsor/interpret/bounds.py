@@ -44,13 +44,18 @@ class Bound:
         out = self.eta * (self.left * self.right)
         return out if self.dense is None else out + self.dense
 
-    def relative(self, left: Array, right: Array) -> float:
-        """``eta'`` with ``eta · self.left ⊗ self.right ≤ eta' · left ⊗ right`` (the scalar part only)."""
+    def relative(self, left: Array, right: Array, ratio: float | None = None) -> float:
+        """``eta'`` with ``eta · self.left ⊗ self.right ≤ eta' · left ⊗ right`` (the scalar part only);
+        ``ratio``: :meth:`envelope_ratio` on ``(left, right)`` when the caller has it."""
         if self.eta == 0.0:
             return 0.0
         if np.isinf(self.eta):  # an error relative to an envelope of 0 (a second moment that underflowed): unbounded
             return np.inf
-        return self.eta * largest_ratio(self.left, left) * largest_ratio(self.right, right)
+        return self.eta * (self.envelope_ratio(left, right) if ratio is None else ratio)
+
+    def envelope_ratio(self, left: Array, right: Array) -> float:
+        """``max self.left/left · max self.right/right``: this envelope measured on ``left ⊗ right``."""
+        return largest_ratio(self.left, left) * largest_ratio(self.right, right)
 
     def largest(self) -> float:
         """The largest bound of an entry relative to its envelope (inf where not finite)."""
@@ -84,10 +89,14 @@ def from_dense(err: Array, left: Array, right: Array, keep_dense: bool = False) 
         np.shape(err), np.shape(left), np.shape(right))).copy())
 
 
-def combination(parts: Sequence[tuple[float, Bound]], left: Array, right: Array, size: float = 1.0) -> Bound:
+def combination(parts: Sequence[tuple[float, Bound]], left: Array, right: Array, size: float = 1.0,
+                ratios: Sequence[float] | None = None) -> Bound:
     """Bound of ``Σ coef · Q_k`` on the envelope ``left ⊗ right``, with the rounding of the sum
-    (``len(parts)`` operations on values of relative size ``size``)."""
-    eta = sum(abs(c) * b.relative(left, right) for c, b in parts)
+    (``len(parts)`` operations on values of relative size ``size``); ``ratios``: each part's
+    :meth:`Bound.envelope_ratio` on ``(left, right)`` when the caller has them."""
+    if ratios is None:
+        ratios = [None] * len(parts)
+    eta = sum(abs(c) * b.relative(left, right, r) for (c, b), r in zip(parts, ratios, strict=True))
     dense = [abs(c) * b.dense for c, b in parts if b.dense is not None]
     return Bound(eta + len(parts) * size * EPS, left, right, sum(dense) if dense else None)
 

@@ -53,6 +53,7 @@ from netsor.gaussian.pairs import (
     MOMENT_RTOL,
     CoefficientMemo,
     is_elementary,
+    is_located,
     mean,
     moments_1d,
     pair_expectation,
@@ -1853,8 +1854,9 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
             np.multiply(v, coef, out=scratch)
             value += scratch
     # the terms are at most their envelopes: rounding relative to the largest ratio to the target
-    size = max(abs(c) * largest_ratio(b.left, left) * largest_ratio(b.right, right) for c, (_, b) in parts)
-    return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size)
+    ratios = [b.envelope_ratio(left, right) for _, (_, b) in parts]
+    size = max(abs(c) * r for (c, _), r in zip(parts, ratios, strict=True))
+    return value, bounds.combination([(c, b) for c, (_, b) in parts], left, right, size=size, ratios=ratios)
 
 
 def _is_constant(v: Any) -> bool:
@@ -1993,6 +1995,9 @@ class Run:
         self.error_sources: dict[Hashable, Array] = {}
         self.stderr = 0.0
         self._all_proportional = proportional
+        #: envelopes of tile quantities and per-point quantities at the tile's points (fixed by the sides' values)
+        self._envelopes: dict[Key, tuple[Array, Array]] = {}
+        self._points: dict[tuple[Key, str], Value] = {}
         if diag:
             assert X is not None
             self.X_left = self.X_right = X
@@ -2011,10 +2016,17 @@ class Run:
         return self.values[canonical(key) if self.diag else key]
 
     def point(self, key: Key, side: str) -> Value:
-        """A per-point quantity at the left (rows) or right (columns) points of the tile."""
+        """A per-point quantity at the left (rows) or right (columns) points of the tile (views, kept for
+        the run: each pair of a tile reads its sides' moments)."""
         key = canonical(key)
         if self.diag:
             return self.values[key]
+        found = self._points.get((key, side))
+        if found is None:
+            found = self._points[(key, side)] = self._new_point(key, side)
+        return found
+
+    def _new_point(self, key: Key, side: str) -> Value:
         src = self.left if side == "left" else self.right
         v, e = src.values[key]
         sl = self.rows if side == "left" else self.cols
@@ -2028,6 +2040,12 @@ class Run:
 
     def envelope(self, key: Key) -> tuple[Array, Array]:
         """Per-point factors ``l_i, r_j`` with ``|Q_ij| ≤ l_i r_j`` (Cauchy–Schwarz) of a tile quantity."""
+        found = self._envelopes.get(key)
+        if found is None:
+            found = self._envelopes[key] = self._new_envelope(key)
+        return found
+
+    def _new_envelope(self, key: Key) -> tuple[Array, Array]:
         kind, u, v = key
         if kind == "m" and u in self.an.steps:
             A = data_view(self.X_left, self.an.steps[u])
@@ -3164,6 +3182,8 @@ def _change_by_angle(phi: Activation, psi: Activation, a: Array, da: Array, b: A
 def _located(act: Activation, *variances: Array) -> Activation:
     """``act`` with its kinks located on the range of ``variances`` (itself when they are known): a traced or a
     user's φ' found without jumps is continuous there, a φ said continuous with a jump found is not."""
+    if is_located(act):  # no pass over the variances for the range
+        return act
     sd = float(np.sqrt(max(np.max(v, initial=0.0) for v in variances)))
     return with_located_kinks(act, sd)
 

@@ -270,30 +270,55 @@ class _Block:
     def __init__(self, bias: float, target: Array) -> None:
         self.bias = bias
         self.K = target
-        self.K[...] = bias**2
-        self.scratch = np.empty(target.shape)
+        self.written = False  # target is not written until the first term (no pass filling it with bias²)
+        self.scratch: Array | None = None
         self.dense: Any = 0.0
         self.error_cols: list[tuple[float, Array, Array]] = []
         self.scale_cols: list[tuple[float, Array, Array]] = []
 
-    def add(self, coef: float, a: Moment, b: Moment | None) -> None:
-        term = self.scratch
-        if b is None:
-            if coef == 1.0:
-                self.K += a.value
+    def _accumulate(self, term: Array, coef: float, factor: Array | None) -> None:
+        """``K += coef · term (⊙ factor)``; the first term is written straight into ``K``."""
+        K = self.K
+        if not self.written:
+            if factor is not None:
+                np.multiply(term, factor, out=K)
             else:
-                np.multiply(a.value, coef, out=term)
-                self.K += term
+                np.copyto(K, term)
+            if coef != 1.0:
+                K *= coef
+            if self.bias:
+                K += self.bias**2
+            self.written = True
+            return
+        if factor is None and coef == 1.0:
+            K += term
+            return
+        if self.scratch is None:
+            self.scratch = np.empty(K.shape)
+        if factor is None:
+            np.multiply(term, coef, out=self.scratch)
+        else:
+            np.multiply(term, factor, out=self.scratch)
+            if coef != 1.0:
+                self.scratch *= coef
+        K += self.scratch
+
+    def finish(self) -> None:
+        """Write ``K`` where no term came (the bias² alone)."""
+        if not self.written:
+            self.K[...] = self.bias**2
+            self.written = True
+
+    def add(self, coef: float, a: Moment, b: Moment | None) -> None:
+        if b is None:
+            self._accumulate(a.value, coef, None)
             self.scale_cols.append((coef, a.left, a.right))
             if a.dense is None:
                 self.error_cols.append((coef * a.eta, a.left, a.right))
             else:
                 self.dense = self.dense + coef * a.dense
             return
-        np.multiply(a.value, b.value, out=term)
-        if coef != 1.0:
-            term *= coef
-        self.K += term
+        self._accumulate(a.value, coef, b.value)
         left, right = a.left * b.left, a.right * b.right
         self.scale_cols.append((coef, left, right))
         if a.dense is None and b.dense is None:
@@ -304,9 +329,15 @@ class _Block:
             ea, eb = a.error(), b.error()
             self.dense = self.dense + coef * (np.abs(a.value) * eb + np.abs(b.value) * ea + ea * eb)
 
-    def error(self) -> Array:
-        """The block's error bound, of the block's shape (the block is in ``target``)."""
-        return _rank_sum(self.error_cols, self.K.shape) + self.dense + _EPS * self.bias**2
+    def error(self, out: Array | None = None) -> Array:
+        """The block's error bound, of the block's shape (the block is in ``target``), written into
+        ``out`` when given (a view of the kernel's bounds: no temporary and no copy)."""
+        out = _rank_sum(self.error_cols, self.K.shape, out)
+        if not isinstance(self.dense, float) or self.dense:
+            out += self.dense
+        if self.bias:
+            out += _EPS * self.bias**2
+        return out
 
     def scale(self) -> Array:
         """The block's scale ``bias² + Σ coef · l_A l_B · r_A r_B``, of the block's shape."""
@@ -337,15 +368,26 @@ class _CheckedEntries:
     def __init__(self, rows: Any, cols: Any, shape: tuple[int, ...], diagonal: bool,
                  per_point: tuple[Array, Array] | None, outputs: int) -> None:
         self.rows, self.cols, self.shape, self.outputs = rows, cols, shape, outputs
-        self.upper = _upper_triangle(shape[0]) if diagonal else None
-        self.skip = None
-        if per_point is not None:
-            pi, pj = per_point
-            inside = (pi >= rows.start) & (pi < rows.stop) & (pj >= cols.start) & (pj < cols.stop)
-            if inside.any():
-                skip = np.zeros(shape, dtype=bool)
-                skip[pi[inside] - rows.start, pj[inside] - cols.start] = True
-                self.skip = skip if self.upper is None else skip[self.upper]
+        self.diagonal, self.per_point = diagonal, per_point
+
+    @functools.cached_property
+    def upper(self) -> tuple[Array, Array] | None:
+        return _upper_triangle(self.shape[0]) if self.diagonal else None
+
+    @functools.cached_property
+    def skip(self) -> Array | None:
+        """Entries not checked here (per-point values come later), in the order of the checked ones;
+        built only when a block's bound is checked entry by entry."""
+        if self.per_point is None:
+            return None
+        pi, pj = self.per_point
+        rows, cols = self.rows, self.cols
+        inside = (pi >= rows.start) & (pi < rows.stop) & (pj >= cols.start) & (pj < cols.stop)
+        if not inside.any():
+            return None
+        skip = np.zeros(self.shape, dtype=bool)
+        skip[pi[inside] - rows.start, pj[inside] - cols.start] = True
+        return skip if self.upper is None else skip[self.upper]
 
     def largest_ratio(self, err: Array, scale: Array, r: int, s: int, rtol: float) -> tuple[float, tuple[int, int]]:
         """``max err / scale`` over the checked entries, and where it is in the kernel's ``b·R + r``
@@ -376,13 +418,20 @@ def _upper_triangle(n: int) -> tuple[Array, Array]:
     return upper
 
 
-def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...]) -> Array:
-    """``Σ w · u · v``: one matrix product on a tile (u columns, v rows), elementwise on pairs."""
+def _rank_sum(cols: list[tuple[float, Array, Array]], shape: tuple[int, ...], out: Array | None = None) -> Array:
+    """``Σ w · u · v``: one matrix product on a tile (u columns, v rows), elementwise on pairs;
+    into ``out`` when given."""
+    out = np.empty(shape) if out is None else out
     if not cols:
-        return np.zeros(shape)
+        out[...] = 0.0
+        return out
     U = np.stack([w * np.ravel(u) for w, u, _ in cols], axis=1)
     V = np.stack([np.ravel(v) for _, _, v in cols], axis=1)
-    return U @ V.T if len(shape) == 2 else np.einsum("mk,mk->m", U, V)
+    if len(shape) == 2:
+        np.matmul(U, V.T, out=out)
+    else:
+        np.einsum("mk,mk->m", U, V, out=out)
+    return out
 
 
 @reused_memory()
@@ -500,12 +549,13 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
                     block = _Block(outs[r].readout.bias, K[rows, r, cols, s] if tiled else np.empty(checked.shape))
                     for coef, pa, pb in terms[(r, s, name == "ntk")]:
                         block.add(coef, moments[pa], None if pb is None else moments[pb])
-                    err = block.error()
+                    block.finish()
+                    err = block.error(E[rows, r, cols, s] if tiled else None)
                     ratio = block.ratio_bound()
                     worst[name].append((ratio, (0, 0)) if ratio <= lim.rtol
                                        else checked.largest_ratio(err, block.scale(), r, s, lim.rtol))
-                    E[rows, r, cols, s] = err
                     if not tiled:
+                        E[rows, r, cols, s] = err
                         K[rows, r, cols, s] = block.K
                         if lim.symmetric:  # the mirrored entries (the diagonal's are the same)
                             K[cols, s, rows, r], E[cols, s, rows, r] = block.K, err
@@ -517,13 +567,14 @@ def kernel(program: Program, X: Any = None, X2: Any = None, *, get: str | Sequen
 
         lim.sweep_second_moments(pairs, consume, lower_blocks=False)
         result: dict[str, tuple[Array, Array]] = {}
+        largest = 0.0
         for name in wanted:
             K, E = (A.reshape(n1 * R, n2 * R) for A in out[name])
             ratio, at = max(worst[name], default=(0.0, (0, 0)))
             K, E = lim.checked_worst(K, E, ratio, at, name)
             relative = lim.relative_error
             result[name] = lim.psd_policy(K, E, relative, psd, name)
-        largest = max(float(np.max(E, initial=0.0)) for _, E in result.values())
+            largest = max(largest, lim.error)  # the largest bound (set by both: no further pass over E)
         nngp_pair, ntk_pair = result.get("nngp", (None, None)), result.get("ntk", (None, None))
         return Kernels(nngp_pair[0], ntk_pair[0], nngp_pair[1], ntk_pair[1], largest)
 
