@@ -2210,9 +2210,14 @@ class Run:
             union = _union(left.args, right.args)
             cov, d_cov = self.block(union)
             cl, cr = _embed(pl, union), _embed(pr, union)
+            c, dc = _quadratic(cl, cov, d_cov, cr)
+            if _linear_pair(pl, pr):
+                # E[UV] of two linear forms is their covariance cₗᵀΣcᵣ, off by the bound of Σ on the forms and the
+                # rounding of the form (one product and one sum per term): no kernel (an NTK's tangent vectors)
+                size = np.einsum("i,pij,j->p", np.abs(cl), np.abs(cov), np.abs(cr))
+                return c, dc + 4 * len(union) ** 2 * _EPS * size
             a, da = _quadratic(cl, cov, d_cov, cl)
             b, db = _quadratic(cr, cov, d_cov, cr)
-            c, dc = _quadratic(cl, cov, d_cov, cr)
             phi, psi = _located(pl.act, a, b), _located(pr.act, a, b)  # continuity is known once located
             step_like = an.step_like_pair(comp)
             if step_like is not None and np.all(a > da):
@@ -2227,6 +2232,11 @@ class Run:
                 # where a discontinuous pair is ½-Hölder (E[step(e)·g · step(e)], e = g + g² − 0.79: 1.4e-9 off
                 # within a bound of 1e-17; a random NTK of such activations, found by a campaign)
                 value, err = mean(product_activation(pl.act, pr.act), a, self.term_rtol)
+            elif one_form and same_kernel(pl.act, pr.act) and np.all(a > 0.0):
+                # E φ(w)² of a registered φ: its closed form at ρ = 1 (exact at colinear pairs, which it reads
+                # bitwise: a = b = c here), rounding on its own size — the tiles' rule, not a quadrature
+                value = np.broadcast_to(pl.act.kernel(a, a, a), np.shape(a))
+                err = 32 * _EPS * np.abs(value)
             else:
                 value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)
             if one_form:  # E[(φψ)(w)], whose change in a is tighter than the partials in a, b, c
