@@ -22,7 +22,7 @@ from netsor.activations.registry import call_user_function, from_ufunc
 from netsor.errors import DimensionError, ProgramError
 from netsor.ir import LinCombLine, MatMulLine, Matrix, MomentLine, NonLinLine, TransposedMatrix, Vector
 from netsor.ir.expr import Const, Expr, Opaque, Var, apply, constant, linear, product
-from netsor.ir.trace import applied, trace
+from netsor.ir.trace import applied, trace_or_reason
 
 
 def expression_of(v: Vector) -> Expr:
@@ -294,12 +294,12 @@ def _traced(fn: Callable[..., Any], vectors: tuple[Vector, ...], name: str | Non
         kind = "nonlinearity" if what == "nonlin" else "moment function"
         raise ProgramError(f"custom {kind} {label!r} must be vectorised and elementwise")
     operands = [expression_of(v) for v in vectors]
-    expr = trace(fn, operands)
+    expr, untraced = trace_or_reason(fn, operands)
     if expr is None and all(isinstance(e, Const) for e in operands):  # a function of constants is one
         expr = constant(float(call_user_function(fn, tuple(np.array([e.value]) for e in operands), label)[0]))
     if expr is None:
         _check_elementwise(fn, len(vectors), label, what)
-        expr = Opaque(fn, tuple(operands), label)
+        expr = Opaque(fn, tuple(operands), label, untraced=untraced)
     return first, expr
 
 

@@ -606,3 +606,25 @@ def test_an_error_bound_is_never_nan():
                              (traced.ntk, traced.ntk_error, other.ntk, other.ntk_error)):
             assert np.all(np.isfinite(ea)) and np.all(np.isfinite(eb))
             assert np.all(np.abs(a - b) <= ea + eb)
+
+
+def test_a_refusal_decided_by_qmc_names_the_untraced_function_of_several_vectors_and_why():
+    """``tanh(a)·sin(b)`` written through ``np.asarray`` is opaque: its pair expectations (4-dimensional) go to
+    QMC, whose ~1e-3 is refused at the default rtol; the error says which function and what to change."""
+    p = netsor.Program()
+    n = p.dim("n")
+    u, v = p.input(n), p.input(n)
+    h = netsor.nonlin(lambda a, b: np.tanh(np.asarray(a)) * np.sin(np.asarray(b)), u, v, name="gate")
+    p.readout(h)
+    X = np.random.default_rng(0).standard_normal((3, 2))
+    with pytest.raises(NumericalError) as refusal:
+        netsor.nngp(p, X)
+    message = str(refusal.value)
+    assert "'gate': the function converts its argument to a plain array" in message
+    assert "np.asarray" in message and "method='qmc'" in message
+    # written with numpy's elementwise functions it is traced, and its kernel exact
+    p2 = netsor.Program()
+    n2 = p2.dim("n")
+    u2, v2 = p2.input(n2), p2.input(n2)
+    p2.readout(netsor.nonlin(lambda a, b: np.tanh(a) * np.sin(b), u2, v2))
+    assert netsor.kernel(p2, X, get="nngp").error < 1e-10

@@ -197,6 +197,19 @@ def test_untraceable_functions_stay_opaque(fn):
     assert isinstance(p.line_of(h).expr, Opaque)
 
 
+@pytest.mark.parametrize("fn, why", [(branching, "cannot trace mean"),
+                                     (lambda u, v: np.asarray(u) * v, "converts its argument to a plain array"),
+                                     (lambda u, v: u.astype(float) * v, "raised AttributeError")])
+def test_an_opaque_function_records_why_it_was_not_traced(fn, why):
+    p, n, a, b = two_inputs()
+    try:
+        h = netsor.nonlin(fn, a, b)
+    except ProgramError:  # not elementwise: refused before any opaque node
+        return
+    node = p.line_of(h).expr
+    assert isinstance(node, Opaque) and why in node.untraced
+
+
 def test_expansion_into_monomials():
     p, n, a, b = two_inputs()
     h = (netsor.relu(a) + b) * (netsor.relu(a) - b) + 2.0

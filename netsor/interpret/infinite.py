@@ -91,6 +91,7 @@ from netsor.ir.expr import (
     constant,
     expand,
     linear,
+    opaque_nodes,
     product,
 )
 from netsor.ir.homogeneity import input_scaling
@@ -3633,6 +3634,11 @@ class Limit:
                    f"method='qmc' (rtol >= {SIMULATION_MIN_RTOL:g}) simulates the limit")
             advice += (f"; Monte-Carlo parts of high-dimensional expectations decided the bound: {how}, in seconds "
                        "where its reach (~1e-2 to 1e-4) meets the rtol")
+        if self.stderr and (opaque := _opaque_functions_of_several(self.program)):
+            advice += (f"; the program's untraced functions of several vectors ({opaque}) have no exact rule, so QMC "
+                       "integrates their expectations: written with numpy arithmetic, elementwise functions, "
+                       "comparisons and np.where (no np.asarray, Python branching or indexing) they are traced into "
+                       "expressions whose expectations have exact rules")
         refusal = NumericalError(
             f"{what}: the error bound reached {worst:.3g} relative to {relative} at {where}, "
             f"above rtol = {self.rtol:g}; {advice} (largest absolute bound "
@@ -3884,6 +3890,18 @@ def worst_entry(err: Array, scale: Array) -> tuple[int, ...]:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(err > 0, err / np.maximum(scale, 1e-300), 0.0)
     return tuple(int(k) for k in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+
+
+def _opaque_functions_of_several(program: Program) -> str:
+    """The untraced (opaque) user functions of two or more vectors in ``program``, each with why the tracer
+    could not see through it: the expectations a refusal decided by QMC rules most likely came from."""
+    found: dict[str, str] = {}
+    for line in program.lines:
+        expr = getattr(line, "expr", None)
+        for node in [] if expr is None else opaque_nodes(expr):
+            if len(node.args) >= 2:
+                found.setdefault(node.name, node.untraced)
+    return "; ".join(f"{name!r}" + (f": {why}" if why else "") for name, why in found.items())
 
 
 def _finite_or_raise(K: Array, what: str) -> Array:

@@ -187,7 +187,7 @@ def _replace_partials(e: Expr, scaled, renaming: Renaming) -> Expr:  # noqa: ANN
     if isinstance(e, Opaque):
         of = None if e.difference_of is None else (_replace_partials(e.difference_of[0], scaled, renaming),
                                                    e.difference_of[1])
-        return Opaque(e.fn, tuple(_replace_partials(c, scaled, renaming) for c in e.operands), e.name, of)
+        return Opaque(e.fn, tuple(_replace_partials(c, scaled, renaming) for c in e.operands), e.name, of, e.untraced)
     return e.map_vectors(renaming.__getitem__)  # Var, Const, BatchNormalized
 
 

@@ -152,4 +152,4 @@ def _opaque_partial(e: Opaque, i: int) -> Expr:
     def partial(*values: Array) -> Array:
         return e.partial(values, i)
 
-    return Opaque(partial, e.operands, f"∂{i}{e.name}", difference_of=(e, i))
+    return Opaque(partial, e.operands, f"∂{i}{e.name}", difference_of=(e, i), untraced=e.untraced)

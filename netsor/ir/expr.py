@@ -191,6 +191,21 @@ def shared_nodes(known: Mapping[Key, Array] | None = None) -> Iterator[None]:
         _SHARED.memo, _SHARED.known = previous
 
 
+def opaque_nodes(expr: Expr) -> list[Opaque]:
+    """The opaque user functions inside ``expr``, each once (by key), outermost first."""
+    found: dict[Key, Opaque] = {}
+    stack, seen = [expr], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:  # expressions share subtrees (a recurrence inlines every earlier step)
+            continue
+        seen.add(id(e))
+        if isinstance(e, Opaque):
+            found.setdefault(e.key, e)
+        stack.extend(reversed(e.children()))
+    return list(found.values())
+
+
 def evaluate_shared(expr: Expr, values: Mapping[Vector, Array], known: Mapping[Key, Array] | None = None) -> Array:
     """``expr.evaluate(values)`` with every distinct costly node evaluated once (:func:`shared_nodes`), and the
     subexpressions in ``known`` (by key) taken from it."""
@@ -604,6 +619,8 @@ class Opaque(Expr):
     operands: tuple[Expr, ...]
     name: str
     difference_of: tuple[Expr, int] | None = None
+    #: why the tracer could not see through ``fn`` (for messages; not part of the key)
+    untraced: str = ""
 
     def children(self) -> tuple[Expr, ...]:
         return self.operands
@@ -644,7 +661,7 @@ class Opaque(Expr):
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         of = None if self.difference_of is None else (self.difference_of[0].map_vectors(f), self.difference_of[1])
-        return Opaque(self.fn, tuple(c.map_vectors(f) for c in self.operands), self.name, of)
+        return Opaque(self.fn, tuple(c.map_vectors(f) for c in self.operands), self.name, of, self.untraced)
 
     def describe(self) -> str:
         return f"{self.name}({', '.join(c.describe() for c in self.operands)})"

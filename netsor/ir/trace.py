@@ -194,14 +194,20 @@ class Tracer:
 
 def trace(fn: Callable[..., Any], operands: list[Expr]) -> Expr | None:
     """The expression ``fn(*operands)`` if ``fn`` can be traced, else None."""
+    return trace_or_reason(fn, operands)[0]
+
+
+def trace_or_reason(fn: Callable[..., Any], operands: list[Expr]) -> tuple[Expr | None, str]:
+    """``(expression, "")`` if ``fn`` can be traced, else ``(None, why not)`` — for error messages that say
+    what to change (``"the function converts its argument to a plain array"``: an ``np.asarray`` inside)."""
     try:
         with np.errstate(all="ignore"):
             out = fn(*(Tracer(e) for e in operands))
-        return _lift(out)
-    except TraceError:
-        return None
-    except Exception:  # noqa: BLE001 - user code raising on tracers: fall back to an opaque node
-        return None
+        return _lift(out), ""
+    except TraceError as stop:
+        return None, str(stop)
+    except Exception as exc:  # noqa: BLE001 - user code raising on tracers: fall back to an opaque node
+        return None, f"it raised {type(exc).__name__} on traced arguments ({exc})"
 
 
 def applied(act: Activation, x: Expr) -> Expr:
