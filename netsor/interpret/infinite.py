@@ -1833,11 +1833,11 @@ def linear_combination(parts: list[tuple[float, Value]], run: Run, key: Key) -> 
             err += abs(coef) * e
             size += np.abs(coef * v)
         return value, err + len(parts) * _EPS * size
+    if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
+        return parts[0][1]
     left, right = run.envelope(key)
     if not parts:
         return np.zeros(shape), bounds.zero(left, right)
-    if len(parts) == 1 and parts[0][0] == 1.0 and np.shape(parts[0][1][0]) == shape:
-        return parts[0][1]
     value, scratch = np.empty(shape), None
     (c0, (v0, _)), rest = parts[0], parts[1:]
     if c0 == 1.0 and rest and rest[0][0] == 1.0 and not _is_constant(rest[0][1][0]):
