@@ -622,6 +622,10 @@ def test_a_refusal_decided_by_qmc_names_the_untraced_function_of_several_vectors
     message = str(refusal.value)
     assert "'gate': the function converts its argument to a plain array" in message
     assert "np.asarray" in message and "method='qmc'" in message
+    # the NTK's tangent program holds its partials by differences: named by the user's function, once
+    with pytest.raises(NumericalError) as refusal:
+        netsor.ntk(p, X)
+    assert "('gate': the function converts its argument to a plain array)" in str(refusal.value)
     # written with numpy's elementwise functions it is traced, and its kernel exact
     p2 = netsor.Program()
     n2 = p2.dim("n")

@@ -3900,7 +3900,9 @@ def _opaque_functions_of_several(program: Program) -> str:
         expr = getattr(line, "expr", None)
         for node in [] if expr is None else opaque_nodes(expr):
             if len(node.args) >= 2:
-                found.setdefault(node.name, node.untraced)
+                # a derivative by differences (an NTK's tangent program) stands for the user's function
+                source = node.difference_of[0] if node.difference_of is not None else node
+                found.setdefault(getattr(source, "name", node.name), getattr(source, "untraced", node.untraced))
     return "; ".join(f"{name!r}" + (f": {why}" if why else "") for name, why in found.items())
 
 
