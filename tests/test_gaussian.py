@@ -1226,23 +1226,23 @@ def test_piecewise_linear_pairs_have_closed_forms_within_their_bounds(pair):
         assert float(err) <= 1e-11 + 1e-14 / np.sqrt(1 - rho * rho)
 
 
-def test_a_kink_placed_a_little_off_keeps_the_lines_on_either_side():
+@pytest.mark.parametrize("off", [4e-12, pytest.param(-3e-10, marks=pytest.mark.slow)])  # ~13 s each
+def test_a_kink_placed_a_little_off_keeps_the_lines_on_either_side(off):
     """``0.09·|x − 0.03|`` with its kink given 4e-12 off (as the locator placed it, at some ranges, before it
     refined kinks): the lines fitted on either side meet with a gap of ramp·δ, taken as none, and the ramp began at
     the given kink — the whole line beyond it moved by ramp·δ: pairs 35–52× their bound (found by random numpy
     activations opaque against traced). The ramp now begins where the lines meet. Against nested adaptive
     quadrature of the true function."""
     f = lambda x: 0.09 * np.abs(x - 0.03)  # noqa: E731
-    for off in (4e-12, -3e-10):
-        phi = netsor.activation(lambda x: f(np.asarray(x, dtype=float)), kinks=(0.03 + off,), name="abs_off")
-        F = g.piecewise.of(phi)
-        for sd in (0.45, 1.3):
-            for ra, rb, rho in ((1.0, 0.95, 0.87), (1.0, 0.5, -0.4), (0.8, 1.0, 0.3)):
-                a, b = (ra * sd) ** 2, (rb * sd) ** 2
-                c = rho * np.sqrt(a * b)
-                value, err, done = g.piecewise.pair_expectation(F, F, np.array(a), np.array(b), np.array(c))
-                ref = references.piecewise_pair(f, f, a, b, c, (0.03,), (0.03,))
-                assert done and abs(float(value) - ref) <= float(err), (off, sd, rho, float(value) - ref, float(err))
+    phi = netsor.activation(lambda x: f(np.asarray(x, dtype=float)), kinks=(0.03 + off,), name="abs_off")
+    F = g.piecewise.of(phi)
+    for sd in (0.45, 1.3):
+        for ra, rb, rho in ((1.0, 0.95, 0.87), (1.0, 0.5, -0.4), (0.8, 1.0, 0.3)):
+            a, b = (ra * sd) ** 2, (rb * sd) ** 2
+            c = rho * np.sqrt(a * b)
+            value, err, done = g.piecewise.pair_expectation(F, F, np.array(a), np.array(b), np.array(c))
+            ref = references.piecewise_pair(f, f, a, b, c, (0.03,), (0.03,))
+            assert done and abs(float(value) - ref) <= float(err), (sd, rho, float(value) - ref, float(err))
 
 
 @pytest.mark.parametrize("sd", [0.042, 0.3, 0.57, 2.0])
@@ -1547,8 +1547,8 @@ def test_nearly_colinear_pairs_of_analytic_functions_by_gauss_hermite_inner_rule
 # (activation, a, b, ρ): relu-like φ at large variances (and their derivatives, the NTK's) at the correlations of deep
 # ordered networks, whose series need orders beyond 255
 @pytest.mark.parametrize("name, a, b, rho", [
-    ("softplus", 300.0, 240.0, 0.99), ("softplus'", 100.0, 80.0, 0.999),
-    *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # 7 s each
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in [  # 7–25 s each: the default suite's longest
+        ("softplus", 300.0, 240.0, 0.99), ("softplus'", 100.0, 80.0, 0.999),
         ("gelu", 30.0, 24.0, 0.999), ("gelu'", 100.0, 80.0, 0.99), ("silu'", 300.0, 240.0, 0.95)])])
 def test_series_of_order_beyond_255_take_the_pairs_of_relu_like_functions_at_high_correlation(name, a, b, rho,
                                                                                               monkeypatch):
