@@ -632,3 +632,18 @@ def test_a_refusal_decided_by_qmc_names_the_untraced_function_of_several_vectors
     u2, v2 = p2.input(n2), p2.input(n2)
     p2.readout(netsor.nonlin(lambda a, b: np.tanh(a) * np.sin(b), u2, v2))
     assert netsor.kernel(p2, X, get="nngp").error < 1e-10
+
+
+def test_a_pair_no_rule_integrates_in_reasonable_time_is_refused_not_run_for_hours():
+    """``|sin(x²) − 0.13|`` has 655 kinks in range; at two inputs 1e-3 apart the nested 2-D rule graded panels around
+    every crossing and ran an inner rule over every kink at each outer node (~10¹¹ values a pair): the NNGP of a
+    one-layer MLP did not finish in 15 minutes (fresh-seed fuzz). It now gives up past a budget and the entry is
+    refused saying what to change; the simulation it suggests computes the kernel."""
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((3, 4))
+    X[1] = X[0] + 1e-3 * rng.standard_normal(4)
+    p = netsor.zoo.mlp(1, lambda x: np.abs(np.sin(x * x) - 0.13), sigma_b=0.0)
+    with pytest.raises(NumericalError, match=r"no finite error bound.*nearly parallel inputs.*method='qmc'"):
+        netsor.nngp(p, X, rtol=1e-3)
+    K = netsor.nngp(p, X, rtol=1e-3, method="qmc")
+    assert np.all(np.isfinite(K)) and np.allclose(K, K.T)

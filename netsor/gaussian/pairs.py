@@ -122,6 +122,11 @@ _COLINEAR = 1e-14
 _PAIR_CHUNK = 512
 #: Inner-rule values (outer nodes × inner nodes) held at once by the nested 2-D rule: 16 MB an array.
 _NESTED_VALUES = 2**21
+#: Inner-rule values a pair beyond which the nested 2-D rule gives up (error bound inf: the engine refuses the entry
+#: saying what to change) instead of running for hours: ~300× a typical pair's ~5·10⁴. A φ with hundreds of kinks in
+#: range (|sin(x²) − 0.13|: 655) at a nearly colinear pair grades outer panels around every crossing and runs an
+#: inner rule over every kink at each outer node: ~10¹¹ values a pair (found by random activations, fresh seeds).
+_NESTED_PAIR_VALUES = 2**24
 #: The nested rule's first pass for an analytic, local ψ (:func:`_hermite_inner`) integrates the inner, conditional
 #: Gaussian by Gauss–Hermite rules of these orders (the 15- and the 10-node outer rules' partners: their
 #: difference is the estimate) — ~80 inner values an outer node instead of ~750 on panels.
@@ -1204,6 +1209,8 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
         # 100 inputs at 7.8 GB) whatever the memory budget
         widest_row = panel_edges(loc[:1], scale.max(initial=0.0, keepdims=True)[:1], features(psi),
                                  extra_z=inner_grid[None, :])
+        if Q1 * (widest_row.shape[1] - 1) * nodes.size > _NESTED_PAIR_VALUES:
+            return np.zeros(P), np.full(P, np.inf)  # beyond any reasonable time: no bound (the entry is refused)
         step = max(1, _NESTED_VALUES // ((widest_row.shape[1] - 1) * nodes.size))
         inner = np.empty(loc.size)
         for lo in range(0, loc.size, step):

@@ -3618,10 +3618,12 @@ class Limit:
             raise NumericalError(
                 f"{what}: {where} has no finite error bound — an expectation of the limit could "
                 "not be bounded there (e.g. a quadrature that does not resolve an activation at the "
-                "variance of an input: inputs whose scales differ by many orders of magnitude; or a vector "
-                "whose limit variance is 0 by cancellation, W(g − LN(g)) on inputs with K(x, x) = 1, under a "
-                "jump, whose limit is then not defined); rescale the inputs, or compute those entries "
-                "separately (X2)")
+                "variance of an input: inputs whose scales differ by many orders of magnitude; an activation "
+                "with hundreds of kinks in range at two nearly parallel inputs, whose pair no rule integrates "
+                "in reasonable time; or a vector whose limit variance is 0 by cancellation, W(g − LN(g)) on "
+                "inputs with K(x, x) = 1, under a jump, whose limit is then not defined); rescale the inputs, "
+                "compute those entries separately (X2), or simulate the limit (method='qmc', rtol >= "
+                f"{SIMULATION_MIN_RTOL:g})")
         advice = ("pass a larger rtol to accept it" if worst < 1.0 else
                   "no rtol accepts a bound as large as the value itself: reduce the depth or the scale of the "
                   "inputs, or simulate the limit (method='qmc')")
