@@ -8,7 +8,6 @@ engine (:mod:`netsor.gaussian`) handles degenerate variances.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -181,10 +180,7 @@ def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array
     so the change is at most ``δ / √(ab − (|c| + δ)²) / (2π)``, and, where that is not finite or
     large (the interval reaches ρ = ±1), at most ``arccos(1 − h) ≤ π √(h/2)`` with
     ``h = δ/√(ab)``, over 2π. Square roots only — no arctangent; the second form only where needed.
-    Python floats in, a float out (the engine's bound of a whole tile at its largest correlation).
     """
-    if all(isinstance(x, float) for x in (a, b, c, delta)):
-        return _arccos_kernel_0_modulus_at(a, b, c, delta)
     t = _full(np.abs(c), a, b, c, delta)
     t += delta
     np.multiply(t, t, out=t)
@@ -200,20 +196,6 @@ def arccos_kernel_0_modulus(a: Array, b: Array, c: Array, delta: Array) -> Array
         h = np.broadcast_to(delta, bound.shape)[near] / np.sqrt(ab)
         bound[near] = np.fmin(bound[near], 0.5 * np.sqrt(0.5 * h))
     return bound
-
-
-def _arccos_kernel_0_modulus_at(a: float, b: float, c: float, delta: float) -> float:
-    """:func:`arccos_kernel_0_modulus` at one point, in floats (the same two forms and the same NaN rules)."""
-    reach = abs(c) + delta
-    t = max(a * b - reach * reach, 0.0)
-    if t > 0.0:
-        bound = delta / math.sqrt(t) * (1.0 / _TWO_PI)
-    else:
-        bound = math.nan if delta == 0.0 or delta != delta else math.inf
-    if bound <= 0.25:
-        return bound
-    holder = 0.5 * math.sqrt(0.5 * (delta / math.sqrt(a * b)))
-    return holder if bound != bound else min(bound, holder)  # np.fmin: NaN yields to the other
 
 
 @_scalar_safe

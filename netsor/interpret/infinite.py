@@ -2236,7 +2236,7 @@ class Run:
             elif one_form and same_kernel(pl.act, pr.act) and np.all(a > 0.0):
                 # E φ(w)² of a registered φ: its closed form at ρ = 1 (exact at colinear pairs, which it reads
                 # bitwise: a = b = c here), rounding on its own size — the tiles' rule, not a quadrature
-                value = np.broadcast_to(pl.act.kernel(a, a, a), np.shape(a))
+                value = pair_expectation(pl.act, pr.act, a, a, a, errors=False)[0]
                 err = 32 * _EPS * np.abs(value)
             else:
                 value, err = pair_expectation(pl.act, pr.act, a, b, c, memo=self.memo, rtol=self.term_rtol)

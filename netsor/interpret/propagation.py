@@ -151,7 +151,7 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
         δ_ij / √(aᵢ b_j) ≤ ε = η_c max(l/√a) max(r/√b) + max(dense/√(ab)) + ½ max(da/a) + ½ max(db/b)
 
     (``|ρ| ≤ 1``), and ``modulus`` — a function of ``c/√(ab)`` and ``δ/√(ab)``, nondecreasing in
-    ``|c|`` and ``δ`` — at ``(1, 1, max|ρ|, ε)`` (Python floats) bounds the change of every pair of the tile.
+    ``|c|`` and ``δ`` — at ``(1, 1, max|ρ|, ε)`` bounds the change of every pair of the tile.
     ``skip_diagonal``: the tile's diagonal holds pairs of a point with itself (``ρ = 1``), which
     take per-point values instead. ``supplement``: ``π − θ`` for ``θ = arccos ρ`` of the tile where it
     is known already (two reductions then find ``max|ρ| = max(cos min(π − θ), −cos max(π − θ))``,
@@ -176,7 +176,7 @@ def jump_relative(modulus: Callable[[Array, Array, Array, Array], Array], a: Arr
             np.fill_diagonal(rho, 0.0)
         rho_max = float(np.max(rho, initial=0.0))
     rho_max = min(rho_max, 1.0)
-    change = float(modulus(1.0, 1.0, float(rho_max), float(eps)))
+    change = float(modulus(np.ones(1), np.ones(1), np.full(1, rho_max), np.full(1, eps))[0])
     return change * _reciprocal_min(env_l) * _reciprocal_min(env_r)
 
 
