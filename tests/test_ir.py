@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from scipy import special
+from strategies import activation_trees, evaluate
 
 import netsor
 from netsor.errors import ProgramError, UnsupportedError
@@ -120,6 +122,76 @@ def test_expressions_bounded_away_from_zero_have_no_zero_planes(fn, never_zero):
     assert not gated.hidden_kinks if never_zero else True
     if never_zero:
         assert {b: 1.0} in [dict(terms) for terms, _ in gated.kink_planes()]
+
+
+def test_integer_powers_are_traced_and_others_are_named():
+    """``u ** −2`` is ``1/(u·u)`` (the same values as numpy); a non-integer power stays untraced, saying why."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(lambda u, v: u ** -2 * v + u ** 3, a, b)).expr
+    assert not isinstance(expr, Opaque)
+    u, v = np.random.default_rng(3).standard_normal((2, 50))
+    np.testing.assert_allclose(expr.evaluate({a: u, b: v}), u ** -2.0 * v + u ** 3, rtol=1e-14)
+    untraced = p.line_of(netsor.nonlin(lambda u, v: np.abs(u) ** 1.5 * v, a, b)).expr
+    assert isinstance(untraced, Opaque) and "integer powers" in untraced.untraced
+
+
+@pytest.mark.parametrize("fn, image", [
+    (lambda u, v: u * u, (0.0, np.inf, True, False)),
+    (lambda u, v: 1.0 + v * v, (1.0, np.inf, True, False)),
+    (lambda u, v: np.tanh(u) * np.tanh(u), (0.0, 1.0, True, False)),
+    (lambda u, v: (0.5 * special.erf(u) + 0.5) * (0.5 * special.erf(v) + 0.5), (0.0, 1.0, False, False)),
+    (lambda u, v: np.maximum(u, 0.0) * np.exp(v), (0.0, np.inf, True, False)),  # 0 where relu is
+    (lambda u, v: np.tanh(u) * np.maximum(v, 0.0), (-np.inf, np.inf, False, False)),
+    (lambda u, v: np.sign(u) * np.sign(v), (-1.0, 1.0, True, True)),
+    (lambda u, v: (np.tanh(u) - 2.0) * np.exp(v), (-np.inf, 0.0, False, False)),
+])
+def test_products_are_bounded_by_their_factors_images(fn, image):
+    """A product's image is the corners' of its factors' (a repeated factor a square): ``1 + b²`` is never 0,
+    a product of gates never 0 nor 1; bounds hold on samples, an endpoint said unreached is not hit."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    assert expr.image() == image
+    u, v = np.random.default_rng(0).standard_normal((2, 10_000)) * 3.0
+    values = expr.evaluate({a: u, b: v})
+    lo, hi, lo_hit, hi_hit = image
+    assert np.all(values >= lo) and np.all(values <= hi)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(tree=activation_trees(max_leaves=8))
+def test_random_expressions_take_values_within_their_image(tree):
+    """Interval arithmetic over sums, products (squares among them), maxima, clips and activations bounds
+    every value an expression takes (on normal samples and at its constants' levels)."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(lambda u: evaluate(tree, u), a)).expr
+    lo, hi, _, _ = expr.image()
+    u = np.concatenate([np.random.default_rng(1).standard_normal(4000) * 4.0, np.linspace(-3.0, 3.0, 121)])
+    values = np.asarray(evaluate(tree, u), dtype=float) + 0.0 * u
+    assert np.all(values >= lo) and np.all(values <= hi), (tree, (lo, hi), values.min(), values.max())
+
+
+@pytest.mark.parametrize("fn, planes", [
+    (lambda u, v: np.log1p(np.exp(u)) * np.tanh(v), ()),  # log1p's singularity at −1: exp(u) > 0
+    (lambda u, v: np.sqrt(1.0 + u * u) * v, ()),           # sqrt's at 0: 1 + u² ≥ 1
+    (lambda u, v: np.tanh(u) / (1.0 + v * v), ()),         # 1/x's at 0
+    (lambda u, v: np.log(np.cosh(u) + v * v), ()),         # log's at 0: cosh ≥ 1
+    (lambda u, v: np.sqrt(u * u) * v, ({"a": 1.0},)),      # 0 is reached: |u|, kinked on u = 0
+    (lambda u, v: np.log1p(u) * v, ({"a": 1.0},)),         # u = −1 is reached (an affine argument: a plane)
+    (lambda u, v: np.log1p(-np.exp(u)) * v, None),         # −exp(u) reaches −1 at u = 0: a hidden kink
+])
+def test_singular_points_outside_the_arguments_image_are_never_met(fn, planes):
+    """A kink (a singular point) of φ outside the image of its argument is never met: φ of it is smooth
+    there (its products with functions of another vector take exact rules instead of QMC); one the argument
+    reaches stays a kink plane, or a hidden kink off a plane."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    if planes is None:
+        assert expr.hidden_kinks and not expr.smooth
+        return
+    assert not expr.hidden_kinks
+    assert [{"a": 1.0} if dict(t) == {a: 1.0} else dict(t) for t, _ in expr.kink_planes()] == list(planes)
+    assert expr.smooth == (planes == ())
+    assert expr.continuous or planes != ()
 
 
 @pytest.mark.parametrize("fn, outside", [

@@ -72,9 +72,13 @@ def _is_zero(a: Expr) -> Expr:
 
 
 def _power(a: Expr, b: Expr) -> Expr:
-    if isinstance(b, Const) and float(b.value).is_integer() and 0 <= b.value <= 8:
-        return product([a] * int(b.value)) if b.value else constant(1.0)
-    raise TraceError("only small non-negative integer powers are traced")
+    """``a ** k`` for a constant integer ``|k| ≤ 8``: a product (``1/(a·a)`` for ``k = −2``)."""
+    if isinstance(b, Const) and float(b.value).is_integer() and abs(b.value) <= 8:
+        if b.value == 0:
+            return constant(1.0)
+        powered = product([a] * int(abs(b.value)))
+        return powered if b.value > 0 else apply(from_ufunc(np.reciprocal), powered)
+    raise TraceError("only constant integer powers up to 8 are traced (np.sqrt for a square root)")
 
 
 def _divide(a: Expr, b: Expr) -> Expr:
