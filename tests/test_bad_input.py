@@ -647,3 +647,31 @@ def test_a_pair_no_rule_integrates_in_reasonable_time_is_refused_not_run_for_hou
         netsor.nngp(p, X, rtol=1e-3)
     K = netsor.nngp(p, X, rtol=1e-3, method="qmc")
     assert np.all(np.isfinite(K)) and np.allclose(K, K.T)
+
+
+def test_a_conditioned_pair_that_does_not_converge_gives_way_within_its_budget(monkeypatch):
+    """``√|a|·tanh b`` (b correlated with a): conditioned on the outer pair, the cusp kept the outer quadrature
+    refining — one pair of two inputs took 55 s, to be refused at rtol anyway; a fresh-seed fuzz program ran for
+    over 40 minutes. A pair's inner evaluations are capped (here at 2^24, to be quick): it gives way to the other
+    rules and the kernel is refused saying what was reached, having spent no more than the cap and one call."""
+    from netsor.gaussian import separable
+
+    spent = []
+    expect = separable.InnerPair.expect
+
+    def counted(self, *args, **kwargs):
+        before = self.evaluations
+        out = expect(self, *args, **kwargs)
+        spent.append((before, self.evaluations))
+        return out
+
+    monkeypatch.setattr(separable, "CONDITIONED_PAIR_EVALUATIONS", 2**24)
+    monkeypatch.setattr(separable.InnerPair, "expect", counted)
+    p = netsor.Program()
+    n = p.dim("n")
+    a, b = p.input(n, sigma=1.0), p.input(n, sigma=1.0, bias=0.3)
+    p.readout(netsor.nonlin(lambda u, v: np.sqrt(np.abs(u)) * np.tanh(v), a, 0.6 * a + 0.8 * b))
+    X = np.random.default_rng(0).standard_normal((2, 4))
+    with pytest.raises(NumericalError, match="rtol"):
+        netsor.nngp(p, X)
+    assert spent and all(before <= 2**24 for before, _ in spent)  # no call starts past the cap

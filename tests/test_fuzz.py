@@ -774,16 +774,19 @@ def assert_large_width_agrees_with_the_limit(p, X, seed):
     result = kernel(p, X)
     assume(result is not None)
     K, E, _ = result
-    means, ses = [], []
-    S = 300
-    for width in (1024, 2048):
-        run = netsor.run_finite(p, X, width=width, samples=S, seed=seed + width, return_kernels=True)
-        means.append(run.kernels.mean(axis=0))
-        ses.append(run.kernels.std(axis=0, ddof=1) / np.sqrt(S))
-    extrapolated = 2 * means[1] - means[0]  # removes the O(1/n) bias
-    se = np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
+    extrapolated, se = extrapolated_in_width(lambda width: netsor.run_finite(
+        p, X, width=width, samples=300, seed=seed + width, return_kernels=True).kernels, (1024, 2048))
     scale = np.sqrt(np.outer(np.diag(K), np.diag(K)))
     assert np.all(np.abs(extrapolated - K) <= 4.5 * se + E + 1e-9 * scale)
+
+
+def extrapolated_in_width(samples, widths):
+    """``2 m(2n) − m(n)`` of the sample means at ``widths = (n, 2n)`` (removes the O(1/n) bias) and its standard
+    error; ``samples(width)``: an array (samples, ...)."""
+    draws = [samples(width) for width in widths]
+    means = [d.mean(axis=0) for d in draws]
+    ses = [d.std(axis=0, ddof=1) / np.sqrt(d.shape[0]) for d in draws]
+    return 2 * means[1] - means[0], np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
 
 
 @pytest.mark.slow
@@ -816,14 +819,8 @@ def assert_empirical_ntk_agrees_with_the_limit(p, X, seed):
         assert any(w in str(exc) for w in ("rtol", "non-finite", "NaN", "only in the limit", "is 0 in the limit")), \
             str(exc)
         assume(False)
-    S = 150
-    means, ses = [], []
-    for width in (512, 1024):
-        theta = netsor.empirical_ntk(p, X, width=width, samples=S, seed=seed + width)
-        means.append(theta.mean(axis=0))
-        ses.append(theta.std(axis=0, ddof=1) / np.sqrt(S))
-    extrapolated = 2 * means[1] - means[0]  # removes the O(1/n) bias
-    se = np.sqrt(4 * ses[1] ** 2 + ses[0] ** 2)
+    extrapolated, se = extrapolated_in_width(
+        lambda width: netsor.empirical_ntk(p, X, width=width, samples=150, seed=seed + width), (512, 1024))
     scale = np.sqrt(np.outer(np.abs(np.diag(k.ntk)), np.abs(np.diag(k.ntk))))
     assert np.all(np.abs(extrapolated - k.ntk) <= 4.5 * se + k.ntk_error + 1e-9 * scale)
 

@@ -45,6 +45,12 @@ MIN_OUTER_SINE = 1e-6
 #: (GH converges slowly where the function has poles near the real axis: tanh at variance 2, 24 nodes
 #: 4e-5 off, 96 nodes 4e-9; erf, entire, 1e-13 at 96).
 SMOOTH_NODES = (24, 40, 64, 96)
+#: Inner integrand evaluations one conditioned pair may spend (values times the Gauss–Hermite rule's nodes, or
+#: one per value of a closed form) before it gives way to the other rules (~15 s of work): a cusp of the outer
+#: pair (``√|a|·tanh b``) made the outer quadrature refine for minutes a pair (6.6e-7 after 55 s on one pair;
+#: a fresh-seed fuzz program ran for over 40 minutes); the conditioned pairs of the tests spend at most
+#: 1.4·10⁹ (a kinked composition of two arguments to 1e-8).
+CONDITIONED_PAIR_EVALUATIONS = 2**31
 #: Values of the smooth inner rule evaluated at once (bounds its working memory to ~16 MB per array).
 _BLOCK_VALUES = 1 << 21
 
@@ -62,6 +68,7 @@ class InnerPair:
                  ) -> None:
         """``colinear``: ``Y = (c/a) X`` exactly — one variable read at two points (a data-free vector)."""
         self.phi, self.psi, self.law, self.colinear = phi, psi, (a, b, c), colinear
+        self.evaluations = 0  # of the integrands, for CONDITIONED_PAIR_EVALUATIONS
         self.pieces = (piecewise.of(phi), piecewise.of(psi))
         if phi.key == erf.key and psi.key == erf.key:  # a closed form too (Gauss–Hermite is slow for steep erfs)
             # (the private noises of the two erfs make even a colinear law a regular one)
@@ -81,6 +88,7 @@ class InnerPair:
         """``target``: the largest error wanted at any node (the smooth rule's ladder stops there)."""
         a, b, c = self.law
         if self.pieces[0] is not None and self.pieces[1] is not None:
+            self.evaluations += np.size(mu)
             return piecewise.pair_expectation(*self.pieces, a, b, c, means=(mu, nu), colinear=self.colinear)
         mu, nu = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(nu, dtype=float))
         shape = mu.shape
@@ -110,6 +118,7 @@ class InnerPair:
         residual = l22 / math.sqrt(b) if b > 0.0 else 0.0
         z2, w2 = hermite_rule(n if residual > 1e-2 else 16 if residual > 1e-4 else 8)
         out = np.empty(mu.size)
+        self.evaluations += mu.size * n * z2.size
         step = max(1, _BLOCK_VALUES // (n * z2.size))
         for i in range(0, mu.size, step):
             m, v = mu[i:i + step, None], nu[i:i + step, None]
@@ -212,7 +221,7 @@ class ConditionedPair:
             mu = left.scale * (K[0, 0] * p + K[0, 1] * q) + _value(left.shift, p, 0.0)
             nu = right.scale * (K[1, 0] * p + K[1, 1] * q) + _value(right.shift, q, 0.0)
             value, error, done = self.inner.expect(mu, nu, target=target / largest if largest > 0 else np.inf)
-            if not np.all(done):
+            if not np.all(done) or self.inner.evaluations > CONDITIONED_PAIR_EVALUATIONS:
                 raise NotConditioned
             inner_error.append(float(np.max(np.abs(outer) * error, initial=0.0)))
             return outer * value
