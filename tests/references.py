@@ -825,12 +825,17 @@ def kinked_factor_pair(S, f, kinks, inner, nodes=80, shift=None):
     return _outer_quad(given_x, sa, sb, rho, kinks, kinks)
 
 
+def _normal_legendre(nodes, box):
+    """Gauss–Legendre nodes on ``[−box, box]`` and their weights times the standard normal density."""
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    return box * t, box * w * np.exp(-0.5 * (box * t) ** 2) / SQRT2PI
+
+
 def tanh_tanh_noncentral(m1, m2, s1, s2, r, nodes=100):
     """E[tanh X · tanh Y] for (X, Y) Gaussian with means m1, m2 (arrays), sds s1, s2 and correlation r:
     ``X = m1 + s1 Z₁``, ``Y = m2 + s2 (r Z₁ + √(1 − r²) Z₂)``, a Gauss–Legendre product rule on [−9, 9]² of
     the standard normal density (tanh is analytic in a strip: the rule converges geometrically)."""
-    t, w = np.polynomial.legendre.leggauss(nodes)
-    z, wz = 9.0 * t, 9.0 * w * np.exp(-0.5 * (9.0 * t) ** 2) / SQRT2PI
+    z, wz = _normal_legendre(nodes, 9.0)
     m1, m2 = np.broadcast_arrays(np.asarray(m1, dtype=float), np.asarray(m2, dtype=float))
     tx = np.tanh(m1[..., None] + s1 * z)  # (..., n): over Z₁
     y = m2[..., None, None] + s2 * (r * z[:, None] + np.sqrt(max(1.0 - r * r, 0.0)) * z[None, :])
@@ -1171,16 +1176,14 @@ def smooth_pair_by_product_rule(F, S, nodes=64, box=9.0):
     ``[−box, box]`` per whitened coordinate, ``nodes`` per axis (twice as many for a point with itself, two
     axes). The normal density is entire and F analytic in a strip, so the rule converges geometrically
     (softplus(u)·tanh(v) at unit variances: 1e-14 relative from 64 nodes)."""
-    t, w = np.polynomial.legendre.leggauss(nodes)
-    z, wz = box * t, box * w * np.exp(-0.5 * (box * t) ** 2) / SQRT2PI
     S = np.asarray(S, dtype=float)
     if np.array_equal(S[:2, :2], S[2:, 2:]) and np.array_equal(S[:2, 2:], S[:2, :2]):
-        t, w = np.polynomial.legendre.leggauss(2 * nodes)
-        z, wz = box * t, box * w * np.exp(-0.5 * (box * t) ** 2) / SQRT2PI
+        z, wz = _normal_legendre(2 * nodes, box)
         L = np.linalg.cholesky(S[:2, :2])
         z1, z2 = np.meshgrid(z, z, indexing="ij")
         f = F(L[0, 0] * z1, L[1, 0] * z1 + L[1, 1] * z2)
         return float(wz @ (f * f) @ wz)
+    z, wz = _normal_legendre(nodes, box)
     L = np.linalg.cholesky(S)
     z2, z3, z4 = np.meshgrid(z, z, z, indexing="ij", sparse=True)
     total = 0.0

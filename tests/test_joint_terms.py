@@ -1552,5 +1552,5 @@ def test_analytic_functions_of_two_correlated_vectors_meet_the_default_rtol(case
                           [0.6 * Ka[i, i], Kb[i, i], 0.6 * Ka[i, j], Kb[i, j]],
                           [Ka[i, j], 0.6 * Ka[i, j], Ka[j, j], 0.6 * Ka[j, j]],
                           [0.6 * Ka[i, j], Kb[i, j], 0.6 * Ka[j, j], Kb[j, j]]])
-            ref, coarse = (smooth_pair_by_product_rule(lambda u, v: f(u, v), S, nodes) for nodes in (64, 48))
+            ref, coarse = (smooth_pair_by_product_rule(f, S, nodes) for nodes in (64, 48))
             assert abs(K[i, j] - ref) <= E[i, j] + abs(ref - coarse) + 1e-13 * scale[i, j], (i, j, K[i, j], ref)
