@@ -1193,3 +1193,26 @@ def smooth_pair_by_product_rule(F, S, nodes=64, box=9.0):
               L[3, 0] * z1 + L[3, 1] * z2 + L[3, 2] * z3 + L[3, 3] * z4)
         total += float(w1) * float(np.einsum("jkl,j,k,l->", u * v, wz, wz, wz))
     return total
+
+
+def _half_power_mean(m, s):
+    """E[(X⁺)^½] for X ~ N(m, s²): ``s^½ Γ(3/2) e^{−μ²/4} D_{−3/2}(−μ)/√(2π)`` with μ = m/s (parabolic cylinder
+    function D, scipy's ``pbdv``)."""
+    mu = m / s
+    return np.sqrt(s) * special.gamma(1.5) * np.exp(-mu * mu / 4) * special.pbdv(-1.5, -mu)[0] / SQRT2PI
+
+
+def sqrt_relu_kernel(a, b, c):
+    """``E[√(u⁺) √(v⁺)]`` for ``(u, v)`` centred normal with variances a, b and covariance c: an adaptive
+    one-dimensional integral over ``u = √a t`` (t ≤ 9: the rest is below 1e-18) of ``√u`` times the closed form
+    of the conditional mean of ``√(v⁺)``; on the diagonal ``E u⁺ = √a/√(2π)``."""
+    if c * c >= a * b * (1 - 1e-15):
+        return math.sqrt(a) / SQRT2PI
+    rho = c / math.sqrt(a * b)
+    sd = math.sqrt(b * (1 - rho * rho))
+
+    def f(t):
+        density = math.exp(-t * t / 2) / SQRT2PI
+        return math.sqrt(math.sqrt(a) * t) * _half_power_mean(math.sqrt(b) * rho * t, sd) * density
+
+    return integrate.quad(f, 0.0, 9.0, epsabs=1e-16, epsrel=1e-13, limit=200)[0]

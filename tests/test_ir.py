@@ -612,3 +612,49 @@ def test_traced_comparisons_equal_numpy_at_ties_on_a_grid_of_functions():
         netsor.nonlin(fn, g, h)
         got = np.broadcast_to(p.lines[-1].expr.evaluate({g: z, h: w}), z.shape)
         np.testing.assert_allclose(got, fn(z, w), rtol=0.0, atol=1e-14)
+
+
+#: ``np.where`` with a branch that is not finite where it is not selected, truthiness, logical operators
+_SELECTIONS = [
+    lambda u, v: np.where(u > 0, np.sqrt(u), 0.0),
+    lambda u, v: np.where(u <= 0, v, np.log(u)),
+    lambda u, v: np.where(v < 1, u, 1 / v),
+    lambda u, v: np.where(u > v, np.sqrt(u - v), np.sqrt(v - u)),
+    (lambda u, v: (u > 0) * np.log(u), lambda u, v: np.where(u > 0, np.log(u), 0.0)),  # numpy: NaN for u ≤ 0
+    lambda u, v: np.where(np.sin(u), v, 2.0),  # true where sin u ≠ 0 (also at u = 0 exactly: false)
+    lambda u, v: np.where((u > -1) & (u < 1), u, v),
+    lambda u, v: np.where((u < -1) | ~(v > 0), u, v),
+    lambda u, v: np.where((u > 0) ^ (v > 0), 1.0, u * v),
+    lambda u, v: np.where(np.logical_and(u > 0, np.logical_not(v > 0)), u, np.logical_xor(u > 1, v) * 1.0),
+    lambda u, v: np.where(np.logical_or(u, v < 0), np.sqrt(np.abs(u)), v),
+]
+
+
+@pytest.mark.parametrize("fn", _SELECTIONS)
+def test_where_selects_its_branches_as_numpy_does(fn):
+    """The traced expression equals numpy's function at every point, also where the branch np.where does not
+    select is NaN or infinite (``sqrt``, ``log`` of a negative value, ``1/0``: these were NaN, and the limit and
+    the finite network refused the function); a product with a comparison is 0 where the comparison is false, as
+    a where; a condition that is not a comparison is true where it is not 0 (it was multiplied in as a number);
+    ``&``, ``|``, ``^``, ``~`` and ``np.logical_*`` are traced (they were opaque)."""
+    fn, reference = fn if isinstance(fn, tuple) else (fn, fn)
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    assert not isinstance(expr, Opaque)
+    rng = np.random.default_rng(1)
+    u = np.concatenate([rng.standard_normal(300) * 2.0, [0.0, 0.0, 1.0, -1.0]])
+    v = np.concatenate([rng.standard_normal(300) * 2.0, [0.0, 1.0, 0.0, 1.0]])
+    with np.errstate(all="ignore"):
+        expected = reference(u, v) * 1.0
+        got = np.broadcast_to(expr.evaluate({a: u, b: v}), u.shape)
+        monomials = [m.evaluate({a: u, b: v}) for _, m in expand(expr).terms]
+    np.testing.assert_allclose(got, expected, rtol=1e-14, atol=1e-14)
+    assert np.all(np.isfinite(got))
+    assert all(np.all(np.isfinite(m)) for m in monomials)  # the limit integrates monomials: none NaN where unselected
+
+
+def test_bitwise_operations_of_values_that_are_not_truth_values_are_refused_as_numpy_refuses_them():
+    """``&`` of floats is not read as a logical and: the function stays untraced, and numpy's own error names it."""
+    p, n, a, b = two_inputs()
+    with pytest.raises(ProgramError, match="bitwise_and"):
+        netsor.nonlin(lambda u, v: np.bitwise_and(u, v > 0) * 1.0, a, b)

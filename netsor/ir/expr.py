@@ -158,6 +158,20 @@ class Expr:
         (an activation with kinks of a non-affine argument, an opaque function)."""
         return any(c.hidden_kinks for c in self.children())
 
+    @cached_property
+    def selects(self) -> bool:
+        """A combination of steps with integer coefficients (``step(a)``, ``1 − step(a)``, ``step(a)·step(b)``):
+        its values are exact integers, so where it is 0 it is exactly 0, and a product with it is 0 there
+        whatever its other factors are (:meth:`Prod.evaluate`) — as ``np.where`` ignores the branch it does not
+        select: ``where(g > 0, sqrt(g), 0)`` is ``step(g)·sqrt(g)``, 0 and not NaN for ``g < 0``."""
+        return False
+
+    @cached_property
+    def total(self) -> bool:
+        """Finite wherever its arguments are: no registered function with a singular point (log, sqrt,
+        1/x: discontinuous and unbounded) is applied inside (a user's φ is taken to be total)."""
+        return all(c.total for c in self.children())
+
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         """The same expression over other G-vectors (program transforms)."""
         raise NotImplementedError
@@ -347,6 +361,10 @@ class Const(Expr):
     def image(self) -> Image:
         return self.value, self.value, True, True
 
+    @cached_property
+    def selects(self) -> bool:
+        return float(self.value).is_integer()
+
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return self
 
@@ -491,6 +509,15 @@ class Apply(Expr):
             return None
         return tuple((form[0], form[1] - z) for z in zeros) if form[0] else ()
 
+    @cached_property
+    def selects(self) -> bool:
+        return self.act.key == step.key
+
+    @cached_property
+    def total(self) -> bool:
+        singular = self.act.registered and not self.act.continuous and not _bounded(self.image())
+        return not (singular and self._reached_kinks) and self.child.total
+
     @property
     def hidden_kinks(self) -> bool:
         if self.child.hidden_kinks:
@@ -575,6 +602,10 @@ class Sum(Expr):
             pieces = _distinct([_combined(left, right, coef) for left in pieces for right in own])
         return pieces
 
+    @cached_property
+    def selects(self) -> bool:
+        return float(self.const).is_integer() and all(float(c).is_integer() and t.selects for c, t in self.terms)
+
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
         return Sum(self.const, tuple((c, t.map_vectors(f)) for c, t in self.terms))
 
@@ -604,13 +635,31 @@ class Prod(Expr):
         out: Any = 1.0
         for f in self.factors:
             out = out * f.evaluate(values)
-        return np.asarray(out, dtype=float)
+        return self._selected(np.asarray(out, dtype=float), values)
+
+    @cached_property
+    def _selectors(self) -> tuple[Expr, ...]:
+        """The factors that select (:attr:`Expr.selects`), beside at least one that does not."""
+        selecting = tuple(f for f in self.factors if f.selects)
+        return selecting if len(selecting) < len(self.factors) else ()
+
+    def _selected(self, out: Array, values: Mapping[Vector, Array]) -> Array:
+        """``out`` with 0 where a selecting factor is 0: a branch of ``np.where`` is not finite where it is not
+        selected (``sqrt`` or ``log`` of a negative value, ``1/0``). Looked for only where some value is not
+        finite (one summing pass on the common path)."""
+        with np.errstate(all="ignore"):
+            if not self._selectors or np.isfinite(np.sum(out)):
+                return out
+            chosen = np.ones(out.shape, dtype=bool)
+            for f in self._selectors:
+                chosen &= np.broadcast_to(f.evaluate(values) != 0.0, out.shape)
+        return np.where(chosen, out, 0.0)
 
     def rounding_scale(self, values: Mapping[Vector, Array]) -> Array:
         out: Any = 1.0
         for f in self.factors:
             out = out * f.rounding_scale(values)
-        return np.asarray(out, dtype=float)
+        return self._selected(np.asarray(out, dtype=float), values)
 
     def derivative(self, values: Mapping[Vector, Array], wrt: Vector) -> Array:
         vals = [f.evaluate(values) for f in self.factors]
@@ -622,7 +671,7 @@ class Prod(Expr):
                     if j != i:
                         part = part * v
                 out = out + part
-        return np.asarray(out, dtype=float)
+        return self._selected(np.asarray(out, dtype=float), values)
 
     @property
     def continuous(self) -> bool:
@@ -1010,9 +1059,15 @@ def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
     if isinstance(e, Prod):
         one = Monomial(())
         acc: dict[Key, list[Any]] = {one.key: [1.0, one]}
+        partial = not all(f.total for f in e.factors)
         for f in e.factors:
             cf, af = _expand(f, limit)
-            if isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_form(f):
+            if partial and isinstance(f, Sum) and f.selects:
+                # a selection (np.where's ``1 − step(a)`` for its second branch) stays one atom beside a factor
+                # that is not finite everywhere: distributed, ``(1 − step(a))·log(b)`` would be ``log(b) −
+                # step(a)·log(b)``, NaN − NaN where ``log(b)`` is not selected
+                cf, af = 0.0, {Monomial((f,)).key: [1.0, Monomial((f,))]}
+            elif isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_form(f):
                 # a factor that is a kinked function of one G-vector stays one atom, as the whole expression
                 # would (g·clip(w): three cancelling, growing terms g·relu(w ± 1) and g, nine pairs — 160 s
                 # on 1000 inputs — instead of one factor times a bounded function of one form)

@@ -12,7 +12,11 @@ known hyperplanes:
 * ``a > b`` is ``step(a − b)`` and ``a ≥ b`` is ``1 − step(b − a)`` (exact at ties too, which have positive
   probability where ``a − b`` vanishes on a set of positive measure: ``relu(g) ≥ 0`` is 1, ``relu(g) > 0`` is
   ``step(g)``); ``np.heaviside(a, c) = step(a) + c·1{a = 0}`` with ``1{a = 0} = 1 − step(a) − step(−a)``;
-* ``where(c, x, y) = y + c·(x − y)``; ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)``.
+* ``where(c, x, y) = y + c·(x − y)``, ``c`` the truth of the condition (a comparison, ``&``, ``|``, ``^``, ``~`` and
+  ``np.logical_*`` of comparisons; any other value is true where it is not 0, as for numpy); where a branch may
+  not be finite (``log``, ``sqrt`` or ``1/x`` inside) it is ``c·x + (1 − c)·y`` instead, each branch a product
+  with its selection, 0 where not selected (:attr:`~netsor.ir.expr.Expr.selects`);
+  ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)``.
 
 Anything else (Python branching on values, unknown functions, reductions) stops the trace:
 :func:`trace` returns None and the builder keeps ``fn`` as an :class:`~netsor.ir.expr.Opaque`
@@ -71,6 +75,27 @@ def _is_zero(a: Expr) -> Expr:
     return linear(1.0, [(-1.0, apply(step, a)), (-1.0, apply(step, linear(0.0, [(-1.0, a)])))])
 
 
+def _where(condition: Expr, x: Expr, y: Expr) -> Expr:
+    """``np.where(condition, x, y)`` for a condition that is 0 or 1 (:func:`_truth`)."""
+    if x.total and y.total:
+        return linear(0.0, [(1.0, y), (1.0, product([condition, _sub(x, y)]))])
+    return linear(0.0, [(1.0, product([condition, x])), (1.0, product([_not(condition), y]))])
+
+
+def _either(a: Expr, b: Expr) -> Expr:
+    return linear(0.0, [(1.0, a), (1.0, b), (-1.0, product([a, b]))])
+
+
+def _differ(a: Expr, b: Expr) -> Expr:
+    return linear(0.0, [(1.0, a), (1.0, b), (-2.0, product([a, b]))])
+
+
+_LOGICAL: dict[Any, Callable[[Expr, Expr], Expr]] = {
+    np.logical_and: lambda a, b: product([a, b]), np.bitwise_and: lambda a, b: product([a, b]),
+    np.logical_or: _either, np.bitwise_or: _either, np.logical_xor: _differ, np.bitwise_xor: _differ,
+}
+
+
 def _power(a: Expr, b: Expr) -> Expr:
     """``a ** k`` for a constant integer ``|k| ≤ 8``: a product (``1/(a·a)`` for ``k = −2``)."""
     if isinstance(b, Const) and float(b.value).is_integer() and abs(b.value) <= 8:
@@ -121,21 +146,47 @@ _UNARY: dict[Any, Callable[[Expr], Expr]] = {
 }
 
 
+_COMPARISONS = (np.greater, np.greater_equal, np.less, np.less_equal)
+#: On truth values only (numpy refuses them on floats).
+_BITWISE = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
+
+
+def _truth(x: Any) -> Expr:
+    """The truth of ``x`` as 0 or 1: a comparison's own value; any other value is true where it is not 0
+    (``np.where(g, 1, 0)`` is ``1{g ≠ 0}``, not ``g``)."""
+    if isinstance(x, Tracer) and x.boolean:
+        return x.expr
+    if isinstance(x, bool | np.bool_):
+        return constant(float(x))
+    value = _lift(x)
+    if isinstance(value, Const):
+        return constant(float(value.value != 0.0))
+    return _not(_is_zero(value))
+
+
 class Tracer:
-    """Stands for an array inside a traced function; operations build expression nodes."""
+    """Stands for an array inside a traced function; operations build expression nodes. ``boolean``: the
+    array holds truth values (a comparison's), whose expression is 0 or 1."""
 
     __array_priority__ = 1000
 
-    def __init__(self, expr: Expr) -> None:
+    def __init__(self, expr: Expr, boolean: bool = False) -> None:
         self.expr = expr
+        self.boolean = boolean
 
     # numpy protocols
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Tracer:
         if method != "__call__" or kwargs:
             raise TraceError(f"cannot trace {ufunc.__name__}.{method} with {sorted(kwargs)}")
+        if ufunc in _BITWISE and any(isinstance(x, Tracer) and not x.boolean for x in inputs):
+            raise TraceError(f"{ufunc.__name__} of values that are not truth values")
+        if ufunc in _LOGICAL and len(inputs) == 2:
+            return Tracer(_LOGICAL[ufunc](*(_truth(x) for x in inputs)), boolean=True)
+        if ufunc in (np.logical_not, np.invert) and len(inputs) == 1:
+            return Tracer(_not(_truth(inputs[0])), boolean=True)
         operands = [_lift(x) for x in inputs]
         if len(operands) == 2 and ufunc in _BINARY:
-            return Tracer(_BINARY[ufunc](*operands))
+            return Tracer(_BINARY[ufunc](*operands), boolean=ufunc in _COMPARISONS)
         if len(operands) == 1:
             if ufunc in _UNARY:
                 return Tracer(_UNARY[ufunc](operands[0]))
@@ -146,8 +197,7 @@ class Tracer:
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Tracer:
         if func is np.where and len(args) == 3 and not kwargs:
-            cond, x, y = (_lift(a) for a in args)
-            return Tracer(linear(0.0, [(1.0, y), (1.0, product([cond, _sub(x, y)]))]))
+            return Tracer(_where(_truth(args[0]), _lift(args[1]), _lift(args[2])))
         if func is np.clip and len(args) == 3 and not kwargs:
             x, lo, hi = (_lift(a) for a in args)
             if not (isinstance(lo, Const) and isinstance(hi, Const)):
@@ -192,6 +242,13 @@ class Tracer:
     def __neg__(self) -> Tracer: return Tracer(_UNARY[np.negative](self.expr))  # noqa: E704
     def __pos__(self) -> Tracer: return self  # noqa: E704
     def __abs__(self) -> Tracer: return Tracer(apply(abs_, self.expr))  # noqa: E704
+    def __and__(self, o: Any) -> Tracer: return self._bin(o, np.logical_and)  # noqa: E704
+    def __rand__(self, o: Any) -> Tracer: return self._bin(o, np.logical_and, True)  # noqa: E704
+    def __or__(self, o: Any) -> Tracer: return self._bin(o, np.logical_or)  # noqa: E704
+    def __ror__(self, o: Any) -> Tracer: return self._bin(o, np.logical_or, True)  # noqa: E704
+    def __xor__(self, o: Any) -> Tracer: return self._bin(o, np.logical_xor)  # noqa: E704
+    def __rxor__(self, o: Any) -> Tracer: return self._bin(o, np.logical_xor, True)  # noqa: E704
+    def __invert__(self) -> Tracer: return self.__array_ufunc__(np.logical_not, "__call__", self)  # noqa: E704
 
     __hash__ = None  # type: ignore[assignment]
 
