@@ -658,3 +658,35 @@ def test_bitwise_operations_of_values_that_are_not_truth_values_are_refused_as_n
     p, n, a, b = two_inputs()
     with pytest.raises(ProgramError, match="bitwise_and"):
         netsor.nonlin(lambda u, v: np.bitwise_and(u, v > 0) * 1.0, a, b)
+
+
+_NUMPY_IDIOMS = [
+    lambda u, v: np.clip(u, 0, None),
+    lambda u, v: np.clip(u, None, 0.5) + np.clip(v, a_min=-1, a_max=1),
+    lambda u, v: np.clip(u, 1.0, -1.0),  # numpy: the upper bound where the bounds cross
+    lambda u, v: np.clip(u, v, None) + np.clip(u, -np.abs(v), np.abs(v)),
+    lambda u, v: u.clip(0) + v.clip(-1, 1) + u.clip(max=0.3),
+    lambda u, v: (u > v).astype(float) + np.abs(u).astype(np.float64),
+    lambda u, v: np.select([u < -1, u > 1], [-1.0, v], u),
+    lambda u, v: np.select([u > 0, u > 1], [u, 10.0]),  # the first that holds: u wherever u > 0, 0 elsewhere
+    lambda u, v: np.piecewise(u, [u < 0, u >= 0], [lambda t: 0.1 * t, lambda t: t]),
+    lambda u, v: np.piecewise(u, [u < -1, u > 1], [-1.0, lambda t: np.sqrt(t), lambda t: t * t]),
+    lambda u, v: np.float_power(u, 2) + np.float_power(v, 3),
+]
+
+
+@pytest.mark.parametrize("fn", _NUMPY_IDIOMS)
+def test_clip_select_piecewise_and_casts_are_traced_as_numpy_computes_them(fn):
+    """``np.clip`` with an open side or keyword bounds, ``x.clip``, ``.astype(float)``, ``np.select``, ``np.piecewise``
+    (a function per condition, the extra one where none holds) and ``np.float_power`` of integers: traced (they
+    were opaque: randomised QMC, refused at the default rtol), equal to numpy's values."""
+    p, n, a, b = two_inputs()
+    expr = p.line_of(netsor.nonlin(fn, a, b)).expr
+    assert not isinstance(expr, Opaque), expr.untraced
+    rng = np.random.default_rng(2)
+    u = np.concatenate([rng.standard_normal(300) * 2.0, [0.0, 1.0, -1.0, 0.5]])
+    v = np.concatenate([rng.standard_normal(300) * 2.0, [0.0, 1.0, 0.0, 0.5]])
+    with np.errstate(all="ignore"):
+        expected = fn(u, v) * 1.0
+        got = np.broadcast_to(expr.evaluate({a: u, b: v}), u.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-14, atol=1e-14)

@@ -12,11 +12,12 @@ known hyperplanes:
 * ``a > b`` is ``step(a − b)`` and ``a ≥ b`` is ``1 − step(b − a)`` (exact at ties too, which have positive
   probability where ``a − b`` vanishes on a set of positive measure: ``relu(g) ≥ 0`` is 1, ``relu(g) > 0`` is
   ``step(g)``); ``np.heaviside(a, c) = step(a) + c·1{a = 0}`` with ``1{a = 0} = 1 − step(a) − step(−a)``;
+* ``np.select`` and ``np.piecewise`` as nested wheres; ``x.clip``, ``x.astype(float)``;
 * ``where(c, x, y) = y + c·(x − y)``, ``c`` the truth of the condition (a comparison, ``&``, ``|``, ``^``, ``~`` and
   ``np.logical_*`` of comparisons; any other value is true where it is not 0, as for numpy); where a branch may
   not be finite (``log``, ``sqrt`` or ``1/x`` inside) it is ``c·x + (1 − c)·y`` instead, each branch a product
   with its selection, 0 where not selected (:attr:`~netsor.ir.expr.Expr.selects`);
-  ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)``.
+  ``clip(x, lo, hi) = lo + relu(x − lo) − relu(x − hi)`` for constant bounds (a bound None: one side).
 
 Anything else (Python branching on values, unknown functions, reductions) stops the trace:
 :func:`trace` returns None and the builder keeps ``fn`` as an :class:`~netsor.ir.expr.Opaque`
@@ -82,6 +83,73 @@ def _where(condition: Expr, x: Expr, y: Expr) -> Expr:
     return linear(0.0, [(1.0, product([condition, x])), (1.0, product([_not(condition), y]))])
 
 
+def _bound(value: Any) -> Expr | None:
+    return None if value is None or value is np._NoValue else _lift(value)
+
+
+def _clip_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Expr, Expr | None, Expr | None]:
+    """``(x, lo, hi)`` of a call of ``np.clip``: positional, ``a_min``/``a_max`` or numpy 2.1's ``min``/``max``;
+    None where a side is open."""
+    x, *given = args
+    if len(given) > 2:
+        raise TraceError("np.clip is traced with at most two bounds")
+    bounds = [*given, None, None][:2]
+    rest = dict(kwargs)
+    for i, names in enumerate((("a_min", "min"), ("a_max", "max"))):
+        for name in names:
+            if name in rest:
+                bounds[i] = rest.pop(name)
+    if rest:
+        raise TraceError(f"np.clip is traced without {sorted(rest)}")
+    return _lift(x), _bound(bounds[0]), _bound(bounds[1])
+
+
+def _clip(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
+    """``np.clip(x, lo, hi) = min(max(x, lo), hi)`` (numpy's order: ``hi`` where ``lo > hi``), a side open where
+    its bound is None; constant bounds ``lo ≤ hi`` as ``lo + relu(x − lo) − relu(x − hi)``."""
+    if isinstance(lo, Const) and isinstance(hi, Const):
+        if lo.value > hi.value:
+            return hi
+        return linear(lo.value, [(1.0, apply(relu, _sub(x, lo))), (-1.0, apply(relu, _sub(x, hi)))])
+    out = x if lo is None else _maximum(x, lo)
+    return out if hi is None else _minimum(out, hi)
+
+
+def _conditions(condlist: Any) -> list[Expr]:
+    if isinstance(condlist, Tracer | bool | np.bool_):
+        return [_truth(condlist)]
+    return [_truth(c) for c in condlist]
+
+
+def _select(condlist: Any, choicelist: Any, default: Any = 0.0) -> Expr:
+    """``np.select``: the first condition that holds chooses (nested wheres, the last one innermost)."""
+    conditions = _conditions(condlist)
+    if len(conditions) != len(choicelist):
+        raise TraceError("np.select needs as many choices as conditions")
+    out = _lift(default)
+    for condition, choice in reversed(list(zip(conditions, choicelist, strict=True))):
+        out = _where(condition, _lift(choice), out)
+    return out
+
+
+def _piecewise(x: Any, condlist: Any, funclist: Any, *args: Any, **kw: Any) -> Expr:
+    """``np.piecewise``: each function (or constant) where its condition holds, a later condition over an earlier
+    one, 0 where none holds (or the extra last function there). The functions are called on the whole argument
+    (they are elementwise, as numpy's are called on its selected values)."""
+    conditions = _conditions(condlist)
+    if len(funclist) == len(conditions) + 1:
+        none = constant(1.0)
+        for condition in conditions:
+            none = product([none, _not(condition)])
+        conditions.append(none)
+    if len(funclist) != len(conditions):
+        raise TraceError("np.piecewise needs a function for each condition (and at most one more)")
+    out: Expr = constant(0.0)
+    for condition, f in zip(conditions, funclist, strict=True):
+        out = _where(condition, _lift(f(x, *args, **kw) if callable(f) else f), out)
+    return out
+
+
 def _either(a: Expr, b: Expr) -> Expr:
     return linear(0.0, [(1.0, a), (1.0, b), (-1.0, product([a, b]))])
 
@@ -124,6 +192,7 @@ _BINARY: dict[Any, Callable[[Expr, Expr], Expr]] = {
     np.fmax: _maximum,
     np.fmin: _minimum,
     np.power: _power,
+    np.float_power: _power,
     np.logaddexp: lambda a, b: linear(0.0, [(1.0, a), (1.0, apply(softplus, _sub(b, a)))]),  # log(eᵃ + eᵇ)
     np.greater: lambda a, b: apply(step, _sub(a, b)),
     np.greater_equal: lambda a, b: _not(apply(step, _sub(b, a))),
@@ -198,12 +267,24 @@ class Tracer:
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Tracer:
         if func is np.where and len(args) == 3 and not kwargs:
             return Tracer(_where(_truth(args[0]), _lift(args[1]), _lift(args[2])))
-        if func is np.clip and len(args) == 3 and not kwargs:
-            x, lo, hi = (_lift(a) for a in args)
-            if not (isinstance(lo, Const) and isinstance(hi, Const)):
-                raise TraceError("np.clip is traced with constant bounds only")
-            return Tracer(linear(lo.value, [(1.0, apply(relu, _sub(x, lo))), (-1.0, apply(relu, _sub(x, hi)))]))
+        if func is np.clip:
+            return Tracer(_clip(*_clip_arguments(args, kwargs)))
+        if func is np.select:
+            return Tracer(_select(*args, **kwargs))
+        if func is np.piecewise:
+            return Tracer(_piecewise(*args, **kwargs))
         raise TraceError(f"cannot trace {getattr(func, '__name__', func)}")
+
+    def clip(self, min: Any = None, max: Any = None) -> Tracer:  # noqa: A002 - ndarray.clip's names
+        return Tracer(_clip(self.expr, _bound(min), _bound(max)))
+
+    def astype(self, dtype: Any, copy: bool = True) -> Tracer:
+        kind = np.dtype(dtype).kind
+        if kind == "b":
+            return Tracer(_truth(self), boolean=True)
+        if kind != "f":
+            raise TraceError(f"the function casts its values to {np.dtype(dtype)}")
+        return Tracer(self.expr)
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise TraceError("the function converts its argument to a plain array")
