@@ -364,7 +364,8 @@ _CONSTANTS = st.integers(-100, 100).map(lambda k: k / 100)
 def activation_trees(max_leaves: int = 6, piecewise_linear: bool = False) -> st.SearchStrategy:
     """Expression trees of one argument ``x`` as nested tuples (``evaluate`` applies one to an array): sums,
     products by a leaf, max with a constant, tanh, erf, sin, softplus (``np.logaddexp``), ``e^(−t²)``, a
-    ``where`` on ``x`` against a constant, clip, ``|t − c|`` and affine maps — the activations users write as
+    ``where`` on ``x`` against a constant (also with a branch, log, √ or 1/·, that is not finite where it is not
+    selected), clip, ``|t − c|`` and affine maps — the activations users write as
     lambdas, kinked at levels of other functions, saturating, periodic. ``piecewise_linear``: sums, max, clip,
     ``|t − c|`` and affine maps only (continuous, piecewise linear, kinks anywhere: relu6, hard_tanh and kin)."""
     leaf = st.one_of(st.just(("x",)), st.tuples(st.just("c"), _CONSTANTS))
@@ -384,6 +385,7 @@ def activation_trees(max_leaves: int = 6, piecewise_linear: bool = False) -> st.
             st.tuples(st.just("max"), tree, _CONSTANTS),
             st.tuples(st.sampled_from(["tanh", "erf", "sin", "softplus", "gauss"]), tree),
             st.tuples(st.just("where"), tree, _CONSTANTS, tree),
+            st.tuples(st.just("guard"), tree, _CONSTANTS, st.sampled_from(["log", "sqrt", "reciprocal"])),
             st.tuples(st.just("clip"), tree, _CONSTANTS, _CONSTANTS),
             st.tuples(st.just("abs"), tree, _CONSTANTS),
             st.tuples(st.just("scale"), tree, _CONSTANTS),
@@ -408,6 +410,10 @@ def evaluate(tree: tuple, x):
         return np.maximum(value, args[1])
     if op == "where":
         return np.where(x > args[1], value, evaluate(args[2], x))
+    if op == "guard":  # a function not finite where it is not selected (x ≤ c − 1 or c − ½), smooth where it is
+        partial = {"log": np.log, "sqrt": lambda t: np.sqrt(t - 0.5), "reciprocal": np.reciprocal}[args[2]]
+        with np.errstate(all="ignore"):
+            return np.where(x > args[1], partial(x - args[1] + 1.0), value)
     if op == "clip":  # the interval's ends in order, at least 1 apart
         return np.clip(value, min(args[1], 0.0) - 0.5, max(args[2], 0.0) + 0.5)
     if op == "abs":

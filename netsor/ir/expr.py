@@ -639,14 +639,16 @@ class Prod(Expr):
 
     @cached_property
     def _selectors(self) -> tuple[Expr, ...]:
-        """The factors that select (:attr:`Expr.selects`), beside at least one that does not."""
-        selecting = tuple(f for f in self.factors if f.selects)
-        return selecting if len(selecting) < len(self.factors) else ()
+        """The factors that select (:attr:`Expr.selects`), beside one that may not be finite (:attr:`Expr.total`);
+        none otherwise (no check on the common path)."""
+        if all(f.total for f in self.factors):
+            return ()
+        return tuple(f for f in self.factors if f.selects)
 
     def _selected(self, out: Array, values: Mapping[Vector, Array]) -> Array:
         """``out`` with 0 where a selecting factor is 0: a branch of ``np.where`` is not finite where it is not
         selected (``sqrt`` or ``log`` of a negative value, ``1/0``). Looked for only where some value is not
-        finite (one summing pass on the common path)."""
+        finite (one summing pass)."""
         with np.errstate(all="ignore"):
             if not self._selectors or np.isfinite(np.sum(out)):
                 return out
