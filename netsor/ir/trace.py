@@ -218,6 +218,9 @@ _UNARY: dict[Any, Callable[[Expr], Expr]] = {
 _COMPARISONS = (np.greater, np.greater_equal, np.less, np.less_equal)
 #: On truth values only (numpy refuses them on floats).
 _BITWISE = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
+#: numpy's arithmetic when every operand holds truth values (None: numpy raises).
+_ON_TRUTH_VALUES: dict[Any, Any] = {np.add: np.logical_or, np.multiply: np.logical_and, np.subtract: None,
+                                    np.negative: None}
 
 
 def _truth(x: Any) -> Expr:
@@ -249,6 +252,11 @@ class Tracer:
             raise TraceError(f"cannot trace {ufunc.__name__}.{method} with {sorted(kwargs)}")
         if ufunc in _BITWISE and any(isinstance(x, Tracer) and not x.boolean for x in inputs):
             raise TraceError(f"{ufunc.__name__} of values that are not truth values")
+        if all(isinstance(x, Tracer) and x.boolean for x in inputs) and ufunc in _ON_TRUTH_VALUES:
+            # numpy's arithmetic on two boolean arrays: + is or, * is and; −, unary − and / refuse them
+            ufunc = _ON_TRUTH_VALUES[ufunc]
+            if ufunc is None:
+                raise TraceError("the function subtracts or negates truth values (numpy refuses it)")
         if ufunc in _LOGICAL and len(inputs) == 2:
             return Tracer(_LOGICAL[ufunc](*(_truth(x) for x in inputs)), boolean=True)
         if ufunc in (np.logical_not, np.invert) and len(inputs) == 1:
@@ -282,7 +290,7 @@ class Tracer:
         kind = np.dtype(dtype).kind
         if kind == "b":
             return Tracer(_truth(self), boolean=True)
-        if kind != "f":
+        if kind != "f" and not (kind in "iu" and self.boolean):  # truth values are exact integers
             raise TraceError(f"the function casts its values to {np.dtype(dtype)}")
         return Tracer(self.expr)
 
