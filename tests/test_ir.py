@@ -562,6 +562,8 @@ TIES = {
     "0 <= relu(g)": (lambda u: (0.0 <= np.maximum(u, 0.0)) * 1.0, 1.0),
     "relu(g) <= 0": (lambda u: (np.maximum(u, 0.0) <= 0.0) * 1.0, 0.5),
     "clip(g, 0, 1) >= 1": (lambda u: (np.clip(u, 0.0, 1.0) >= 1.0) * 1.0, 0.15865525393145707),  # P(g ≥ 1)
+    "relu(g) == 0": (lambda u: (np.maximum(u, 0.0) == 0.0) * 1.0, 0.5),  # the constant False before (no __eq__)
+    "clip(g, 0, 1) != 1": (lambda u: (np.clip(u, 0.0, 1.0) != 1.0) * 1.0, 0.8413447460685429),  # P(g < 1)
     "heaviside(g, 0.5)": (lambda u: np.heaviside(u, 0.5), 0.5),
     "heaviside(relu(g), 1)": (lambda u: np.heaviside(np.maximum(u, 0.0), 1.0), 1.0),
     "heaviside(−relu(g), 0.3)": (lambda u: np.heaviside(-np.maximum(u, 0.0), 0.3), 0.045),
@@ -673,14 +675,18 @@ _NUMPY_IDIOMS = [
     lambda u, v: np.piecewise(u, [u < -1, u > 1], [-1.0, lambda t: np.sqrt(t), lambda t: t * t]),
     lambda u, v: np.float_power(u, 2) + np.float_power(v, 3),
     lambda u, v: (u > 0).astype(int) * u + ((u > 0) + (v > 0)) * 1.0 + (u > 1) * (v < 0) * 2.0,  # bool + bool: or
+    lambda u, v: (np.maximum(u, 0.0) == 0.0) * v + (np.clip(v, -1, 1) != 1) * 1.0 + np.equal(u, v) * 1.0,  # ties
+    lambda u, v: 2.0 ** u + 0.5 ** (u * v),
 ]
 
 
 @pytest.mark.parametrize("fn", _NUMPY_IDIOMS)
 def test_clip_select_piecewise_and_casts_are_traced_as_numpy_computes_them(fn):
     """``np.clip`` with an open side or keyword bounds, ``x.clip``, ``.astype(float)``, ``np.select``, ``np.piecewise``
-    (a function per condition, the extra one where none holds) and ``np.float_power`` of integers: traced (they
-    were opaque: randomised QMC, refused at the default rtol), equal to numpy's values."""
+    (a function per condition, the extra one where none holds), ``np.float_power`` of integers and ``c ** x``:
+    traced (they were opaque: randomised QMC, refused at the default rtol), equal to numpy's values. ``==`` and
+    ``!=`` are traced at ties (``relu(u) == 0`` was the constant False: ``Tracer`` had no ``__eq__``), and ``+`` of
+    two comparisons is their or, as numpy's boolean ``+`` (it was 2 where both hold)."""
     p, n, a, b = two_inputs()
     expr = p.line_of(netsor.nonlin(fn, a, b)).expr
     assert not isinstance(expr, Opaque), expr.untraced

@@ -9,6 +9,7 @@ non-smooth ones through kinked activations of *affine* arguments so that their k
 known hyperplanes:
 
 * ``max(a, b) = b + relu(a − b)``, ``min(a, b) = a − relu(a − b)``, ``|a|`` = ``abs(a)``;
+* ``a == b`` is ``1{a − b = 0}`` (``1 − step(a − b) − step(b − a)``: ``relu(g) == 0`` holds with probability ½);
 * ``a > b`` is ``step(a − b)`` and ``a ≥ b`` is ``1 − step(b − a)`` (exact at ties too, which have positive
   probability where ``a − b`` vanishes on a set of positive measure: ``relu(g) ≥ 0`` is 1, ``relu(g) > 0`` is
   ``step(g)``); ``np.heaviside(a, c) = step(a) + c·1{a = 0}`` with ``1{a = 0} = 1 − step(a) − step(−a)``;
@@ -165,7 +166,10 @@ _LOGICAL: dict[Any, Callable[[Expr, Expr], Expr]] = {
 
 
 def _power(a: Expr, b: Expr) -> Expr:
-    """``a ** k`` for a constant integer ``|k| ≤ 8``: a product (``1/(a·a)`` for ``k = −2``)."""
+    """``a ** k`` for a constant integer ``|k| ≤ 8``: a product (``1/(a·a)`` for ``k = −2``); ``c ** b`` for a
+    constant ``c > 0``: ``exp(b ln c)``."""
+    if isinstance(a, Const) and not isinstance(b, Const) and a.value > 0.0:
+        return apply(exp, linear(0.0, [(float(np.log(a.value)), b)]))
     if isinstance(b, Const) and float(b.value).is_integer() and abs(b.value) <= 8:
         if b.value == 0:
             return constant(1.0)
@@ -198,6 +202,8 @@ _BINARY: dict[Any, Callable[[Expr, Expr], Expr]] = {
     np.greater_equal: lambda a, b: _not(apply(step, _sub(b, a))),
     np.less: lambda a, b: apply(step, _sub(b, a)),
     np.less_equal: lambda a, b: _not(apply(step, _sub(a, b))),
+    np.equal: lambda a, b: _is_zero(_sub(a, b)),
+    np.not_equal: lambda a, b: _not(_is_zero(_sub(a, b))),
     np.heaviside: lambda a, b: linear(0.0, [(1.0, apply(step, a)), (1.0, product([b, _is_zero(a)]))]),
 }
 _UNARY: dict[Any, Callable[[Expr], Expr]] = {
@@ -215,7 +221,7 @@ _UNARY: dict[Any, Callable[[Expr], Expr]] = {
 }
 
 
-_COMPARISONS = (np.greater, np.greater_equal, np.less, np.less_equal)
+_COMPARISONS = (np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal)
 #: On truth values only (numpy refuses them on floats).
 _BITWISE = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
 #: numpy's arithmetic when every operand holds truth values (None: numpy raises).
@@ -324,10 +330,13 @@ class Tracer:
     def __truediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide)  # noqa: E704
     def __rtruediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide, True)  # noqa: E704
     def __pow__(self, o: Any) -> Tracer: return self._bin(o, np.power)  # noqa: E704
+    def __rpow__(self, o: Any) -> Tracer: return self._bin(o, np.power, True)  # noqa: E704
     def __gt__(self, o: Any) -> Tracer: return self._bin(o, np.greater)  # noqa: E704
     def __ge__(self, o: Any) -> Tracer: return self._bin(o, np.greater_equal)  # noqa: E704
     def __lt__(self, o: Any) -> Tracer: return self._bin(o, np.less)  # noqa: E704
     def __le__(self, o: Any) -> Tracer: return self._bin(o, np.less_equal)  # noqa: E704
+    def __eq__(self, o: Any) -> Tracer: return self._bin(o, np.equal)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o: Any) -> Tracer: return self._bin(o, np.not_equal)  # type: ignore[override]  # noqa: E704
     def __neg__(self) -> Tracer: return Tracer(_UNARY[np.negative](self.expr))  # noqa: E704
     def __pos__(self) -> Tracer: return self  # noqa: E704
     def __abs__(self) -> Tracer: return Tracer(apply(abs_, self.expr))  # noqa: E704
