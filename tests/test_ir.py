@@ -658,8 +658,9 @@ def test_where_selects_its_branches_as_numpy_does(fn):
 def test_bitwise_operations_of_values_that_are_not_truth_values_are_refused_as_numpy_refuses_them():
     """``&`` of floats is not read as a logical and: the function stays untraced, and numpy's own error names it."""
     p, n, a, b = two_inputs()
-    with pytest.raises(ProgramError, match="bitwise_and"):
-        netsor.nonlin(lambda u, v: np.bitwise_and(u, v > 0) * 1.0, a, b)
+    for fn in (lambda u, v: np.bitwise_and(u, v > 0) * 1.0, lambda u, v: (u & (v > 0)) * 1.0, lambda u, v: ~u):
+        with pytest.raises(ProgramError, match="bitwise_and|invert"):
+            netsor.nonlin(fn, a, b)
 
 
 _NUMPY_IDIOMS = [

@@ -340,13 +340,13 @@ class Tracer:
     def __neg__(self) -> Tracer: return Tracer(_UNARY[np.negative](self.expr))  # noqa: E704
     def __pos__(self) -> Tracer: return self  # noqa: E704
     def __abs__(self) -> Tracer: return Tracer(apply(abs_, self.expr))  # noqa: E704
-    def __and__(self, o: Any) -> Tracer: return self._bin(o, np.logical_and)  # noqa: E704
-    def __rand__(self, o: Any) -> Tracer: return self._bin(o, np.logical_and, True)  # noqa: E704
-    def __or__(self, o: Any) -> Tracer: return self._bin(o, np.logical_or)  # noqa: E704
-    def __ror__(self, o: Any) -> Tracer: return self._bin(o, np.logical_or, True)  # noqa: E704
-    def __xor__(self, o: Any) -> Tracer: return self._bin(o, np.logical_xor)  # noqa: E704
-    def __rxor__(self, o: Any) -> Tracer: return self._bin(o, np.logical_xor, True)  # noqa: E704
-    def __invert__(self) -> Tracer: return self.__array_ufunc__(np.logical_not, "__call__", self)  # noqa: E704
+    def __and__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_and)  # noqa: E704
+    def __rand__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_and, True)  # noqa: E704
+    def __or__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_or)  # noqa: E704
+    def __ror__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_or, True)  # noqa: E704
+    def __xor__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_xor)  # noqa: E704
+    def __rxor__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_xor, True)  # noqa: E704
+    def __invert__(self) -> Tracer: return self.__array_ufunc__(np.invert, "__call__", self)  # noqa: E704
 
     __hash__ = None  # type: ignore[assignment]
 
