@@ -594,13 +594,15 @@ def test_comparisons_and_heaviside_are_traced_exactly_at_ties(name):
 _TIE_PIECES = [lambda u, v: np.maximum(u, 0.0), lambda u, v: np.clip(u + v, -0.5, 0.5),
                lambda u, v: np.abs(u) - np.abs(v), lambda u, v: np.minimum(u, v),
                lambda u, v: np.where(u > 0, u, 0.0) - np.maximum(v, 0.0), lambda u, v: u]
-_COMPARISONS = [np.greater, np.greater_equal, np.less, np.less_equal, lambda a, b: np.heaviside(a - b, 0.3)]
+_COMPARISONS = [np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal,
+                lambda a, b: np.heaviside(a - b, 0.3)]
 
 
 def test_traced_comparisons_equal_numpy_at_ties_on_a_grid_of_functions():
-    """All 180 functions ``c(f(u, v), f'(v, u)) + ½ c(f'(u, v), 0)`` of the grid above: the traced expression equals
+    """All 252 functions ``c(f(u, v), f'(v, u)) + ½ c(f'(u, v), 0)`` of the grid above: the traced expression equals
     numpy's function at points with exact ties (zeros of both arguments, clipped values), to the rounding of its
-    constants (1e-14) — 72 of them differed before (``≥``/``≤`` traced as strict comparisons; heaviside was opaque)."""
+    constants (1e-14) — 72 of them differed before (``≥``/``≤`` traced as strict comparisons; heaviside was
+    opaque), and the ``==`` and ``!=`` ones were constants (Python's identity test)."""
     rng = np.random.default_rng(0)
     z = np.concatenate([rng.standard_normal(200), np.zeros(20), [0.5, -0.5, 1.0]])
     w = np.concatenate([rng.standard_normal(200), rng.standard_normal(20) * (rng.random(20) < 0.5), [0.0, 0.0, -0.5]])
