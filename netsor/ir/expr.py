@@ -168,8 +168,9 @@ class Expr:
 
     @cached_property
     def total(self) -> bool:
-        """Finite wherever its arguments are: no registered function with a singular point (log, sqrt,
-        1/x: discontinuous and unbounded) is applied inside (a user's φ is taken to be total)."""
+        """Finite wherever its arguments are: no function with a singular point (log, sqrt, 1/x, their
+        derivatives: discontinuous and unbounded at a declared kink) is applied inside (a user's φ without
+        declared kinks is taken to be total)."""
         return all(c.total for c in self.children())
 
     def map_vectors(self, f: Callable[[Vector], Vector]) -> Expr:
@@ -515,8 +516,9 @@ class Apply(Expr):
 
     @cached_property
     def total(self) -> bool:
-        singular = self.act.registered and not self.act.continuous and not _bounded(self.image())
-        return not (singular and self._reached_kinks) and self.child.total
+        # a discontinuous, unbounded φ at a kink its argument reaches: log, sqrt, 1/x, and their derivatives
+        singular = not self.act.continuous and not _bounded(self.image()) and bool(self._reached_kinks)
+        return not singular and self.child.total
 
     @property
     def hidden_kinks(self) -> bool:
