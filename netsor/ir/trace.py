@@ -84,8 +84,12 @@ def _where(condition: Expr, x: Expr, y: Expr) -> Expr:
     return linear(0.0, [(1.0, product([condition, x])), (1.0, product([_not(condition), y]))])
 
 
+#: numpy's marker of an argument not given (``np.clip(x, a_max=1)`` passes ``a_min`` so).
+_NOT_GIVEN = getattr(np, "_NoValue", None)
+
+
 def _bound(value: Any) -> Expr | None:
-    return None if value is None or value is np._NoValue else _lift(value)
+    return None if value is None or value is _NOT_GIVEN else _lift(value)
 
 
 def _clip_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Expr, Expr | None, Expr | None]:
@@ -259,7 +263,7 @@ class Tracer:
         if ufunc in _BITWISE and any(isinstance(x, Tracer) and not x.boolean for x in inputs):
             raise TraceError(f"{ufunc.__name__} of values that are not truth values")
         if all(isinstance(x, Tracer) and x.boolean for x in inputs) and ufunc in _ON_TRUTH_VALUES:
-            # numpy's arithmetic on two boolean arrays: + is or, * is and; −, unary − and / refuse them
+            # numpy's arithmetic on boolean arrays: + is or, * is and; − and unary − refuse them
             ufunc = _ON_TRUTH_VALUES[ufunc]
             if ufunc is None:
                 raise TraceError("the function subtracts or negates truth values (numpy refuses it)")
