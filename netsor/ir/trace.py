@@ -325,34 +325,29 @@ class Tracer:
     def _bin(self, other: Any, ufunc: Any, reflected: bool = False) -> Tracer:
         return self.__array_ufunc__(ufunc, "__call__", *((other, self) if reflected else (self, other)))
 
-    def __add__(self, o: Any) -> Tracer: return self._bin(o, np.add)  # noqa: E704
-    def __radd__(self, o: Any) -> Tracer: return self._bin(o, np.add, True)  # noqa: E704
-    def __sub__(self, o: Any) -> Tracer: return self._bin(o, np.subtract)  # noqa: E704
-    def __rsub__(self, o: Any) -> Tracer: return self._bin(o, np.subtract, True)  # noqa: E704
-    def __mul__(self, o: Any) -> Tracer: return self._bin(o, np.multiply)  # noqa: E704
-    def __rmul__(self, o: Any) -> Tracer: return self._bin(o, np.multiply, True)  # noqa: E704
-    def __truediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide)  # noqa: E704
-    def __rtruediv__(self, o: Any) -> Tracer: return self._bin(o, np.true_divide, True)  # noqa: E704
-    def __pow__(self, o: Any) -> Tracer: return self._bin(o, np.power)  # noqa: E704
-    def __rpow__(self, o: Any) -> Tracer: return self._bin(o, np.power, True)  # noqa: E704
-    def __gt__(self, o: Any) -> Tracer: return self._bin(o, np.greater)  # noqa: E704
-    def __ge__(self, o: Any) -> Tracer: return self._bin(o, np.greater_equal)  # noqa: E704
-    def __lt__(self, o: Any) -> Tracer: return self._bin(o, np.less)  # noqa: E704
-    def __le__(self, o: Any) -> Tracer: return self._bin(o, np.less_equal)  # noqa: E704
-    def __eq__(self, o: Any) -> Tracer: return self._bin(o, np.equal)  # type: ignore[override]  # noqa: E704
-    def __ne__(self, o: Any) -> Tracer: return self._bin(o, np.not_equal)  # type: ignore[override]  # noqa: E704
-    def __neg__(self) -> Tracer: return Tracer(_UNARY[np.negative](self.expr))  # noqa: E704
+    def __neg__(self) -> Tracer: return self.__array_ufunc__(np.negative, "__call__", self)  # noqa: E704
     def __pos__(self) -> Tracer: return self  # noqa: E704
     def __abs__(self) -> Tracer: return Tracer(apply(abs_, self.expr))  # noqa: E704
-    def __and__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_and)  # noqa: E704
-    def __rand__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_and, True)  # noqa: E704
-    def __or__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_or)  # noqa: E704
-    def __ror__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_or, True)  # noqa: E704
-    def __xor__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_xor)  # noqa: E704
-    def __rxor__(self, o: Any) -> Tracer: return self._bin(o, np.bitwise_xor, True)  # noqa: E704
     def __invert__(self) -> Tracer: return self.__array_ufunc__(np.invert, "__call__", self)  # noqa: E704
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _operator(ufunc: Any, reflected: bool = False) -> Callable[[Tracer, Any], Tracer]:
+    def op(self: Tracer, other: Any) -> Tracer:
+        return self._bin(other, ufunc, reflected)
+    return op
+
+
+# Python's operators as numpy's ufuncs (``&``, ``|``, ``^`` are numpy's bitwise ones: logical on truth values)
+for _name, _ufunc in {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+                      "pow": np.power, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}.items():
+    setattr(Tracer, f"__{_name}__", _operator(_ufunc))
+    setattr(Tracer, f"__r{_name}__", _operator(_ufunc, reflected=True))
+for _name, _ufunc in {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal,
+                      "eq": np.equal, "ne": np.not_equal}.items():  # (Python reflects comparisons itself)
+    setattr(Tracer, f"__{_name}__", _operator(_ufunc))
+del _name, _ufunc
 
 
 def trace(fn: Callable[..., Any], operands: list[Expr]) -> Expr | None:
