@@ -1066,15 +1066,12 @@ def _expand(e: Expr, limit: int) -> tuple[float, dict[Key, list[Any]]]:
         partial = not all(f.total for f in e.factors)
         for f in e.factors:
             cf, af = _expand(f, limit)
-            if partial and isinstance(f, Sum) and f.selects:
-                # a selection (np.where's ``1 − step(a)`` for its second branch) stays one atom beside a factor
-                # that is not finite everywhere: distributed, ``(1 − step(a))·log(b)`` would be ``log(b) −
-                # step(a)·log(b)``, NaN − NaN where ``log(b)`` is not selected
-                cf, af = 0.0, {Monomial((f,)).key: [1.0, Monomial((f,))]}
-            elif isinstance(f, Sum) and len(af) > 1 and _kinked_of_one_form(f):
-                # a factor that is a kinked function of one G-vector stays one atom, as the whole expression
-                # would (g·clip(w): three cancelling, growing terms g·relu(w ± 1) and g, nine pairs — 160 s
-                # on 1000 inputs — instead of one factor times a bounded function of one form)
+            # stays one atom: a selection (np.where's ``1 − step(a)`` for its second branch) beside a factor that is
+            # not finite everywhere — distributed, ``(1 − step(a))·log(b)`` would be ``log(b) − step(a)·log(b)``,
+            # NaN − NaN where ``log(b)`` is not selected; and a kinked function of one G-vector, as the whole
+            # expression would (g·clip(w): three cancelling, growing terms g·relu(w ± 1) and g, nine pairs — 160 s
+            # on 1000 inputs — instead of one factor times a bounded function of one form)
+            if isinstance(f, Sum) and ((partial and f.selects) or (len(af) > 1 and _kinked_of_one_form(f))):
                 cf, af = 0.0, {Monomial((f,)).key: [1.0, Monomial((f,))]}
             factor = dict(af)
             if cf != 0.0:

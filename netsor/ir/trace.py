@@ -155,6 +155,10 @@ def _piecewise(x: Any, condlist: Any, funclist: Any, *args: Any, **kw: Any) -> E
     return out
 
 
+def _both(a: Expr, b: Expr) -> Expr:
+    return product([a, b])
+
+
 def _either(a: Expr, b: Expr) -> Expr:
     return linear(0.0, [(1.0, a), (1.0, b), (-1.0, product([a, b]))])
 
@@ -164,7 +168,7 @@ def _differ(a: Expr, b: Expr) -> Expr:
 
 
 _LOGICAL: dict[Any, Callable[[Expr, Expr], Expr]] = {
-    np.logical_and: lambda a, b: product([a, b]), np.bitwise_and: lambda a, b: product([a, b]),
+    np.logical_and: _both, np.bitwise_and: _both,
     np.logical_or: _either, np.bitwise_or: _either, np.logical_xor: _differ, np.bitwise_xor: _differ,
 }
 
