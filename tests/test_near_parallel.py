@@ -19,6 +19,8 @@ from netsor.interpret import infinite
 RELU6 = activation(lambda x: np.clip(x, 0.0, 6.0), kinks=(0.0, 6.0), name="relu6")
 FLOOR = activation(lambda x: np.maximum(x, 0.7), kinks=(0.7,), name="max_0.7")
 CLIP = activation(lambda x: np.clip(x, -0.5, 1.3), kinks=(-0.5, 1.3), name="clip")
+ODD_CLIP = activation(lambda x: np.clip(x, -0.5, 0.5), kinks=(-0.5, 0.5), name="clip_half")
+EVEN_CLIP = activation(lambda x: np.clip(np.abs(x), 0.0, 0.5), kinks=(-0.5, 0.0, 0.5), name="clip_abs")
 
 
 def _pieces(steps: near_parallel.Steps) -> tuple[piecewise.Piece, ...]:
@@ -127,10 +129,11 @@ def test_steps_are_the_functions_and_derivatives_they_stand_for():
     assert near_parallel.Steps.of(piecewise.of(netsor.activations.elu)) is None  # exponential pieces
 
 
-def _kinked_mlp_case(fn, act, separation, depth=3, sigma_w=1.5, sigma_b=0.3):
+def _kinked_mlp_case(fn, act, separation, depth=3, sigma_w=1.5, sigma_b=0.3, sign=1.0):
+    """``X[1] = sign · X[0]`` plus noise of scale ``separation``."""
     rng = np.random.default_rng(5)
     X = rng.standard_normal((2, 4))
-    X[1] = X[0] + separation * rng.standard_normal(4)
+    X[1] = sign * X[0] + separation * rng.standard_normal(4)
     pieces = piecewise.of(act)
     slopes = near_parallel.Steps.of(pieces, derivative=True)
     K, T = references.piecewise_mlp_kernels_by_mpmath(X, depth, sigma_w, sigma_b, pieces, _pieces(slopes),
@@ -164,6 +167,41 @@ def test_kinked_mlp_kernels_on_a_retry_carrying_distances_meet_the_default_rtol_
     _kinked_mlp_case("hard_tanh", hard_tanh, 1e-5)
 
 
+@pytest.mark.parametrize(("name", "separation"), [("hard_tanh", 1e-6), ("clip", 1e-9), ("even", 1e-6)])
+def test_kinked_mlp_kernels_at_nearly_anti_parallel_inputs_meet_the_default_rtol_against_a_30_digit_recursion(
+        name, separation):
+    """Bias-free depth-3 MLPs of odd kinked functions (hard_tanh, traced ``np.clip(x, −½, ½)``) keep two nearly
+    anti-parallel inputs nearly anti-parallel at every layer, where the covariances hold ``1 + ρ`` (and the angle
+    ``π − θ``) to ½-Hölder digits only: refused at the default rtol before (the NNGP's bound 2.7e-8, a fuzzed NTK's
+    8.4e-7). The sums ``E[(Z(x) + Z(x'))²]`` (:class:`~netsor.interpret.infinite.SumDistance`) carry the angle to π
+    and the step pairs are read at the reflected angle; an even φ (``clip(|x|, 0, ½)``) takes its distance so. The
+    kernels are within their bounds of the recursion in 30 digits, which they meet at the default rtol."""
+    fn, act = {"hard_tanh": ("hard_tanh", hard_tanh), "clip": (lambda x: np.clip(x, -0.5, 0.5), ODD_CLIP),
+               "even": (lambda x: np.clip(np.abs(x), 0.0, 0.5), EVEN_CLIP)}[name]
+    _kinked_mlp_case(fn, act, separation, sigma_b=0.0, sign=-1.0)
+
+
+@pytest.mark.parametrize("near", [1e-6, 1e-9])
+@pytest.mark.parametrize(("fn", "parity"), [(lambda x: np.clip(2.0 * x, -1.0, 1.0) + 0.3 * x, -1.0),
+                                            (lambda x: np.clip(np.abs(x), 0.0, 0.5), 1.0)])
+def test_odd_and_even_networks_at_nearly_anti_parallel_inputs_have_the_kernels_of_the_reflected_inputs(fn, parity,
+                                                                                                      near):
+    """A bias-free network of an odd φ is an odd function of its input, of an even φ an even one, for every draw of its
+    weights: ``K(x, x') = ±K(x, −x')`` for the NNGP and the NTK alike. At ``x'`` nearly anti-parallel to ``x`` the
+    left side is taken by the sums and reflected angles, the right one at nearly parallel inputs by the distances
+    (checked against 30-digit recursions above): both meet the default rtol and agree within their two bounds."""
+    X = np.random.default_rng(1).standard_normal((2, 4))
+    X[1] = -X[0] + near * np.random.default_rng(2).standard_normal(4)
+    for depth in (1, 2, 3):
+        program = netsor.zoo.mlp(depth, fn, 0.9 if depth < 3 else 1.5, 0.0)
+        k, reflected = netsor.kernel(program, X), netsor.kernel(program, X[:1], -X[1:])
+        for what in ("nngp", "ntk"):
+            K, E = getattr(k, what), getattr(k, f"{what}_error")
+            Kr, Er = getattr(reflected, what), getattr(reflected, f"{what}_error")
+            assert abs(K[0, 1] - parity * Kr[0, 0]) <= E[0, 1] + Er[0, 0]
+            assert E[0, 1] <= 1e-8 * np.sqrt(K[0, 0] * K[1, 1])
+
+
 def test_limits_carry_distances_from_the_start_only_where_inputs_are_nearly_parallel_at_kinks_off_the_origin():
     """Rows at exact angles θ (a rotation in a plane, norms 1 … 3): flagged where θ is known positive and below the
     angle; the same, proportional (rounded 3x) and zero rows are not; positions of sequences are inputs; a pair
@@ -189,6 +227,7 @@ def test_limits_carry_distances_from_the_start_only_where_inputs_are_nearly_para
     assert netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), X).distances
     assert not netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), X, rtol=1e-2).distances
     assert not netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.3), base).distances
+    assert netsor.limit(netsor.zoo.mlp(3, "hard_tanh", 1.5, 0.0), np.concatenate([base, -X[3:]])).distances
     assert not any(netsor.limit(netsor.zoo.mlp(3, name), X).distances for name in ("relu", "tanh"))
 
 

@@ -158,6 +158,11 @@ class PiecewiseLinearDistance:
         """``φ(−x) = φ(x)`` (abs): the distance of ``(u, v)`` is that of ``(u, −v)``."""
         return self.above == -self.below and self.above != 0.0
 
+    @property
+    def odd(self) -> bool:
+        """``φ(−x) = −φ(x)`` (a linear φ): ``E[(φ(u) + φ(v))²]`` is the distance of ``(u, −v)``."""
+        return self.above == self.below
+
     def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
                  ) -> tuple[Array, Array]:
         value, err = self._formula(a, da, b, db, D, dD, ang)
@@ -240,16 +245,26 @@ def piecewise_linear_angle(rule: PiecewiseLinearDistance, ang: Angle) -> Angle |
 _PI_DEFECT = 1.3e-16
 
 
-def _supplement(ang: Angle) -> Angle:
-    """The angle ``π − θ`` with its interval (exact differences: θ ≥ π/2 where it is used)."""
-    return Angle(np.pi - ang.theta, np.maximum(np.pi - ang.hi, 0.0), np.pi - ang.lo + _PI_DEFECT)
+#: Half an ulp of π: the rounding of ``π − x`` for ``x < π/2`` (exact for ``x ≥ π/2``, Sterbenz).
+_PI_HALF_ULP = 2.3e-16
+
+
+def reflected(ang: Angle) -> Angle:
+    """The angle ``π − θ`` — of ``(u, −v)`` when ``ang`` is that of ``(u, v)`` — with its interval: the
+    differences are exact where the subtracted end is at least π/2, padded by half an ulp of π elsewhere."""
+    theta, lo, hi = (np.asarray(x, dtype=float) for x in (ang.theta, ang.lo, ang.hi))
+    half = 0.5 * np.pi
+    new_lo = np.maximum(np.pi - hi - np.where(hi < half, _PI_HALF_ULP, 0.0), 0.0)
+    new_hi = np.pi - lo + _PI_DEFECT + np.where(lo < half, _PI_HALF_ULP, 0.0)
+    value = np.pi - theta
+    return Angle(value, np.minimum(new_lo, value), np.maximum(new_hi, value))
 
 
 def _folded(ang: Angle) -> Angle:
     """``min(θ, π − θ)`` with its interval: an interval on one side of π/2 is mirrored onto [0, π/2], one
     across it becomes ``[min(lo, π − hi), π/2]``."""
     theta, lo, hi = (np.asarray(x, dtype=float) for x in (ang.theta, ang.lo, ang.hi))
-    mirrored = _supplement(ang)
+    mirrored = reflected(ang)
     half = 0.5 * np.pi
     upper = lo >= half
     across = (lo < half) & (hi > half)
@@ -263,7 +278,7 @@ def _antipodal(a: Array, da: Array, b: Array, db: Array, ang: Angle) -> tuple[Ar
     ``ψ = π − θ``, from the variances' box and the angle's interval (each part is monotone in its arguments,
     so the ends of the box give the distance's interval)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    psi = _supplement(ang)
+    psi = reflected(ang)
     a_lo, b_lo = np.maximum(a - da, 0.0), np.maximum(b - db, 0.0)
     a_hi, b_hi = a + da, b + db
     s, s_lo, s_hi = _root_gap(a, da, b, db, a_lo, b_lo)
@@ -295,6 +310,11 @@ class JumpDistance:
             return None
         up, down = self.levels if k > 0 else self.levels[::-1]
         return 0, Fraction(up), Fraction(down)
+
+    @property
+    def odd(self) -> bool:
+        """``φ(−x) = −φ(x)`` (sign): levels known and opposite."""
+        return self.levels is not None and self.levels[0] == -self.levels[1]
 
     def __call__(self, a: Array, da: Array, b: Array, db: Array, D: Array, dD: Array, ang: Angle
                  ) -> tuple[Array, Array]:

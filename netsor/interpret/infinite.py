@@ -690,10 +690,13 @@ class Analysis:
 
     def distance_rule(self, v: Vector) -> tuple[Any, ...] | None:
         """How :class:`Distance` carries ``E[(Z^v(x) − Z^v(x'))²]`` of ``v`` between two points:
-        ``("sum", ((w, h), …))`` for a G-vector whose varying sources are uncorrelated MatMuls ``W h``
+        ``("sum", ((w, h), …), common)`` for a G-vector whose varying sources are uncorrelated MatMuls ``W h``
         (``w`` = coefficient² · σ²; sources that are the same vector at every input — biases, Gaussians of
-        the program — drop out); ``("act", rule, g)`` for a NonLin ``c + Σ α act(k · g)`` whose activations'
-        distance kernels combine into one ``rule`` of ``g`` (:meth:`_function_distance`); ``("data", step)``
+        the program — drop out; ``common``: there are such); ``("act", rule, g, c)`` for a NonLin ``c + Σ α act(k · g)``
+        whose activations' distance kernels combine into one ``rule`` of ``g`` (:meth:`_function_distance`; ``c``
+        None where biases are added besides);
+        ``("kinked", slopes, g, φ(0))`` for a continuous piecewise-linear function of ``g`` (:meth:`_kinked_distance`);
+        ``("data", step)``
         for an input; ``("norm", λ², u)`` for a normalised G-vector ``λ · u · θ`` (:meth:`normalization`: a
         LayerNorm or RMS norm), whose distance is ``λ² · 4 sin²(θᵤ/2)`` in the angle of ``u``; None where it is
         ``a + b − 2c`` of the covariances (other point coefficients, Netsor⊤ corrections with numerical errors,
@@ -712,18 +715,19 @@ class Analysis:
                 return ("norm", *found)
             if v in self.source_errors or any(isinstance(c, pointcoef.PointCoefficient) for _, c in items):
                 return None
-            terms = []
+            terms, common = [], False
             for i, (s, c) in enumerate(items):
                 cov = self.source_cov(s, s)
                 if cov is None or any(self.source_cov(s, t) is not None for t, _ in items[i + 1:]):
                     return None
                 if cov.moment is None:  # the same vector at every input
+                    common = common or (float(c) != 0.0 and cov.scale != 0.0)
                     continue
                 h, h2 = cov.moment
                 if h is not h2:
                     return None
                 terms.append((float(c) * float(c) * cov.scale, h))
-            return ("sum", tuple(terms))
+            return ("sum", tuple(terms), common)
         poly = self.polys.get(v)
         if poly is None or isinstance(poly.const, pointcoef.PointCoefficient):
             return None
@@ -736,6 +740,7 @@ class Analysis:
         at nearly parallel points is :func:`~netsor.gaussian.near_parallel.kinked_distance`."""
         total: near_parallel.Steps | None = None
         args = set()
+        at_zero = float(poly.const or 0.0)
         for alpha, m in poly.terms:
             proj = self.projection(m)
             if isinstance(alpha, pointcoef.PointCoefficient) or proj is None or len(proj.args) != 1:
@@ -747,13 +752,15 @@ class Analysis:
             args.add(proj.args[0])
             term = slopes.scaled(k).times(float(alpha) * k)
             total = term if total is None else total.plus(term)
+            if proj.act.key != identity.key:
+                at_zero += float(alpha) * _value_at_zero(piecewise.of(proj.act))
         if len(args) != 1 or total is None or not total.thresholds:
             return None
         (g,) = args
-        return ("kinked", total, g) if g in self.sources else None
+        return ("kinked", total, g, at_zero) if g in self.sources else None
 
     def _function_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
-        """``("act", rule, g)`` when ``poly`` is ``c + Σ α φ(k · w)`` of one form ``w`` (a G-vector ``g`` up to a
+        """``("act", rule, g, c)`` when ``poly`` is ``c + Σ α φ(k · w)`` of one form ``w`` (a G-vector ``g`` up to a
         factor), every ``φ`` with a distance kernel that combine into one rule of ``g``
         (:func:`~netsor.activations.distance_kernels.combination`): ``relu(w) + 0.01 w`` is one piecewise-linear
         function of ``w``. The linear terms may differ from a multiple of ``w`` by sources that are the same vector
@@ -800,7 +807,10 @@ class Analysis:
                for s in varying):
             return None
         rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
-        return None if rule is None else ("act", rule, g)
+        # the constant the function has beside its rule of g, where nothing else is added (a bias in the linear part
+        # drops out of a distance, not out of a sum: SumDistance)
+        exact = all(linear.get(s, 0.0) == slope * ref.get(s, 0.0) for s in {*linear, *ref} - varying)
+        return None if rule is None else ("act", rule, g, float(poly.const) if exact else None)
 
     def _only_product(self, g: Vector) -> Vector | None:
         """``h`` when the G-vector ``g`` is a multiple of one MatMul ``W h`` alone (no bias, no other source)."""
@@ -830,7 +840,7 @@ class Analysis:
         return rule[1], rule[2]
 
     def _one_vector_distance(self, poly: Polynomial) -> tuple[Any, ...] | None:
-        """``("act", rule, g)`` when every term of ``poly`` is ``α φ(k · g)`` of one G-vector ``g`` itself (not
+        """``("act", rule, g, c)`` when every term of ``poly`` is ``α φ(k · g)`` of one G-vector ``g`` itself (not
         only of its form over sources: a LayerNorm's output, whose sources carry per-input coefficients)."""
         parts, args = [], set()
         for alpha, m in poly.terms:
@@ -844,7 +854,7 @@ class Analysis:
             return None
         (g,) = args
         rule = distance_kernels.combination(parts)
-        return None if rule is None or g not in self.sources else ("act", rule, g)
+        return None if rule is None or g not in self.sources else ("act", rule, g, float(poly.const))
 
     def _vector_of_form(self, form: dict[Vector, float]) -> tuple[Vector, float] | None:
         """A G-vector ``g`` of the program and ``scale`` with ``form = scale · (g's form over sources)``, or None."""
@@ -1615,7 +1625,7 @@ class Distance(Quantity):
         elif rule[0] == "norm":
             D, dD = _normalized_distance(rule[1], run.get(("A", rule[2]))[0])
         else:
-            _, distance, g = rule
+            _, distance, g, _ = rule
             Dg, dDg = run.get(("D", g))
             (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
             D, dD = distance(a, da, b, db, Dg, dDg, run.get(("A", g))[0])
@@ -1629,32 +1639,45 @@ class Distance(Quantity):
         return D, dD
 
 
-def _distance_by_covariance(v: Vector, run: Run) -> tuple[Array, Array]:
-    """``a + b − 2c`` of ``v``'s second moments: no better than the covariances' bounds."""
+def _distance_by_covariance(v: Vector, run: Run, sign: float = 1.0) -> tuple[Array, Array]:
+    """``a + b − 2c`` of ``v``'s second moments (``sign = −1``: the sum's ``a + b + 2c``): no better than the
+    covariances' bounds."""
     c, c_bound = run.get(("m", v, v))
     (a, da), (b, db) = run.point(("m", v, v), "left"), run.point(("m", v, v), "right")
-    D = np.maximum(a + b - 2.0 * c, 0.0)
+    D = np.maximum(a + b - 2.0 * sign * c, 0.0)
     return D, da + db + 2.0 * c_bound.array() + 4 * _EPS * (a + b + 2.0 * np.abs(c))
 
 
-def _distance_by_angle(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run) -> tuple[Array, Array]:
+def _distance_by_angle(v: Vector, slopes: near_parallel.Steps, g: Vector, run: Run,
+                       sum_offset: float | None = None) -> tuple[Array, Array]:
     """The distance of ``v = φ(g)`` for a continuous piecewise-linear ``φ`` (``φ' = slopes``) with kinks off the
     origin: :func:`~netsor.gaussian.near_parallel.kinked_distance` at the pairs whose angle is small
-    (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), where it keeps the distance's relative accuracy, and
-    the covariances' ``a + b − 2c`` wherever that has the smaller bound."""
-    D, dD = _distance_by_covariance(v, run)
+    (:data:`~netsor.gaussian.near_parallel.SMALL_ANGLE`), where it keeps the distance's relative accuracy — and,
+    for an even φ (φ' odd), at the nearly anti-parallel pairs, whose distance is that of ``(u, −v)`` at the
+    reflected angle — and the covariances' ``a + b − 2c`` wherever that has the smaller bound.
+
+    ``sum_offset``: the sum ``E[(φ(u) + φ(v))²]`` instead, of a φ odd up to its value ``φ(0) = sum_offset`` (φ'
+    even): ``E[(φ(u) − φ(−v))²] + 4φ(0)²`` (the cross term ``4φ(0) E[φ(u) − φ(0) + φ(v) − φ(0)]`` vanishes: an odd
+    function of a centred Gaussian) at the reflected angle, small where the pair is nearly anti-parallel."""
+    summed = sum_offset is not None
+    D, dD = _distance_by_covariance(v, run, sign=-1.0 if summed else 1.0)
     D, dD = np.array(np.broadcast_to(D, run.shape)), np.array(np.broadcast_to(dD, run.shape))
     ang = run.get(("A", g))[0]
     (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
     a, da, b, db = (np.broadcast_to(x, run.shape) for x in (a, da, b, db))
-    small = np.broadcast_to(ang.hi <= near_parallel.SMALL_ANGLE, run.shape) & (a > da) & (b > db)
-    if np.any(small):
-        theta, lo, hi = (np.broadcast_to(x, run.shape)[small] for x in (ang.theta, ang.lo, ang.hi))
-        near, d_near = near_parallel.kinked_distance(slopes, a[small], da[small], b[small], db[small],
-                                                     distance_kernels.Angle(theta, lo, hi), limit=dD[small])
-        take = d_near < dD[small]
-        D[small] = np.where(take, near, D[small])
-        dD[small] = np.where(take, d_near, dD[small])
+    reflections = [True] if summed else [False, True] if slopes.scaled(-1.0) == slopes.times(-1.0) else [False]
+    square = 4.0 * sum_offset * sum_offset if summed else 0.0
+    for reflect in reflections:
+        at = distance_kernels.reflected(ang) if reflect else ang
+        small = np.broadcast_to(at.hi <= near_parallel.SMALL_ANGLE, run.shape) & (a > da) & (b > db)
+        if np.any(small):
+            theta, lo, hi = (np.broadcast_to(x, run.shape)[small] for x in (at.theta, at.lo, at.hi))
+            near, d_near = near_parallel.kinked_distance(slopes, a[small], da[small], b[small], db[small],
+                                                         distance_kernels.Angle(theta, lo, hi), limit=dD[small])
+            near, d_near = near + square, d_near + 4 * _EPS * square
+            take = d_near < dD[small]
+            D[small] = np.where(take, near, D[small])
+            dD[small] = np.where(take, d_near, dD[small])
     return D, dD
 
 
@@ -1668,6 +1691,75 @@ def _normalized_distance(square: float, ang: distance_kernels.Angle) -> tuple[Ar
     D = at(ang.theta)
     dD = np.maximum(at(ang.hi) - D, D - at(ang.lo)) + 8 * _EPS * D
     return D, dD
+
+
+class SumDistance(Quantity):
+    """``("S", v)``: ``E[(Z^v(x) + Z^v(x'))²]`` — the distance of ``(Z^v(x), −Z^v(x'))`` — between the tile's two
+    points, with a dense bound on its absolute error, carried beside :class:`Distance` where the plan carries
+    distances (:func:`walk`).
+
+    Odd networks (bias-free, odd φ: hard_tanh, a traced clip) keep two nearly anti-parallel inputs nearly
+    anti-parallel at every layer: the covariances then hold ``1 + ρ`` to ½-Hölder digits only, the angle ``π − θ``
+    with them, and the step kernels of hard_tanh's NTK (slope ``1/(2π sin θ)``) missed rtol 1e-8 by 80× at inputs
+    1e-6 from anti-parallel. The sum is the distance of ``(u, −v)``, small there: for an odd φ of ``g`` it is φ's
+    distance rule at the reflected angle ``π − θ`` of ``g`` (:func:`~netsor.activations.distance_kernels.reflected`)
+    and ``g``'s own sum — the same rules as :class:`Distance` read through ``v ↦ −v``. Functions of no parity,
+    biases and other vectors take ``a + b + 2c`` of the covariances (no anti-parallel pair survives them)."""
+
+    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
+        rule = _sum_rule(an, key[1])
+        if rule is None:
+            return [("m", key[1], key[1])], [("m", key[1], key[1])]
+        if rule[0] == "data":
+            return [], []
+        if rule[0] == "sum":
+            return [("S", h) for _, h in rule[1]], []
+        if rule[0] == "norm":
+            return [("A", rule[2])], []
+        g = rule[2]
+        if rule[0] == "kinked":
+            return [("A", g), ("m", key[1], key[1])], [("g", g, g), ("m", key[1], key[1])]
+        return [("S", g), ("A", g)], [("g", g, g)]
+
+    def compute(self, key: Key, run: Run) -> Value:
+        v = key[1]
+        rule = _sum_rule(run.an, v)
+        if rule is None:
+            S, dS = _distance_by_covariance(v, run, sign=-1.0)
+        elif rule[0] == "kinked":
+            S, dS = _distance_by_angle(v, rule[1], rule[2], run, sum_offset=rule[3])
+        elif rule[0] == "data":
+            S, dS = data_distance(data_view(run.X_left, rule[1]), -data_view(run.X_right, rule[1]))
+        elif rule[0] == "sum":
+            S, dS = np.zeros(run.shape), np.zeros(run.shape)
+            for weight, h in rule[1]:
+                Sh, dSh = run.get(("S", h))
+                S, dS = S + weight * Sh, dS + weight * dSh
+            dS += (len(rule[1]) + 2) * _EPS * S
+        elif rule[0] == "norm":
+            S, dS = _normalized_distance(rule[1], distance_kernels.reflected(run.get(("A", rule[2]))[0]))
+        else:
+            _, distance, g, at_zero = rule
+            Sg, dSg = run.get(("S", g))
+            (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
+            S, dS = distance(a, da, b, db, Sg, dSg, distance_kernels.reflected(run.get(("A", g))[0]))
+            S = S + 4.0 * at_zero * at_zero  # as in _distance_by_angle: the odd part's cross term vanishes
+            dS = dS + 4 * _EPS * S
+        return np.array(np.broadcast_to(S, run.shape)), np.array(np.broadcast_to(dS, run.shape))
+
+
+def _sum_rule(an: Analysis, v: Vector) -> tuple[Any, ...] | None:
+    """:meth:`Analysis.distance_rule` where it carries ``E[(Z^v(x) + Z^v(x'))²]`` too (:class:`SumDistance`): data,
+    normalised vectors, sums of MatMuls without a common source, odd functions (an activation rule's
+    :attr:`odd`, a continuous piecewise-linear φ whose φ' is even — φ odd up to its value at 0); None elsewhere."""
+    rule = an.distance_rule(v)
+    if rule is None or rule[0] in ("data", "norm"):
+        return rule
+    if rule[0] == "sum":
+        return None if rule[2] else rule
+    if rule[0] == "kinked":
+        return rule if rule[1].scaled(-1.0) == rule[1] else None
+    return rule if rule[3] is not None and getattr(rule[1], "odd", False) else None
 
 
 class PairAngle(Quantity):
@@ -1696,6 +1788,9 @@ class PairAngle(Quantity):
             mapped = distance_kernels.piecewise_linear_angle(through[0], run.get(("A", through[1]))[0])
             if mapped is not None:
                 ang = ang.within(mapped)
+        if ("S", g) in run.values:  # π − θ from the sum, accurate relative to itself where the pair is anti-parallel
+            S, dS = run.get(("S", g))
+            ang = ang.within(distance_kernels.reflected(distance_kernels.angle(a, da, b, db, S, dS)))
         if (exact := run.colinear((g,))) is not None:
             ang = ang.at(exact[0], exact[1], np.where(exact[2] > 0, 0.0, np.pi))
         return ang, None
@@ -1785,7 +1880,7 @@ def data_distance(A: Array, B: Array) -> tuple[Array, Array]:
 QUANTITIES: dict[str, Quantity] = {
     "g": GaussianCovariance(), "s": SourceCovarianceQuantity(), "m": Moment(), "d": DataInnerProduct(),
     "t": MonomialPair(), "mean": MonomialMean(), "pm": PointMoments(), "sc": ScalarLimit(), "D": Distance(),
-    "A": PairAngle(),
+    "S": SumDistance(), "A": PairAngle(),
 }
 
 
@@ -1923,6 +2018,8 @@ def walk(an: Analysis, roots: list[Key], diag: bool, distances: bool = False
         if distances and key[0] == "t" and not diag:
             own = own + [("A", g) for comp in an.components(key[1], key[2], False)
                          if (g := an.angle_pair(comp)) is not None]
+        if distances and key[0] == "A" and not diag:
+            own = own + [("S", key[1])]  # the angle near π (SumDistance)
         if diag:
             own = [canonical(k) for k in own]
         deps[key] = own
@@ -2714,29 +2811,56 @@ class Run:
             return None
         ang = self.get(("A", rule[1]))[0]
         small = np.broadcast_to(ang.hi <= near_parallel.SMALL_ANGLE, self.shape)
-        if not np.any(small):
+        # nearly anti-parallel (an odd network): the pair of (u, −v), whose angle π − θ is small, read back
+        far = np.broadcast_to(ang.lo >= np.pi - near_parallel.SMALL_ANGLE, self.shape)
+        if not np.any(small) and not np.any(far):
             return None
-        at = [np.broadcast_to(x, self.shape)[small] for x in (a, da, b, db)]
-        near = distance_kernels.Angle(*(np.broadcast_to(x, self.shape)[small] for x in (ang.theta, ang.lo, ang.hi)))
-        if rule[0] == "steps":
-            got, err = near_parallel.step_pair(rule[2], rule[3], *at, near)
-        else:
-            slopes, pieces = rule[2], rule[3]
-            D, dD = near_parallel.kinked_distance(slopes, *at, near)
-            at_zero = abs(_value_at_zero(pieces))
-            halves = []
-            for var, dvar in ((at[0], at[1]), (at[2], at[3])):
-                m2, m2_err, _ = piecewise.pair_expectation(pieces, pieces, var, var, 1.0, colinear=True)
-                top = (at_zero + slopes.largest * np.sqrt(var + dvar)) * slopes.largest / np.sqrt(var - dvar)
-                halves.append((m2, m2_err + top * dvar))
-            (ma, ea), (mb, eb) = halves
-            got = 0.5 * (ma + mb - D)
-            err = 0.5 * (ea + eb + dD) + 4 * _EPS * (ma + mb + D)
         value, dense = np.zeros(self.shape), np.full(self.shape, np.inf)
-        value[small], dense[small] = got, err
+        for where, reflect in ((small, False), (far, True)):
+            if np.any(where):
+                at = [np.broadcast_to(x, self.shape)[where] for x in (a, da, b, db)]
+                near = distance_kernels.Angle(*(np.broadcast_to(x, self.shape)[where]
+                                                for x in (ang.theta, ang.lo, ang.hi)))
+                found = self._near_parallel_values(rule, at, distance_kernels.reflected(near) if reflect else near,
+                                                   reflect)
+                if found is not None:
+                    value[where], dense[where] = found
         if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
             np.fill_diagonal(dense, 0.0)
         return value, bounds.from_dense(dense, env_l, env_r)
+
+    @staticmethod
+    def _near_parallel_values(rule: tuple[Any, ...], at: list[Array], near: distance_kernels.Angle, reflect: bool
+                              ) -> tuple[Array, Array] | None:
+        """:meth:`near_parallel_pair` at selected entries (``at``: ``a, δa, b, δb`` there) whose angle ``near`` is
+        small; ``reflect``: ``near`` is that of ``(u, −v)``, the right function read as ``ψ(−·)`` — steps by their
+        reflection, one continuous piecewise-linear φ where it is even or odd up to ``φ(0)`` (None otherwise)."""
+        if rule[0] == "steps":
+            return near_parallel.step_pair(rule[2], rule[3].scaled(-1.0) if reflect else rule[3], *at, near)
+        slopes, pieces = rule[2], rule[3]
+        at_zero = _value_at_zero(pieces)
+        # E[φ(u)φ(v)] = ±E[φ(u)φ(−v)] + (1 ∓ 1)φ(0)²: even φ (φ' odd) or odd up to φ(0) (φ' even)
+        sign = 1.0
+        if reflect:
+            if slopes.scaled(-1.0) == slopes.times(-1.0):
+                sign = 1.0
+            elif slopes.scaled(-1.0) == slopes:
+                sign = -1.0
+            else:
+                return None
+        D, dD = near_parallel.kinked_distance(slopes, *at, near)
+        halves = []
+        for var, dvar in ((at[0], at[1]), (at[2], at[3])):
+            m2, m2_err, _ = piecewise.pair_expectation(pieces, pieces, var, var, 1.0, colinear=True)
+            top = (abs(at_zero) + slopes.largest * np.sqrt(var + dvar)) * slopes.largest / np.sqrt(var - dvar)
+            halves.append((m2, m2_err + top * dvar))
+        (ma, ea), (mb, eb) = halves
+        if sign > 0:
+            got = 0.5 * (ma + mb - D)
+        else:  # φ = φ₀ + φ(0), φ₀ odd: E[φ₀(u)φ₀(v)] = −(E φ₀(u)² + E φ₀(v)² − D)/2, E φ₀² = E φ² − φ(0)²
+            got = 0.5 * (D - ma - mb) + 2.0 * at_zero * at_zero
+        err = 0.5 * (ea + eb + dD) + 4 * _EPS * (ma + mb + D + 4.0 * at_zero * at_zero)
+        return got, err
 
     def pair(self, comp: Component) -> tuple[Array, bounds.Bound]:
         """``E[L(U at left points) R(V at right points)]`` on the tile, with its bound on the envelope
@@ -3351,8 +3475,10 @@ class Limit:
         self.term_share = TERM_SHARE
         # tile plans carry distances (Limit.retried): from the start where two inputs are so nearly parallel that
         # the covariances would surely miss rtol at a kink off the origin (its first attempt: ~4× the retry's time)
-        self.distances = self.analysis.has_near_parallel_pairs and has_nearly_parallel_inputs(
-            self.X, self.X2, angle=NEAR_INPUTS_ANGLE / self.rtol, symmetric=self.symmetric)
+        # (or anti-parallel: an odd network keeps them so, SumDistance)
+        self.distances = self.analysis.has_near_parallel_pairs and any(
+            has_nearly_parallel_inputs(self.X, sign * self.X2, angle=NEAR_INPUTS_ANGLE / self.rtol,
+                                       symmetric=self.symmetric) for sign in (1.0, -1.0))
         self.error: float | None = None  # no result yet
         self.relative_error: float | None = None
         self.stderr = 0.0
