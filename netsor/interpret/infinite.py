@@ -806,11 +806,12 @@ class Analysis:
         if any(abs(linear.get(s, 0.0) - slope * ref.get(s, 0.0)) > _PROPORTIONAL * abs(linear.get(s, 0.0))
                for s in varying):
             return None
-        rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)])
         # the constant the function has beside its rule of g, where nothing else is added (a bias in the linear part
         # drops out of a distance, not out of a sum: SumDistance)
         exact = all(linear.get(s, 0.0) == slope * ref.get(s, 0.0) for s in {*linear, *ref} - varying)
-        return None if rule is None else ("act", rule, g, float(poly.const) if exact else None)
+        const = float(poly.const) if exact else None
+        rule = distance_kernels.combination([*parts, (slope * scale, 1.0, identity.distance_kernel)], const)
+        return None if rule is None else ("act", rule, g, const)
 
     def _only_product(self, g: Vector) -> Vector | None:
         """``h`` when the G-vector ``g`` is a multiple of one MatMul ``W h`` alone (no bias, no other source)."""
@@ -853,7 +854,7 @@ class Analysis:
         if len(args) != 1:
             return None
         (g,) = args
-        rule = distance_kernels.combination(parts)
+        rule = distance_kernels.combination(parts, float(poly.const))
         return None if rule is None or g not in self.sources else ("act", rule, g, float(poly.const))
 
     def _vector_of_form(self, form: dict[Vector, float]) -> tuple[Vector, float] | None:
@@ -1743,15 +1744,17 @@ class SumDistance(Quantity):
             Sg, dSg = run.get(("S", g))
             (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
             S, dS = distance(a, da, b, db, Sg, dSg, distance_kernels.reflected(run.get(("A", g))[0]))
-            S = S + 4.0 * at_zero * at_zero  # as in _distance_by_angle: the odd part's cross term vanishes
+            if isinstance(distance, distance_kernels.PiecewiseLinearDistance):  # a jump rule's levels hold c
+                S = S + 4.0 * at_zero * at_zero  # as in _distance_by_angle: the odd part's cross term vanishes
             dS = dS + 4 * _EPS * S
         return np.array(np.broadcast_to(S, run.shape)), np.array(np.broadcast_to(dS, run.shape))
 
 
 def _sum_rule(an: Analysis, v: Vector) -> tuple[Any, ...] | None:
     """:meth:`Analysis.distance_rule` where it carries ``E[(Z^v(x) + Z^v(x'))²]`` too (:class:`SumDistance`): data,
-    normalised vectors, sums of MatMuls without a common source, odd functions (an activation rule's
-    :attr:`odd`, a continuous piecewise-linear φ whose φ' is even — φ odd up to its value at 0); None elsewhere."""
+    normalised vectors, sums of MatMuls without a common source, odd functions (a linear rule up to its constant, a
+    jump rule whose levels, constant included, are opposite — sign; a continuous piecewise-linear φ whose φ' is even:
+    φ odd up to its value at 0); None elsewhere."""
     rule = an.distance_rule(v)
     if rule is None or rule[0] in ("data", "norm"):
         return rule
