@@ -638,3 +638,48 @@ def test_the_ntk_of_an_untraceable_function_without_a_derivative_is_that_of_the_
         a, b = netsor.kernel(opaque, X), netsor.kernel(traced, X)
         assert np.all(np.abs(a.ntk - b.ntk) <= a.ntk_error + b.ntk_error)
         assert np.all(np.abs(a.nngp - b.nngp) <= a.nngp_error + b.nngp_error)
+
+
+def _floor_pair_by_quadrature(a, b, c):
+    """``E[floor(u) floor(v)]`` for ``(u, v)`` centred Gaussian with variances ``a, b`` and covariance ``c``: over each
+    cell ``floor(u) = i`` the conditional mean ``E[floor(v) | u] = Σ_{j ≥ 1} Φ((μ − j)/s) − Σ_{j ≤ 0} Φ((j − μ)/s)``
+    (``μ = c u/a``, ``s² = b − c²/a``), integrated by adaptive quadrature (scipy)."""
+    from scipy import integrate, stats
+    sa, s = np.sqrt(a), np.sqrt(max(b - c * c / a, 0.0))
+    reach = int(np.ceil(12 * max(sa, np.sqrt(b)))) + 1
+    js = np.arange(-reach, reach + 1)
+
+    def conditional(u):
+        mu = c * u / a
+        if s == 0.0:
+            return np.floor(mu)
+        return np.sum(stats.norm.cdf((mu - js[js >= 1]) / s)) - np.sum(stats.norm.cdf((js[js <= 0] - mu) / s))
+
+    total = 0.0
+    for i in range(-reach, reach):
+        if i == 0:
+            continue
+        part, _ = integrate.quad(lambda u: conditional(u) * stats.norm.pdf(u / sa) / sa, i, i + 1,
+                                 epsabs=1e-14, epsrel=1e-13)
+        total += i * part
+    return total
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_function_with_a_jump_at_every_integer_has_an_ntk_equal_to_its_nngp(depth):
+    """``np.floor`` (opaque: its jumps located, ~20 within the Gaussian's reach) has φ' = 0 almost everywhere, so an
+    MLP of it has an NTK equal to its NNGP (only the readout is trained in effect). Before, every NTK entry was
+    refused at twice its value: the pair rule's bound is infinite at ρ = 1, an entry that takes per-point values,
+    and it stood for the whole tile. At depth 1 the NNGP ``σ_w² E[floor(u) floor(v)] + σ_b²`` equals an adaptive
+    quadrature over the integer cells within the bounds (plus the reference's 1e-11)."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    sigma_w, sigma_b = 1.0, 0.1
+    k = netsor.kernel(netsor.zoo.mlp(depth, np.floor, sigma_w, sigma_b), X)
+    assert np.all(np.abs(k.ntk - k.nngp) <= k.ntk_error + k.nngp_error)
+    scale = np.sqrt(np.outer(np.diag(k.nngp), np.diag(k.nngp)))
+    assert np.all(k.ntk_error <= 1e-8 * scale) and np.all(k.nngp_error <= 1e-8 * scale)
+    if depth == 1:
+        G = sigma_w**2 * X @ X.T / X.shape[1] + sigma_b**2
+        ref = np.array([[sigma_w**2 * _floor_pair_by_quadrature(G[i, i], G[j, j], G[i, j]) + sigma_b**2
+                         for j in range(4)] for i in range(4)])
+        assert np.all(np.abs(k.nngp - ref) <= k.nngp_error + 1e-11 * scale)

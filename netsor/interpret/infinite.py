@@ -2819,6 +2819,7 @@ class Run:
         if not np.any(small) and not np.any(far):
             return None
         value, dense = np.zeros(self.shape), np.full(self.shape, np.inf)
+        filled = False
         for where, reflect in ((small, False), (far, True)):
             if np.any(where):
                 at = [np.broadcast_to(x, self.shape)[where] for x in (a, da, b, db)]
@@ -2828,6 +2829,9 @@ class Run:
                                                    reflect)
                 if found is not None:
                     value[where], dense[where] = found
+                    filled = True
+        if not filled:
+            return None
         if self.left is self.right and self.rows == self.cols:  # its diagonal takes per-point values
             np.fill_diagonal(dense, 0.0)
         return value, bounds.from_dense(dense, env_l, env_r)
@@ -2903,6 +2907,7 @@ class Run:
                 own = bounds.Bound(32 * _EPS if err is None else err, env_l, env_r)
             else:
                 own = bounds.from_dense(err, env_l, env_r, keep_dense=True)
+            diagonal = self.left is self.right and self.rows == self.cols
             if np.isinf(own.eta):
                 # an error on an envelope of 0 (a second moment that underflowed, e^(−130)): no relative bound
                 # holds, the absolute one does — kept dense (it was an infinite eta: the entry refused)
@@ -2911,8 +2916,13 @@ class Run:
                 # Cauchy–Schwarz where the envelope is 0: |E[LR]| ≤ √(E L² E R²) = 0, so the error is |value|
                 # (a vector that vanishes in the limit: |g − s·g| with a scalar s = 1 has the NNGP 0, bound 0)
                 dense_err = np.where(env_l * env_r == 0.0, np.minimum(dense_err, np.abs(value)), dense_err)
+                if diagonal:
+                    # its diagonal takes per-point values: a rule that fails at ρ = 1 (jumps at every integer,
+                    # np.floor: inf there) must not stand for the tile (every NTK entry of a floor MLP refused at
+                    # 2× its value, the NNGP alone kept it dense)
+                    dense_err = np.array(np.broadcast_to(dense_err, self.shape))
+                    np.fill_diagonal(dense_err, 0.0)
                 own = bounds.from_dense(dense_err, env_l, env_r)
-            diagonal = self.left is self.right and self.rows == self.cols
             threshold = COMPACT_SHARE * self.term_rtol
             if phi.continuous and psi.continuous:
                 prop = self._pair_1d_relative(phi, psi, a, b, da, db, c_bound, s_left, s_right, env_l, env_r)
