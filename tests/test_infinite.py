@@ -1331,3 +1331,39 @@ def test_two_functions_of_one_form_at_one_point_are_one_integral():
     for (u, v), ref in (((k1, k2), sd * (stats.norm.pdf(r2 / sd) - stats.norm.pdf(r1 / sd))), ((s1, s2), 0.0 * sd)):
         C, E = lim.cov(u, v, with_error=True)
         assert np.all(np.abs(np.diag(C) - ref) <= np.diag(E) + 1e-15)
+
+
+def _log_abs_pair_by_mpmath(a, b, c):
+    """``E[log|u| log|v|]`` (centred, variances ``a, b``, covariance ``c``) in 30 digits: the mixed derivative at 0 of
+    ``E|z₁|^s |z₂|^t = 2^((s+t)/2) Γ((s+1)/2) Γ((t+1)/2) ₂F₁(−s/2, −t/2; ½; ρ²)/π`` (unit variances), shifted by
+    ``log √a`` and ``log √b``."""
+    import mpmath
+    mpmath.mp.dps = 30
+    rho2 = mpmath.mpf(c) ** 2 / (mpmath.mpf(a) * mpmath.mpf(b))
+
+    def moment(s, t):
+        return (2 ** ((s + t) / 2) * mpmath.gamma((s + 1) / 2) * mpmath.gamma((t + 1) / 2) / mpmath.pi
+                * mpmath.hyp2f1(-s / 2, -t / 2, mpmath.mpf(1) / 2, rho2))
+
+    both = mpmath.diff(moment, (0, 0), (1, 1))
+    one = mpmath.diff(lambda s: moment(s, 0), 0)
+    la, lb = mpmath.log(a) / 2, mpmath.log(b) / 2
+    return float(both + (la + lb) * one + la * lb)
+
+
+def test_log_abs_has_its_exact_kernel_within_the_bound_where_a_node_sat_on_its_singularity():
+    """``φ = log|x|`` is −inf at 0 but square-integrable: its NNGP exists. A zero-width panel of the quadrature put
+    nodes (of weight 0) on the kink, and 0·(−inf) refused every kernel of it as "not defined for Gaussian
+    arguments". Now the one-layer NNGP ``E[log|u| log|v|] + σ_b²`` is within its bound of the 30-digit closed form
+    (a mixed derivative of the hypergeometric moments of |u|^s |v|^t) at rtol 1e-2; the bound stops near 3e-4 (the
+    logarithm's Hermite coefficients decay slowly), which a tighter rtol reports."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    program = netsor.zoo.mlp(1, lambda x: np.log(np.abs(x)), 1.0, 0.1)
+    k = netsor.kernel(program, X, get=("nngp",), rtol=1e-2)
+    G = X @ X.T / 3 + 0.01
+    off = ~np.eye(4, dtype=bool)
+    ref = np.array([[_log_abs_pair_by_mpmath(G[i, i], G[j, j], G[i, j]) + 0.01 if i != j else 0.0 for j in range(4)]
+                    for i in range(4)])
+    assert np.all(np.abs(k.nngp - ref)[off] <= k.nngp_error[off])
+    with pytest.raises(netsor.NumericalError, match="error bound reached"):
+        netsor.kernel(program, X, get=("nngp",), rtol=1e-6)

@@ -683,3 +683,21 @@ def test_a_function_with_a_jump_at_every_integer_has_an_ntk_equal_to_its_nngp(de
         ref = np.array([[sigma_w**2 * _floor_pair_by_quadrature(G[i, i], G[j, j], G[i, j]) + sigma_b**2
                          for j in range(4)] for i in range(4)])
         assert np.all(np.abs(k.nngp - ref) <= k.nngp_error + 1e-11 * scale)
+
+
+@pytest.mark.parametrize(("fn", "exponent"), [(lambda x: np.sqrt(np.maximum(x, 0.0)), "-0.5"),
+                                              (lambda x: np.sign(x) * np.sqrt(np.abs(x)), "-0.5"),
+                                              (lambda x: np.abs(x) ** 0.4, "-0.6")])
+def test_an_infinite_ntk_is_refused_where_quadrature_would_report_a_finite_one(fn, exponent):
+    """φ = √relu, sign·√|x| (traced: φ' = 1/(2√|x|)) and |x|^0.4 (a non-integer power, opaque: φ' a central
+    difference, bounded by its step) have ``E φ'(u)² = ∞``: the NTK of their networks is infinite on its diagonal.
+    Before, quadrature reported it finite (√relu at rtol 0.9: 1.28 ± 0.05) or refused with a bound ("pass a larger
+    rtol"); now a NumericalError says the expectation is infinite and why. Their NNGP is finite and stays; |x|^0.6
+    (φ'² ~ |x|^−0.8, integrable) keeps its NTK."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    program = netsor.zoo.mlp(2, fn, 1.0, 0.1)
+    with pytest.raises(netsor.NumericalError, match=f"is infinite: .* grows like .*\\^{exponent}"):
+        netsor.kernel(program, X, rtol=0.9)
+    assert np.all(np.isfinite(netsor.kernel(program, X, rtol=0.9, get=("nngp",)).nngp))
+    k = netsor.kernel(netsor.zoo.mlp(1, lambda x: np.abs(x) ** 0.6, 1.0, 0.1), X, rtol=0.5)
+    assert np.all(np.isfinite(k.ntk)) and np.all(np.isfinite(k.ntk_error))

@@ -42,6 +42,7 @@ from netsor.gaussian.quadrature import (
     INV_SQRT_2PI,
     MAX_BISECTIONS,
     Z_MAX,
+    at_nodes,
     check_finite,
     expect_1d_err,
     gaussian_rule,
@@ -882,7 +883,7 @@ def _weighted_values(act: Activation, sd: Array, edges: Array, order: int) -> tu
     out = []
     for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
         z, w = rule_on_panels(edges, nodes, weights)
-        f = act.fn(sd[:, None] * z)
+        f = at_nodes(act.fn, sd[:, None] * z, w)
         check_finite(f, f"E {act.name}(u)²")
         fw = f * w
         H = hermite_functions(z[0] if z.shape[0] == 1 else z, order)
@@ -1133,7 +1134,7 @@ def _colinear_pair(phi: Activation, psi: Activation, a: Array, b: Array, sign: A
         vals = []
         for nodes, weights in ((GL_NODES, GL_WEIGHTS), (GL10_NODES, GL10_WEIGHTS)):
             z, w = rule_on_panels(edges, nodes, weights)
-            f = phi.fn(sa[:, None] * z) * psi.fn((sg * sb)[:, None] * z)
+            f = at_nodes(phi.fn, sa[:, None] * z, w) * at_nodes(psi.fn, (sg * sb)[:, None] * z, w)
             check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
             vals.append(np.sum(w * f, axis=1))
         out[sl], err[sl] = vals[0], np.abs(vals[0] - vals[1])
@@ -1243,8 +1244,8 @@ def _nested_chunk(phi: Activation, psi: Activation, a: Array, b: Array, c: Array
                 inner_extra = np.concatenate([inner_extra, _local_grading(at, unit, fineness)], axis=1)
             inner_edges = panel_edges(loc[rows], scale[rows], features(psi), extra_z=inner_extra)
             z2, w2 = rule_on_panels(inner_edges, nodes, weights)
-            inner[rows] = np.sum(w2 * psi.fn(loc[rows, None] + scale[rows, None] * z2), axis=1)
-        f = phi.fn(sa[:, None] * z1) * inner.reshape(P, Q1)
+            inner[rows] = np.sum(w2 * at_nodes(psi.fn, loc[rows, None] + scale[rows, None] * z2, w2), axis=1)
+        f = at_nodes(phi.fn, sa[:, None] * z1, w1) * inner.reshape(P, Q1)
         check_finite(f, f"E[{phi.name}(u) {psi.name}(v)]")
         vals.append(np.sum(w1 * f, axis=1))
     return vals[0], np.abs(vals[0] - vals[1])
@@ -1483,6 +1484,53 @@ def _product_error(phi: Activation, psi: Activation) -> Callable[[Array], Array]
 
 
 _UNIT_MOMENTS: BoundedMemo[dict[str, float]] = BoundedMemo()
+#: Per φ (and scale, for a central difference): where it is not square-integrable, ``(kink, exponent)``.
+_SQUARE_INTEGRABLE: BoundedMemo[tuple[float, float] | None] = BoundedMemo()
+#: Distances from a kink (relative to max(1, |kink|)) at which φ's growth towards it is measured.
+_GROWTH_STEPS = 10.0 ** -np.arange(4.0, 14.0, 2.0)
+
+
+def check_square_integrable(act: Activation, max_sd: float) -> None:
+    """Raise :class:`NumericalError` where ``E φ(u)²`` is infinite: φ unbounded towards a kink as ``|x − t|^p`` with
+    ``p ≤ −½`` (the derivative of ``√relu`` or of ``sign·√|x|``, ``1/(2√x)``: the NTK of a network of such a φ is
+    infinite on its diagonal, which quadrature rules would report as a finite number). The exponent is the slope of
+    ``log|φ|`` against ``log|x − t|`` over the last decades of ``|x − t|`` from 1e-4 to 1e-12 on each side;
+    ``log|x|`` (slope → 0) and ``1/|x|^0.4`` pass. A central difference (φ' of an opaque φ, bounded by its step)
+    is measured by φ's own difference quotients at φ's kinks (``|x|^0.4``: slope −0.6)."""
+    base = act.difference_of if isinstance(act.difference_of, Activation) else None
+    if base is None and (act.continuous or not act.kinks):
+        return
+
+    def growth(t: float, side: float) -> tuple[Array, Array]:
+        h = _GROWTH_STEPS * max(1.0, abs(t))
+        with np.errstate(all="ignore"):
+            if base is None:
+                return h, np.abs(np.asarray(act.fn(t + side * h), dtype=float))
+            return h, np.abs(np.asarray(base.fn(t + 2.0 * side * h) - base.fn(t + side * h), dtype=float)) / h
+
+    def measure() -> tuple[float, float] | None:
+        kinks = act.kinks if base is None else with_located_kinks(base, max_sd).kinks
+        for t in kinks:
+            for side in (1.0, -1.0):
+                h, f = growth(t, side)
+                if not np.all(np.isfinite(f)) or np.any(f == 0.0):
+                    continue
+                slopes = np.diff(np.log(f)) / np.diff(np.log(h))
+                if np.all(slopes[-2:] <= -0.5 + 1e-3):
+                    return float(t) + 0.0, float(slopes[-1])
+        return None
+
+    found = _SQUARE_INTEGRABLE.get((act.key, max_sd if base is not None else None), measure)
+    if found is not None:
+        t, p = found
+        near = f"|x − {t:.3g}|" if t else "|x|"
+        raise NumericalError(
+            f"E {act.name}(u)² is infinite: {act.name} grows like {near}^{p:.3g} towards x = {t:.3g}, not "
+            "square-integrable under a Gaussian, so a kernel of it does not exist (where it is a derivative, "
+            "φ' of the network's φ, the NTK is infinite on its diagonal); change the nonlinearity (smooth its "
+            "singularity)")
+
+
 #: Gauss–Hermite rule (probabilists') for the moments of smooth φ up to this standard deviation: 64 nodes
 #: give them to 9e-4 relative up to sd 1.5 (the worst: E tanh'²u²; 6.6e-7 at sd 1), but 1.7 % at sd 2 and
 #: 24 % at sd 4 (tanh's poles at ±iπ/2 come within π/(2·sd) of the real line); above it the graded rule of
@@ -1543,6 +1591,7 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
         return {k: v.reshape(shape) for k, v in out.items()}
     sd_max = float(np.sqrt(np.max(var, initial=0.0)))
     act = with_located_kinks(act, sd_max)
+    check_square_integrable(act, sd_max)
     if act.smooth and sd_max <= _MOMENT_GH_SD:
         # smooth and not steep or oscillating on the scale of the nodes: a 64-node Gauss–Hermite
         # rule gives these moments (factors of error bounds, not results) to many digits
@@ -1554,14 +1603,12 @@ def moments_1d(act: Activation, variance: Array) -> dict[str, Array]:
     else:
         x, w = gaussian_rule(np.zeros(var.size), np.sqrt(var), features(act))
     x, w = _reaching_far_rule(act, var, x, w)
-    with np.errstate(all="ignore"):
-        f = np.asarray(act.fn(x), dtype=float)
+    f = at_nodes(act.fn, x, w)
     check_finite(f, f"E {act.name}(u)²")
     f2 = f * f
     out = {"m2": np.sum(w * f2, axis=1), "m4": np.sum(w * f2 * f2, axis=1)}
     if act.continuous:
-        with np.errstate(all="ignore"):
-            d1 = np.asarray(act.deriv(x), dtype=float)
+        d1 = at_nodes(act.deriv, x, w)
         d2 = d1 * d1
         check_finite(d2, f"E {act.name}'(u)²")
         out["grad1"] = np.sum(w * d1, axis=1)

@@ -203,6 +203,15 @@ def hermite_functions(z: Array, order: int) -> Array:
     return h
 
 
+def at_nodes(fn: Callable[[Array], Array], x: Array, w: Array) -> Array:
+    """``fn`` at quadrature nodes ``x``, 0 where their weight ``w`` (broadcast) is 0: a panel of zero width at a
+    kink puts its nodes on the kink, where ``log|x|`` is −inf (its expectation is finite; the product with the
+    zero weight was NaN and refused)."""
+    with np.errstate(all="ignore"):
+        values = np.asarray(fn(x), dtype=float)
+    return np.where(np.broadcast_to(w, values.shape) != 0.0, values, 0.0)
+
+
 def check_finite(values: Array, what: str) -> None:
     """Raise :class:`NumericalError` if a function returned NaN or ±inf at quadrature nodes."""
     if not np.all(np.isfinite(values)):
