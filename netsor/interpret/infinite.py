@@ -1592,51 +1592,69 @@ class Distance(Quantity):
     error from 2.5e-10 to 1.7e-16 and its bound from 1.4e-7 to 5.3e-14 (relative to √(K_ii K_jj)). Pairs of
     identical inputs are 0 exactly."""
 
+    #: the quantity's key letter; :class:`SumDistance` reads the same rules through ``v ↦ −v``
+    letter = "D"
+    summed = False
+
+    def rule(self, an: Analysis, v: Vector) -> tuple[Any, ...] | None:
+        """How the quantity of ``v`` is carried (:meth:`Analysis.distance_rule`)."""
+        return an.distance_rule(v)
+
     def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
         v = key[1]
-        rule = an.distance_rule(v)
+        rule = self.rule(an, v)
         if rule is None:
             return [("m", v, v)], [("m", v, v)]
         if rule[0] == "data":
             return [], []
         if rule[0] == "sum":
-            return [("D", h) for _, h in rule[1]], []
+            return [(self.letter, h) for _, h in rule[1]], []
         if rule[0] == "norm":
             return [("A", rule[2])], []
         g = rule[2]
         if rule[0] == "kinked":
             return [("A", g), ("m", v, v)], [("g", g, g), ("m", v, v)]
-        return [("D", g), ("A", g)], [("g", g, g)]
+        return [(self.letter, g), ("A", g)], [("g", g, g)]
 
     def compute(self, key: Key, run: Run) -> Value:
         v = key[1]
-        rule = run.an.distance_rule(v)
-        if rule is None:  # a + b − 2c, no better than the covariances
-            D, dD = _distance_by_covariance(v, run)
+        rule = self.rule(run.an, v)
+        summed = self.summed
+
+        def angle(g: Vector) -> distance_kernels.Angle:  # of (u, −v) for the sum
+            ang = run.get(("A", g))[0]
+            return distance_kernels.reflected(ang) if summed else ang
+
+        if rule is None:  # a + b ∓ 2c, no better than the covariances
+            D, dD = _distance_by_covariance(v, run, sign=-1.0 if summed else 1.0)
         elif rule[0] == "kinked":
-            D, dD = _distance_by_angle(v, rule[1], rule[2], run)
+            D, dD = _distance_by_angle(v, rule[1], rule[2], run, sum_offset=rule[3] if summed else None)
         elif rule[0] == "data":
-            D, dD = data_distance(data_view(run.X_left, rule[1]), data_view(run.X_right, rule[1]))
+            right = data_view(run.X_right, rule[1])
+            D, dD = data_distance(data_view(run.X_left, rule[1]), -right if summed else right)
         elif rule[0] == "sum":
             D, dD = np.zeros(run.shape), np.zeros(run.shape)
             for weight, h in rule[1]:
-                Dh, dDh = run.get(("D", h))
+                Dh, dDh = run.get((self.letter, h))
                 D, dD = D + weight * Dh, dD + weight * dDh
             dD += (len(rule[1]) + 2) * _EPS * D
         elif rule[0] == "norm":
-            D, dD = _normalized_distance(rule[1], run.get(("A", rule[2]))[0])
+            D, dD = _normalized_distance(rule[1], angle(rule[2]))
         else:
-            _, distance, g, _ = rule
-            Dg, dDg = run.get(("D", g))
+            _, distance, g, at_zero = rule
+            Dg, dDg = run.get((self.letter, g))
             (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
-            D, dD = distance(a, da, b, db, Dg, dDg, run.get(("A", g))[0])
+            D, dD = distance(a, da, b, db, Dg, dDg, angle(g))
+            if summed and isinstance(distance, distance_kernels.PiecewiseLinearDistance):
+                D = D + 4.0 * at_zero * at_zero  # as in _distance_by_angle (a jump rule's levels hold the constant)
             dD = dD + 4 * _EPS * D  # the rule's slopes, rounded once from their exact sums
         if np.shape(D) != run.shape or not D.flags.writeable:
             D = np.array(np.broadcast_to(D, run.shape))
         if np.shape(dD) != run.shape or not dD.flags.writeable:
             dD = np.array(np.broadcast_to(dD, run.shape))
-        same = run.identical  # the same vector at the same input
-        D[same] = dD[same] = 0.0
+        if not summed:
+            same = run.identical  # the same vector at the same input
+            D[same] = dD[same] = 0.0
         return D, dD
 
 
@@ -1694,7 +1712,7 @@ def _normalized_distance(square: float, ang: distance_kernels.Angle) -> tuple[Ar
     return D, dD
 
 
-class SumDistance(Quantity):
+class SumDistance(Distance):
     """``("S", v)``: ``E[(Z^v(x) + Z^v(x'))²]`` — the distance of ``(Z^v(x), −Z^v(x'))`` — between the tile's two
     points, with a dense bound on its absolute error, carried beside :class:`Distance` where the plan carries
     distances (:func:`walk`).
@@ -1707,47 +1725,11 @@ class SumDistance(Quantity):
     and ``g``'s own sum — the same rules as :class:`Distance` read through ``v ↦ −v``. Functions of no parity,
     biases and other vectors take ``a + b + 2c`` of the covariances (no anti-parallel pair survives them)."""
 
-    def deps(self, key: Key, an: Analysis, diag: bool) -> tuple[list[Key], list[Key]]:
-        rule = _sum_rule(an, key[1])
-        if rule is None:
-            return [("m", key[1], key[1])], [("m", key[1], key[1])]
-        if rule[0] == "data":
-            return [], []
-        if rule[0] == "sum":
-            return [("S", h) for _, h in rule[1]], []
-        if rule[0] == "norm":
-            return [("A", rule[2])], []
-        g = rule[2]
-        if rule[0] == "kinked":
-            return [("A", g), ("m", key[1], key[1])], [("g", g, g), ("m", key[1], key[1])]
-        return [("S", g), ("A", g)], [("g", g, g)]
+    letter = "S"
+    summed = True
 
-    def compute(self, key: Key, run: Run) -> Value:
-        v = key[1]
-        rule = _sum_rule(run.an, v)
-        if rule is None:
-            S, dS = _distance_by_covariance(v, run, sign=-1.0)
-        elif rule[0] == "kinked":
-            S, dS = _distance_by_angle(v, rule[1], rule[2], run, sum_offset=rule[3])
-        elif rule[0] == "data":
-            S, dS = data_distance(data_view(run.X_left, rule[1]), -data_view(run.X_right, rule[1]))
-        elif rule[0] == "sum":
-            S, dS = np.zeros(run.shape), np.zeros(run.shape)
-            for weight, h in rule[1]:
-                Sh, dSh = run.get(("S", h))
-                S, dS = S + weight * Sh, dS + weight * dSh
-            dS += (len(rule[1]) + 2) * _EPS * S
-        elif rule[0] == "norm":
-            S, dS = _normalized_distance(rule[1], distance_kernels.reflected(run.get(("A", rule[2]))[0]))
-        else:
-            _, distance, g, at_zero = rule
-            Sg, dSg = run.get(("S", g))
-            (a, da), (b, db) = run.point(("g", g, g), "left"), run.point(("g", g, g), "right")
-            S, dS = distance(a, da, b, db, Sg, dSg, distance_kernels.reflected(run.get(("A", g))[0]))
-            if isinstance(distance, distance_kernels.PiecewiseLinearDistance):  # a jump rule's levels hold c
-                S = S + 4.0 * at_zero * at_zero  # as in _distance_by_angle: the odd part's cross term vanishes
-            dS = dS + 4 * _EPS * S
-        return np.array(np.broadcast_to(S, run.shape)), np.array(np.broadcast_to(dS, run.shape))
+    def rule(self, an: Analysis, v: Vector) -> tuple[Any, ...] | None:
+        return _sum_rule(an, v)
 
 
 def _sum_rule(an: Analysis, v: Vector) -> tuple[Any, ...] | None:
