@@ -319,3 +319,18 @@ def test_a_where_whose_branch_is_not_finite_where_unselected_has_the_ntk_of_fini
     a_hat, se = extrapolated(p, X, [256, 512], 150)
     assert np.all(np.isfinite(a_hat))
     assert np.all(np.abs(a_hat - k.ntk) <= 4 * se + k.ntk_error)
+
+
+def test_a_finite_ntk_through_a_derivative_infinite_where_its_argument_is_flat_is_finite() -> None:
+    """√relu(g): the chain rule's ``sqrt'(relu g)·step(g)`` is ``inf·0`` wherever g < 0, and the finite network's NTK
+    was refused as "not finite (overflow)". Where the argument does not move, the composite does not either: the
+    derivative is 0 there. The NTK (finite at finite width; infinite in the limit, which refuses it) equals that of
+    the same function written with a selection, ``np.where(g > 0, √|g|, 0)``, draw by draw (the same program shape,
+    the same seed), and is finite and positive on its diagonal."""
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    composed = netsor.zoo.mlp(2, lambda x: np.sqrt(np.maximum(x, 0.0)), 1.0, 0.1)
+    selected = netsor.zoo.mlp(2, lambda x: np.where(x > 0, np.sqrt(np.abs(x)), 0.0), 1.0, 0.1)
+    a = netsor.empirical_ntk(composed, X, width=64, samples=3, seed=1)
+    b = netsor.empirical_ntk(selected, X, width=64, samples=3, seed=1)
+    assert np.all(np.isfinite(a)) and np.all(np.diagonal(a, axis1=1, axis2=2) > 0)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)

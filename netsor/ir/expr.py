@@ -438,7 +438,10 @@ class Apply(Expr):
         inner = self._argument(values, True)  # φ' jumps at φ's kinks
         d = (np.asarray(self.act.deriv(inner), dtype=float) if self.act.registered
              else call_user_function(self.act.deriv, (inner,), self.act.name + "'"))
-        return d * self.child.derivative(values, wrt)
+        # where the argument does not move, neither does φ of it, whatever φ' there: √relu(g) for g < 0 is
+        # sqrt'(0)·step(g) = inf·0 (a finite network's NTK of it was refused as an overflow)
+        inner_d = self.child.derivative(values, wrt)
+        return np.where(inner_d == 0.0, 0.0, d * inner_d)
 
     @property
     def continuous(self) -> bool:
