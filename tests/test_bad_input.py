@@ -675,3 +675,14 @@ def test_a_conditioned_pair_that_does_not_converge_gives_way_within_its_budget(m
     with pytest.raises(NumericalError, match="rtol"):
         netsor.nngp(p, X)
     assert spent and all(before <= 2**24 for before, _ in spent)  # no call starts past the cap
+
+
+@pytest.mark.parametrize(("fn", "where"), [(lambda x: np.abs(x - 0.3) ** -0.6, "0.3"),
+                                           (lambda x: np.tan(0.3 * x), "5.236")])
+def test_an_opaque_function_with_a_pole_is_refused_naming_the_pole(fn, where):
+    """An opaque φ unbounded at a point (a non-integer negative power, ``tan``'s poles at ±π/0.6) was refused by the
+    kink locator as "a fast oscillation, or noise — declare it smooth": advice that would have hidden an infinite
+    expectation. The refusal now names the point nearest the Gaussian's centre where φ grows without bound."""
+    X = np.random.default_rng(0).standard_normal((3, 3))
+    with pytest.raises(netsor.NumericalError, match=f"grows without bound near x = {where}"):
+        netsor.nngp(netsor.zoo.mlp(1, fn, 1.0, 0.1), X)

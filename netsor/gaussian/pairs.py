@@ -259,6 +259,20 @@ def _located(act: Activation, reach: float, bucket: float,
             else:
                 advice = ("declare it smooth or give its kinks (netsor.activation(fn, smooth=True) or kinks=(...)), "
                           "or write it with netsor's own functions so that the tracer sees it")
+            # a pole (tan) or an unbounded cusp (|x − c|^−0.6) of an opaque φ is bad on every panel beside it
+            mids = 0.5 * (lo + hi)[bad]
+            with np.errstate(all="ignore"):
+                sizes = np.abs(np.asarray(act.fn(mids), dtype=float))
+            huge = ~(sizes <= 100.0 * scale)
+            if huge.any():
+                nearest = np.argmin(np.where(huge, np.abs(mids), np.inf))  # the one nearest the Gaussian's centre
+                at, size = float(mids[nearest]), float(sizes[nearest])
+                raise NumericalError(
+                    f"cannot locate the kinks of {act.name} on |x| ≤ {reach:.3g}: it grows without bound near x = "
+                    f"{at:.4g} (|φ| {size:.2g} there, {scale:.2g} at most on a grid of the range) — a pole, or a "
+                    "singularity whose expectation may be infinite; write it with numpy arithmetic so that the tracer "
+                    "sees it (it measures such points: 1/√|x − c| is refused as not square-integrable, log|x − c| is "
+                    "taken), or remove the singularity from the reach of its Gaussian argument")
             raise NumericalError(
                 f"cannot locate the kinks of {act.name} on |x| ≤ {reach:.3g}: it is not smooth to rounding on "
                 f"{int(bad.sum())} panels of width {float(np.min(hi - lo)):.2g} (a fast oscillation, or noise); "
