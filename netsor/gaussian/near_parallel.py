@@ -71,6 +71,30 @@ class Steps:
         """The step function of :mod:`~netsor.gaussian.piecewise` pieces without exponentials, or (``derivative``)
         the derivative of a continuous piecewise-linear function given by its pieces; None for other functions
         (exponential or quadratic pieces, jumps of a function said continuous)."""
+        found = cls._parts(pieces, derivative)
+        if found is None:
+            return None
+        base, jumps, masses, scale = found
+        if derivative and any(abs(m) > 1e-12 * scale for m in masses.values()):
+            return None  # a jump: not continuous
+        return cls._from_jumps(float(base), jumps)
+
+    @classmethod
+    def split(cls, pieces: tuple[piecewise.Piece, ...]) -> tuple[Steps, Steps] | None:
+        """``(φ', s)`` of a piecewise-linear φ with jumps given by its pieces: φ' almost everywhere and the
+        piecewise-constant ``s`` of φ's jumps (``φ − s`` continuous, with derivative φ'; x·1{x > ½}: φ' = 1{x > ½},
+        s = ½·1{x > ½}); None for other functions."""
+        found = cls._parts(pieces, True)
+        if found is None:
+            return None
+        base, jumps, masses, _ = found
+        return cls._from_jumps(float(base), jumps), cls._from_jumps(0.0, masses)
+
+    @classmethod
+    def _parts(cls, pieces: tuple[piecewise.Piece, ...], derivative: bool
+               ) -> tuple[float, dict[float, float], dict[float, float], float] | None:
+        """The base level, the jumps at each threshold, and (``derivative``) the point masses of the derivative at
+        each threshold — φ's own jumps — and their scale."""
         base, jumps, masses = 0.0, {}, {}  # masses: the derivative's point masses at each threshold
         scale = 0.0
         for coef, power, rate, threshold, above in pieces:
@@ -92,9 +116,7 @@ class Steps:
                 scale = max(scale, abs(coef) * (1.0 + abs(threshold)))
             else:
                 jumps[threshold] = jumps.get(threshold, 0.0) + sign * coef
-        if derivative and any(abs(m) > 1e-12 * scale for m in masses.values()):
-            return None  # a jump: not continuous
-        return cls._from_jumps(float(base), jumps)
+        return base, jumps, masses, scale
 
     @classmethod
     def _from_jumps(cls, base: float, jumps: dict[float, float]) -> Steps:
@@ -303,3 +325,44 @@ def kinked_distance(slopes: Steps, a: Array, da: Array, b: Array, db: Array, ang
              + slope_b * (db + 8 * _EPS * b)
              + 16 * _EPS * value)
     return value, np.where(beaten, np.inf, error)
+
+
+def jumped_pair(slopes: Steps, jumps: Steps, pieces: tuple[piecewise.Piece, ...], a: Array, da: Array, b: Array,
+                db: Array, ang: Angle) -> tuple[Array, Array]:
+    """``E[φ(u) φ(v)]`` and a bound on its error for a piecewise-linear φ with jumps (x·1{x > ½}, hard shrink) at a
+    small angle: φ = ℓ + s with ``s`` the piecewise-constant ``jumps`` and ``ℓ`` continuous (``ℓ' = slopes``), and
+    ``E[φ(u)φ(v)] = (E φ(u)² + E φ(v)² − D)/2`` with ``D = E[(φ(u) − φ(v))²] = D_ℓ + D_s + 2E[Δℓ Δs]``: ``D_ℓ`` by
+    :func:`kinked_distance` (~θ²), ``D_s = E s(u)² + E s(v)² − 2E[s(u)s(v)]`` by :func:`step_pair` (~θ, whose
+    evaluation is absolute), and the cross term only bounded, ``|E[Δℓ Δs]| ≤ √(D_ℓ D_s)`` (Cauchy–Schwarz, ~θ^{3/2}:
+    3e-11 of the scale at θ = 1e-7; the covariances' bound, ~1e-16/θ, is the smaller above θ ~ 1e-6). The second
+    moments are closed forms (:func:`~netsor.gaussian.piecewise.pair_expectation`); their change over the variances'
+    bounds is at most ``√2 √(E φ⁴)/(2(a − δa))`` a unit (``∂_a`` of the Gaussian density, Cauchy–Schwarz), with
+    ``|φ(x)| ≤ A + B|x|``, ``A = |φ(0)| + Σ|jumps|``, ``B = sup|ℓ'|``."""
+    D_l, dD_l = kinked_distance(slopes, a, da, b, db, ang)
+    s_uv, e_uv = step_pair(jumps, jumps, a, da, b, db, ang)
+    flat = Angle(np.zeros(np.shape(ang.theta)), np.zeros(np.shape(ang.theta)), np.zeros(np.shape(ang.theta)))
+    s_uu, e_uu = step_pair(jumps, jumps, a, da, a, da, flat)
+    s_vv, e_vv = step_pair(jumps, jumps, b, db, b, db, flat)
+    D_s = np.maximum(s_uu + s_vv - 2.0 * s_uv, 0.0)
+    dD_s = e_uu + e_vv + 2.0 * e_uv + 4 * _EPS * (s_uu + s_vv + 2.0 * np.abs(s_uv))
+    offset = abs(value_at_zero(pieces)) + jumps.total_jump
+    top = slopes.largest
+    halves = []
+    for var, dvar in ((np.asarray(a, dtype=float), da), (np.asarray(b, dtype=float), db)):
+        m2, m2_err, _ = piecewise.pair_expectation(pieces, pieces, var, var, 1.0, colinear=True)
+        v = var + dvar
+        fourth = (offset**4 + 4 * offset**3 * top * np.sqrt(2 * v / np.pi) + 6 * offset**2 * top**2 * v
+                  + 8 * offset * top**3 * np.sqrt(2 / np.pi) * v**1.5 + 3 * top**4 * v * v)
+        change = np.sqrt(2.0 * fourth) / (2.0 * (var - dvar)) * dvar
+        halves.append((m2, m2_err + change))
+    (ma, ea), (mb, eb) = halves
+    value = 0.5 * (ma + mb - D_l - D_s)
+    cross = np.sqrt((D_l + dD_l) * (D_s + dD_s))
+    err = 0.5 * (ea + eb + dD_l + dD_s) + cross + 4 * _EPS * (ma + mb + D_l + D_s)
+    return value, err
+
+
+def value_at_zero(pieces: tuple[piecewise.Piece, ...]) -> float:
+    """``φ(0⁻)`` of a function given by its pieces."""
+    return float(sum(coef for coef, power, _, threshold, above in pieces
+                     if power == 0 and ((above and threshold < 0) or (not above and threshold >= 0))))

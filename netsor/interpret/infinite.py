@@ -753,7 +753,7 @@ class Analysis:
             term = slopes.scaled(k).times(float(alpha) * k)
             total = term if total is None else total.plus(term)
             if proj.act.key != identity.key:
-                at_zero += float(alpha) * _value_at_zero(piecewise.of(proj.act))
+                at_zero += float(alpha) * near_parallel.value_at_zero(piecewise.of(proj.act))
         if len(args) != 1 or total is None or not total.thresholds:
             return None
         (g,) = args
@@ -907,10 +907,13 @@ class Analysis:
         F, G = _steps_of(pl.act), _steps_of(pr.act)
         if F is not None and G is not None and F.thresholds and G.thresholds:
             return "steps", g, F, G if k * k2 > 0 else G.scaled(-1.0)
-        slopes = _slopes_of(pl.act)
-        if k != k2 or pl.act.key != pr.act.key or slopes is None or not slopes.thresholds:
+        if k != k2 or pl.act.key != pr.act.key:
             return None
-        return "kinked", g, slopes, piecewise.of(pl.act)
+        slopes = _slopes_of(pl.act)
+        if slopes is not None:
+            return ("kinked", g, slopes, piecewise.of(pl.act)) if slopes.thresholds else None
+        split = _jumps_and_slopes_of(pl.act)
+        return None if split is None else ("jumped", g, *split, piecewise.of(pl.act))
 
     def step_like_pair(self, comp: Component) -> tuple[Vector | None, tuple[float, float], tuple[float, float]] | None:
         """``(g, left levels, right levels)`` when both sides of ``comp`` are functions of degree 0 with known
@@ -965,7 +968,8 @@ class Analysis:
         bound its pairs, and without them the covariance route's corners (nested quadrature) are slow."""
         return any((proj := self.projection(m)) is not None and len(proj.args) == 1 and any(
             found is not None and any(t != 0.0 for t in found.thresholds)
-            for found in (_steps_of(proj.act), _slopes_of(proj.act))) for m in list(self.monomials.values()))
+            for found in (_steps_of(proj.act), _slopes_of(proj.act), *(_jumps_and_slopes_of(proj.act) or ())))
+            for m in list(self.monomials.values()))
 
     def batchnorm(self, m: Monomial) -> BatchNormForm | None:
         """``m`` as ``act(u_b)`` of a BatchNorm output over distinct G-vectors with a positively
@@ -1092,10 +1096,14 @@ def _steps_of(act: Activation) -> near_parallel.Steps | None:
     return None if pieces is None else near_parallel.Steps.of(pieces)
 
 
-def _value_at_zero(pieces: tuple[piecewise.Piece, ...]) -> float:
-    """``φ(0⁻)`` of a function given by its pieces (its value at 0 where it is continuous)."""
-    return float(sum(coef for coef, power, _, threshold, above in pieces
-                     if power == 0 and ((above and threshold < 0) or (not above and threshold >= 0))))
+def _jumps_and_slopes_of(act: Activation) -> tuple[near_parallel.Steps, near_parallel.Steps] | None:
+    """``(φ' a.e., φ's jumps)`` of a piecewise-linear ``act`` that jumps and is not piecewise constant (x·1{x > ½},
+    hard shrink; :meth:`~netsor.gaussian.near_parallel.Steps.split`); None for other functions."""
+    pieces = piecewise.of(act)
+    split = None if pieces is None or act.continuous else near_parallel.Steps.split(pieces)
+    if split is None or not split[1].thresholds or not (split[0].base or split[0].jumps):
+        return None
+    return split
 
 
 def _slopes_of(act: Activation) -> near_parallel.Steps | None:
@@ -2826,8 +2834,10 @@ class Run:
         reflection, one continuous piecewise-linear φ where it is even or odd up to ``φ(0)`` (None otherwise)."""
         if rule[0] == "steps":
             return near_parallel.step_pair(rule[2], rule[3].scaled(-1.0) if reflect else rule[3], *at, near)
+        if rule[0] == "jumped":
+            return None if reflect else near_parallel.jumped_pair(*rule[2:], *at, near)
         slopes, pieces = rule[2], rule[3]
-        at_zero = _value_at_zero(pieces)
+        at_zero = near_parallel.value_at_zero(pieces)
         # E[φ(u)φ(v)] = ±E[φ(u)φ(−v)] + (1 ∓ 1)φ(0)²: even φ (φ' odd) or odd up to φ(0) (φ' even)
         sign = 1.0
         if reflect:
