@@ -133,7 +133,22 @@ def orthant(h: Array, k: Array, rho: Array, s: Array, *, theta: Array | None = N
     both_zero = (x == 0.0) & (y == 0.0)  # 0/0 above: the centred orthant
     centred = 0.25 + np.arcsin(rho) / (2.0 * math.pi) if theta is None else (math.pi - theta) / (2.0 * math.pi)
     p = np.where(both_zero, centred, np.clip(p, 0.0, 1.0))
-    return p, np.maximum(half_x + half_y + np.abs(tx) + np.abs(ty) + beta, p)
+    # Owen's arguments are ill-conditioned where y − ρx cancels: their rounding (a few ulps of the terms) moves a by
+    # ~ε/s, and T by ∂T/∂a = e^(−x²(1 + a²)/2)/(2π(1 + a²)) times that — |x·relu(x)| pairs of nearly parallel inputs
+    # with a kink located 1e-16 off 0 were 6.7e-13 off under a bound of 2.8e-14 (its orthants' ρ-terms were exact);
+    # counted in the size, which the callers multiply by SPECIAL_RELATIVE (and more)
+    if theta is None:
+        rounding_x, rounding_y = 4 * _EPS * (np.abs(y) + np.abs(rho * x)), 4 * _EPS * (np.abs(x) + np.abs(rho * y))
+    else:
+        rounding_x = 4 * _EPS * (np.abs(y - x) + np.abs(x * versine))
+        rounding_y = 4 * _EPS * (np.abs(x - y) + np.abs(y * versine))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        moved = [np.exp(-0.5 * t * t * (1.0 + a * a)) / (2.0 * math.pi * (1.0 + a * a))
+                 * (r / (np.abs(t) * s) + 4 * _EPS * np.abs(a))
+                 for t, a, r in ((x, ax, rounding_x), (y, ay, rounding_y))]
+    conditioning = sum(np.where(np.isfinite(m) & (t != 0.0), m, 0.0) for m, t in zip(moved, (x, y), strict=True))
+    conditioning = np.where(both_zero, 0.0, conditioning)
+    return p, np.maximum(half_x + half_y + np.abs(tx) + np.abs(ty) + beta, p) + conditioning / SPECIAL_RELATIVE
 
 
 def _truncated(h: Array | None, k: Array | None, rho: Array, s: Array
